@@ -1,0 +1,45 @@
+# The two commands a new user needs: `make run` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 4873
+STAMP := $(VENV)/.installed
+
+.PHONY: run test build check bench venv clean demo system-deps
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,s3]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Debian packages the tests drive for real (nginx, PostgreSQL, Chromium, wrk); a no-op when present.
+system-deps:
+	bash .ci/install-system-deps
+
+## Build content/ into public/ and serve the registry and the API on $(HOST):$(PORT).
+run: $(STAMP)
+	$(BIN)/registry-gen serve --host $(HOST) --port $(PORT)
+
+## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones).
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+build: $(STAMP)
+	$(BIN)/registry-gen build
+
+check: $(STAMP)
+	$(BIN)/registry-gen check
+
+bench: $(STAMP) system-deps
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+## Regenerate the demo archives in content/ from tests/demo_packages.py.
+demo: $(STAMP)
+	$(BIN)/python -m tests.demo_packages content
+
+clean:
+	rm -rf public data $(VENV)

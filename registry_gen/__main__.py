@@ -1,0 +1,3 @@
+from registry_gen.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,320 @@
+"""Reading package archives safely, and turning other archives into npm tarballs.
+
+Everything here works on file objects handed in; nothing is written to disk. Every limit is
+enforced while streaming, so a bomb costs at most the cap, never the bomb's full size.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import json
+import posixpath
+import stat
+import tarfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from registry_gen.errors import InvalidArchive
+from registry_gen.settings import Limits
+
+# npm pack's fixed mtime (1985-10-26T08:15:00Z): reproducible tarballs, as npm itself makes them.
+NPM_FIXED_MTIME = 499162500
+README_NAMES = ("readme.md", "readme.markdown", "readme", "readme.txt", "readme.rst")
+CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Digests:
+    shasum: str
+    integrity: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ArchiveContents:
+    """What the generator needs from one archive."""
+
+    manifest: Any  # the parsed package.json, not yet validated
+    readme: str | None
+    readme_filename: str | None
+    file_count: int
+    unpacked_size: int
+    digests: Digests  # of the npm tarball that will be served
+    converted: bytes | None  # the npm tarball, when the source was not servable byte for byte
+
+
+def compute_digests(data: bytes) -> Digests:
+    return Digests(
+        shasum=hashlib.sha1(data).hexdigest(),
+        integrity="sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode("ascii"),
+        size=len(data),
+    )
+
+
+class _HashingReader(io.RawIOBase):
+    """Wraps a source file: hashes and counts every byte read, refuses to read past a cap."""
+
+    def __init__(self, raw: IO[bytes], cap: int):
+        self._raw = raw
+        self._cap = cap
+        self.count = 0
+        self.sha1 = hashlib.sha1()
+        self.sha512 = hashlib.sha512()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._raw.read(len(buffer))
+        self.count += len(data)
+        if self.count > self._cap:
+            raise InvalidArchive("max-archive-size", f"archive is larger than {self._cap} bytes")
+        self.sha1.update(data)
+        self.sha512.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def drain(self) -> None:
+        while self.read(CHUNK):
+            pass
+
+    def digests(self) -> Digests:
+        return Digests(
+            shasum=self.sha1.hexdigest(),
+            integrity="sha512-" + base64.b64encode(self.sha512.digest()).decode("ascii"),
+            size=self.count,
+        )
+
+
+def _clean_member_path(name: str) -> str:
+    """The member's path, normalised; refuses absolute paths and anything that climbs out."""
+    if "\x00" in name:
+        raise InvalidArchive("member-path", f"member path {name!r} contains a NUL byte")
+    unified = name.replace("\\", "/")
+    if unified.startswith("/") or (len(unified) > 1 and unified[1] == ":"):
+        raise InvalidArchive("member-path", f"member path {name!r} is absolute")
+    parts = [p for p in unified.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise InvalidArchive("member-path", f"member path {name!r} escapes the package folder")
+    return "/".join(parts)
+
+
+class _Budget:
+    """Running totals checked against the limits as members stream by."""
+
+    def __init__(self, limits: Limits, archive_size_hint: int | None):
+        self.limits = limits
+        self.members = 0
+        self.unpacked = 0
+        self.seen: set[str] = set()
+        self.size_hint = archive_size_hint
+
+    def member(self, path: str) -> None:
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise InvalidArchive("max-members", f"archive has more than {self.limits.max_members} members")
+        if path in self.seen:
+            raise InvalidArchive("duplicate-member", f"member {path!r} appears twice")
+        self.seen.add(path)
+
+    def bytes(self, count: int, compressed_so_far: int) -> None:
+        self.unpacked += count
+        if self.unpacked > self.limits.max_unpacked_bytes:
+            raise InvalidArchive(
+                "max-unpacked-size", f"archive unpacks to more than {self.limits.max_unpacked_bytes} bytes"
+            )
+        floor = max(compressed_so_far, 64 * 1024)
+        if self.unpacked > floor * self.limits.max_compression_ratio:
+            raise InvalidArchive(
+                "compression-ratio",
+                f"archive expands more than {self.limits.max_compression_ratio} times (a compression bomb?)",
+            )
+
+
+@dataclass
+class _Member:
+    path: str
+    mode: int
+    data: bytes | None  # kept only for package.json, README and (when converting) every file
+
+
+def _read_capped(stream: IO[bytes], size: int, budget: _Budget, compressed: Any, keep: bool) -> bytes | None:
+    """Reads a member fully (to count it), keeping the bytes only when asked."""
+    kept = bytearray() if keep else None
+    while True:
+        block = stream.read(min(CHUNK, max(size, 1)))
+        if not block:
+            break
+        budget.bytes(len(block), compressed())
+        if kept is not None:
+            kept += block
+    return bytes(kept) if kept is not None else None
+
+
+def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterator[_Member]:
+    try:
+        with tarfile.open(fileobj=source, mode="r|gz") as tar:  # type: ignore[call-overload]
+            for info in tar:
+                path = _clean_member_path(info.name)
+                if info.isdir():
+                    continue
+                if info.issym() or info.islnk():
+                    raise InvalidArchive("member-type", f"member {info.name!r} is a link")
+                if not info.isfile():
+                    raise InvalidArchive("member-type", f"member {info.name!r} is not a regular file")
+                if not path:
+                    raise InvalidArchive("member-path", f"member path {info.name!r} is empty")
+                budget.member(path)
+                stream = tar.extractfile(info)
+                assert stream is not None
+                keep = keep_all or _is_interesting(path)
+                data = _read_capped(stream, info.size, budget, lambda: source.count, keep)
+                yield _Member(path, info.mode, data)
+            source.drain()
+    except InvalidArchive:
+        raise
+    except (tarfile.TarError, EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
+        raise InvalidArchive("corrupt-archive", f"tar.gz archive is truncated or corrupt: {exc}") from exc
+
+
+def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_Member]:
+    size = source.seek(0, io.SEEK_END)
+    source.seek(0)
+    if size > limits.max_archive_bytes:
+        raise InvalidArchive("max-archive-size", f"archive is larger than {limits.max_archive_bytes} bytes")
+    compressed_total = 0
+    try:
+        with zipfile.ZipFile(source) as archive:
+            for info in sorted(archive.infolist(), key=lambda i: i.filename):
+                compressed_total += info.compress_size
+                path = _clean_member_path(info.filename)
+                if info.is_dir():
+                    continue
+                unix_mode = info.external_attr >> 16
+                if unix_mode and not stat.S_ISREG(unix_mode):
+                    raise InvalidArchive("member-type", f"member {info.filename!r} is not a regular file")
+                if not path:
+                    raise InvalidArchive("member-path", f"member path {info.filename!r} is empty")
+                budget.member(path)
+                with archive.open(info) as stream:
+                    # Declared sizes can lie; the budget counts the bytes actually inflated.
+                    data = _read_capped(stream, info.file_size, budget, lambda: compressed_total, True)
+                yield _Member(path, unix_mode or 0o644, data)
+    except InvalidArchive:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error, NotImplementedError) as exc:
+        raise InvalidArchive("corrupt-archive", f"zip archive is truncated or corrupt: {exc}") from exc
+
+
+def _is_interesting(path: str) -> bool:
+    base = posixpath.basename(path).lower()
+    depth = path.count("/")
+    return depth <= 1 and (base == "package.json" or base in README_NAMES)
+
+
+def _package_root(paths: list[str]) -> str:
+    """'' when package.json sits at the root, else the single top folder holding everything."""
+    if "package.json" in paths:
+        return ""
+    tops = {p.split("/", 1)[0] for p in paths}
+    if len(tops) == 1 and all("/" in p for p in paths):
+        return tops.pop() + "/"
+    raise InvalidArchive("no-package-json", "no package.json at the root or in a single top folder")
+
+
+def _parse_manifest(data: bytes, limits: Limits) -> Any:
+    if len(data) > limits.max_manifest_bytes:
+        raise InvalidArchive("max-manifest-size", f"package.json is larger than {limits.max_manifest_bytes} bytes")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidArchive("manifest-encoding", f"package.json is not UTF-8: {exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArchive("manifest-json", f"package.json is not valid JSON: {exc}") from exc
+
+
+def _pick_readme(members: dict[str, _Member], root: str, limits: Limits) -> tuple[str | None, str | None]:
+    candidates = {
+        m.path[len(root):].lower(): m
+        for m in members.values()
+        if m.path.startswith(root) and "/" not in m.path[len(root):]
+    }
+    for wanted in README_NAMES:
+        member = candidates.get(wanted)
+        if member is not None and member.data is not None:
+            text = member.data[: limits.max_readme_bytes].decode("utf-8", errors="replace")
+            return text, member.path[len(root):]
+    return None, None
+
+
+def build_npm_tarball(files: list[tuple[str, int, bytes]]) -> bytes:
+    """A deterministic npm tarball: `package/` prefix, sorted entries, fixed mtimes and owners."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0, compresslevel=9) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path, mode, data in sorted(files, key=lambda f: f[0]):
+                info = tarfile.TarInfo("package/" + path)
+                info.size = len(data)
+                info.mtime = NPM_FIXED_MTIME
+                info.mode = 0o755 if mode & 0o111 else 0o644
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def sniff_format(head: bytes) -> str:
+    if head.startswith(b"\x1f\x8b"):
+        return "tgz"
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "zip"
+    raise InvalidArchive("archive-format", "not a gzip-compressed tar or a zip archive")
+
+
+def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveContents:
+    """Reads one archive (tar.gz or zip, sniffed from its bytes) safely and completely.
+
+    An npm-style tarball (everything under one top folder) is served byte for byte, so its
+    digests are those of the source. Anything else is repacked into a deterministic npm tarball.
+    """
+    limits = limits or Limits()
+    head = source.read(4)
+    source.seek(0)
+    kind = sniff_format(head)
+    budget = _Budget(limits, None)
+    hashing = _HashingReader(source, limits.max_archive_bytes)
+    if kind == "tgz":
+        members = {m.path: m for m in _iter_tar(hashing, budget, keep_all=False)}
+    else:
+        members = {m.path: m for m in _iter_zip(source, budget, limits)}
+    root = _package_root(list(members))
+    manifest_member = members.get(root + "package.json")
+    if manifest_member is None or manifest_member.data is None:
+        raise InvalidArchive("no-package-json", "no package.json found")
+    manifest = _parse_manifest(manifest_member.data, limits)
+    readme, readme_filename = _pick_readme(members, root, limits)
+    file_count = len(members)
+    if kind == "tgz" and root:
+        return ArchiveContents(manifest, readme, readme_filename, file_count, budget.unpacked, hashing.digests(), None)
+    if kind == "tgz":
+        # Files at the root: npm strips one folder when unpacking, so repack under package/.
+        source.seek(0)
+        rebudget = _Budget(limits, None)
+        members = {m.path: m for m in _iter_tar(_HashingReader(source, limits.max_archive_bytes), rebudget, True)}
+    files = [(m.path[len(root):], m.mode, m.data or b"") for m in members.values()]
+    tarball = build_npm_tarball(files)
+    return ArchiveContents(
+        manifest, readme, readme_filename, file_count, budget.unpacked, compute_digests(tarball), tarball
+    )
+
+
+def read_archive_bytes(data: bytes, limits: Limits | None = None) -> ArchiveContents:
+    return read_archive(io.BytesIO(data), limits)

@@ -1,0 +1,148 @@
+"""The `registry-gen` command line: thin typer commands over the core.
+
+Other distributions (the bundled `user_api` among them) add commands through the entry-point
+group `registry_gen.commands`, so this package never imports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+
+from registry_gen.errors import RegistryError
+from registry_gen.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+PLUGIN_GROUP = "registry_gen.commands"
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
+]
+ContentArg = Annotated[Path | None, typer.Argument(help="Folder of archives (default from config, else ./content).")]
+OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")]
+BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="Public URL the tree is served at.")]
+
+
+def settings_from_options(config: Path | None, **overrides: Any) -> Settings:
+    return load_settings(config, **overrides)
+
+
+def _progress_reporter() -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
+    """A rich progress bar when stderr is a terminal; nothing otherwise (logs and CI stay clean)."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    tasks: dict[str, Any] = {}
+    bar.start()
+
+    def report(phase: str, done: int, total: int) -> None:
+        if total < 50:
+            return
+        if phase not in tasks:
+            tasks[phase] = bar.add_task({"read": "Reading archives", "write": "Writing packages"}.get(phase, phase), total=total)
+        bar.update(tasks[phase], completed=done)
+
+    return report, bar.stop
+
+
+def build_command(
+    content_dir: ContentArg = None,
+    out: OutOption = None,
+    base_url: BaseUrlOption = None,
+    strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Exit non-zero when any archive fails.")] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Build the static registry tree from a folder of archives (incremental)."""
+    from registry_gen.build import run_build
+
+    settings = settings_from_options(config, content_dir=content_dir, out_dir=out, base_url=base_url, strict=strict)
+    report, stop = _progress_reporter()
+    try:
+        result = run_build(settings, progress=report)
+    finally:
+        stop()
+    for issue in result.errors:
+        typer.echo(f"error: {issue}", err=True)
+    typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    if settings.strict and result.errors:
+        raise typer.Exit(1)
+
+
+def check_command(
+    content_dir: ContentArg = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit non-zero on lint findings too.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Lint every archive's package.json against the specification's descriptor rules."""
+    from registry_gen.check import check_content
+
+    settings = settings_from_options(config, content_dir=content_dir)
+    report = check_content(settings)
+    for finding in report.findings:
+        typer.echo(str(finding))
+    typer.echo(f"checked {report.archives} archives: {report.errors} errors, {report.warnings} lint findings")
+    if report.errors or (strict and report.warnings):
+        raise typer.Exit(1)
+
+
+def create_cli() -> typer.Typer:
+    """A fresh typer app with the built-in commands and every installed plugin's."""
+    app = typer.Typer(
+        name="registry-gen",
+        help="Static npm registry generator with a tiny user and write API.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.command("build")(build_command)
+    app.command("check")(check_command)
+    for extra in ("watch", "verify", "host_config"):
+        module = _optional_module(f"registry_gen.commands_{extra}")
+        if module is not None:
+            module.register(app, settings_from_options)
+    for entry in entry_points(group=PLUGIN_GROUP):
+        entry.load()(app, settings_from_options)
+    return app
+
+
+def _optional_module(name: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            return None
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    command = typer.main.get_command(create_cli())
+    try:
+        result = command.main(args=list(argv) if argv is not None else None, prog_name="registry-gen", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except RegistryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""One error hierarchy for the generator; each edge (CLI, web) maps it once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RegistryError(Exception):
+    """Base of every error the generator raises on purpose."""
+
+
+class ConfigError(RegistryError):
+    """The configuration file or an option is wrong."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One problem with one field of a package descriptor."""
+
+    field: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message} [{self.rule}]"
+
+
+class InvalidName(RegistryError, ValueError):
+    """A package name that clients or the file layout cannot carry."""
+
+
+class InvalidVersion(RegistryError, ValueError):
+    """A version that is not a semantic version."""
+
+
+class InvalidManifest(RegistryError, ValueError):
+    """A package.json with problems that break clients; carries every problem found."""
+
+    def __init__(self, problems: list[FieldProblem]):
+        self.problems = list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+class InvalidArchive(RegistryError, ValueError):
+    """An archive that cannot be read safely; `rule` names the broken rule."""
+
+    def __init__(self, rule: str, message: str):
+        self.rule = rule
+        self.message = message
+        super().__init__(f"{message} [{rule}]")
+
+
+class VersionConflict(RegistryError):
+    """The same name@version came from two archives with different bytes, or a version is reused."""
+
+
+class NotFound(RegistryError):
+    """A package or version that does not exist."""
+
+
+class Forbidden(RegistryError):
+    """The caller may not do this."""
+
+
+class LockTimeout(RegistryError):
+    """The build lock could not be taken in time."""

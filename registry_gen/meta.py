@@ -1,0 +1,110 @@
+"""What an archive cannot carry: the per-package `registry-meta.json` file in content/.
+
+It holds dist-tags, maintainers, deprecations, publish times and unpublished versions. The
+write API keeps one next to the package's archives; a person may write one by hand. The build
+reads it, so content/ stays the single source of truth.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry_gen.errors import FieldProblem, InvalidManifest
+from registry_gen.names import validate_name
+
+META_FILENAME = "registry-meta.json"
+
+
+@dataclass(frozen=True)
+class PackageMeta:
+    name: str
+    dist_tags: dict[str, str] = field(default_factory=dict)
+    maintainers: list[dict[str, str]] = field(default_factory=list)
+    deprecated: dict[str, str] = field(default_factory=dict)
+    time: dict[str, str] = field(default_factory=dict)
+    unpublished: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    created: str | None = None
+    modified: str | None = None
+    revision: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name}
+        if self.dist_tags:
+            data["dist-tags"] = dict(sorted(self.dist_tags.items()))
+        if self.maintainers:
+            data["maintainers"] = self.maintainers
+        if self.deprecated:
+            data["deprecated"] = dict(sorted(self.deprecated.items()))
+        if self.time:
+            data["time"] = dict(sorted(self.time.items()))
+        if self.unpublished:
+            data["unpublished"] = dict(sorted(self.unpublished.items()))
+        if self.pending:
+            data["pending"] = dict(sorted(self.pending.items()))
+        if self.created:
+            data["created"] = self.created
+        if self.modified:
+            data["modified"] = self.modified
+        if self.revision:
+            data["revision"] = self.revision
+        return data
+
+
+def _string_map(data: dict[str, Any], key: str, problems: list[FieldProblem]) -> dict[str, str]:
+    value = data.get(key, {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        problems.append(FieldProblem(key, "type", f"{key} must be an object of strings"))
+        return {}
+    return dict(value)
+
+
+def parse_meta(raw: bytes) -> PackageMeta:
+    """Parses a registry-meta.json file; raises InvalidManifest naming each bad field."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidManifest([FieldProblem("(root)", "meta-json", f"not valid JSON: {exc}")]) from exc
+    if not isinstance(data, dict):
+        raise InvalidManifest([FieldProblem("(root)", "meta-object", "must be a JSON object")])
+    problems: list[FieldProblem] = []
+    name = data.get("name")
+    try:
+        validate_name(name)
+    except Exception as exc:
+        problems.append(FieldProblem("name", "name-valid", str(exc)))
+    maintainers = data.get("maintainers", [])
+    if not isinstance(maintainers, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("name"), str) for m in maintainers
+    ):
+        problems.append(FieldProblem("maintainers", "type", "maintainers must be a list of {name, email}"))
+        maintainers = []
+    pending = data.get("pending", {})
+    if not isinstance(pending, dict):
+        problems.append(FieldProblem("pending", "type", "pending must be an object"))
+        pending = {}
+    revision = data.get("revision", 0)
+    if not isinstance(revision, int):
+        problems.append(FieldProblem("revision", "type", "revision must be an integer"))
+        revision = 0
+    meta = PackageMeta(
+        name=str(name),
+        dist_tags=_string_map(data, "dist-tags", problems),
+        maintainers=[{k: str(v) for k, v in m.items() if k in ("name", "email")} for m in maintainers],
+        deprecated=_string_map(data, "deprecated", problems),
+        time=_string_map(data, "time", problems),
+        unpublished=_string_map(data, "unpublished", problems),
+        pending=pending,
+        created=data.get("created") if isinstance(data.get("created"), str) else None,
+        modified=data.get("modified") if isinstance(data.get("modified"), str) else None,
+        revision=revision,
+    )
+    if problems:
+        raise InvalidManifest(problems)
+    return meta
+
+
+def dump_meta(meta: PackageMeta) -> bytes:
+    return (json.dumps(meta.to_json(), indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")

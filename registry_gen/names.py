@@ -1,0 +1,87 @@
+"""npm package names: validation and their place in the static tree (pure functions)."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+from registry_gen.errors import InvalidName
+
+MAX_NAME_LENGTH = 214
+# Names that would collide with the generator's own `/-/` tree or with files clients never fetch.
+RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico"})
+# npm's rule for new packages: URL-safe, lowercase, no leading dot or underscore.
+_PART = re.compile(r"^[a-z0-9\-~][a-z0-9\-._~]*$")
+
+
+def validate_name(name: object) -> str:
+    """Return `name` if npm and the static layout can both carry it, else raise InvalidName."""
+    if not isinstance(name, str):
+        raise InvalidName("name must be a string")
+    if not name:
+        raise InvalidName("name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidName(f"name is longer than {MAX_NAME_LENGTH} characters")
+    if name != name.strip():
+        raise InvalidName("name must not have leading or trailing spaces")
+    if name.lower() != name:
+        raise InvalidName("name must be lowercase")
+    if name in RESERVED_NAMES:
+        raise InvalidName(f"name {name!r} is reserved")
+    scope, bare = split_name(name)
+    if scope is not None and not _PART.match(scope[1:]):
+        raise InvalidName(f"scope {scope!r} contains characters that are not URL-safe")
+    if bare.startswith((".", "_")):
+        raise InvalidName("name must not start with a dot or an underscore")
+    if not _PART.match(bare) or bare in (".", ".."):
+        raise InvalidName("name may only contain lowercase letters, digits and - . _ ~")
+    return name
+
+
+def split_name(name: str) -> tuple[str | None, str]:
+    """'@scope/pkg' -> ('@scope', 'pkg'); 'pkg' -> (None, 'pkg')."""
+    if name.startswith("@"):
+        scope, sep, bare = name.partition("/")
+        if not sep or not bare or "/" in bare or scope == "@":
+            raise InvalidName("a scoped name must look like @scope/name")
+        return scope, bare
+    if "/" in name:
+        raise InvalidName("an unscoped name must not contain a slash")
+    return None, name
+
+
+def is_valid_name(name: object) -> bool:
+    try:
+        validate_name(name)
+    except InvalidName:
+        return False
+    return True
+
+
+def package_dir(name: str) -> str:
+    """Relative folder of a package in the tree: 'pkg' or '@scope/pkg' (a real slash)."""
+    validate_name(name)
+    return name
+
+
+def tarball_filename(name: str, version: str) -> str:
+    """npm's conventional tarball name: the bare name (no scope), a dash, the version."""
+    return f"{split_name(name)[1]}-{version}.tgz"
+
+
+def tarball_path(name: str, version: str) -> str:
+    """Relative path of a tarball in the tree: '<pkgdir>/-/<bare>-<version>.tgz'."""
+    return f"{package_dir(name)}/-/{tarball_filename(name, version)}"
+
+
+def escaped_name(name: str) -> str:
+    """The form npm puts in URLs: '@scope%2fpkg'."""
+    return quote(name, safe="@")
+
+
+def url_spellings(name: str) -> list[str]:
+    """Every path under which clients ask for a packument (npm, pnpm, yarn)."""
+    scope, bare = split_name(name)
+    if scope is None:
+        return [f"/{name}"]
+    return [f"/{scope}%2f{bare}", f"/{scope}%2F{bare}", f"/{scope}/{bare}"]

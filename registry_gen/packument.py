@@ -1,0 +1,233 @@
+"""Package documents ("packuments") and the index documents, as pure functions of their inputs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from registry_gen.manifest import has_install_script
+from registry_gen.meta import PackageMeta
+from registry_gen.names import tarball_path
+from registry_gen.versions import choose_dist_tags, sort_versions
+
+# Top-level fields hoisted from the `latest` version, as the public registry does.
+HOISTED_FIELDS = ("description", "keywords", "license", "repository", "homepage", "bugs", "author", "contributors")
+# Per-version fields of the abbreviated ("corgi") document, plus what pnpm and yarn read in practice.
+ABBREVIATED_VERSION_FIELDS = (
+    "name",
+    "version",
+    "dependencies",
+    "optionalDependencies",
+    "devDependencies",
+    "bundleDependencies",
+    "bundledDependencies",
+    "peerDependencies",
+    "peerDependenciesMeta",
+    "bin",
+    "directories",
+    "dist",
+    "engines",
+    "_hasShrinkwrap",
+    "hasInstallScript",
+    "deprecated",
+    "os",
+    "cpu",
+    "libc",
+    "_npmUser",
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published version: its normalised manifest and the facts about its tarball."""
+
+    version: str
+    manifest: Mapping[str, Any]
+    shasum: str
+    integrity: str
+    size: int
+    file_count: int
+    unpacked_size: int
+    time: str
+
+
+def dumps(document: Any) -> bytes:
+    """Compact, deterministic JSON (clients download these often: no pretty-printing)."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _maintainers(meta: PackageMeta, latest: Mapping[str, Any]) -> list[dict[str, str]]:
+    if meta.maintainers:
+        return [dict(m) for m in meta.maintainers]
+    people = latest.get("maintainers")
+    if isinstance(people, list):
+        found = [_person(p) for p in people]
+        found = [p for p in found if p]
+        if found:
+            return found
+    author = _person(latest.get("author"))
+    return [author] if author else []
+
+
+def _person(value: Any) -> dict[str, str] | None:
+    """npm's `name <email> (url)` string or {name, email} object, as {name, email}."""
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        person = {"name": value["name"]}
+        if isinstance(value.get("email"), str):
+            person["email"] = value["email"]
+        return person
+    if isinstance(value, str) and value.strip():
+        name, _, rest = value.partition("<")
+        person = {"name": name.split("(")[0].strip()}
+        if rest:
+            person["email"] = rest.split(">")[0].strip()
+        return person if person["name"] else None
+    return None
+
+
+def version_document(release: Release, name: str, base_url: str, meta: PackageMeta) -> dict[str, Any]:
+    doc = dict(release.manifest)
+    doc["name"] = name
+    doc["version"] = release.version
+    doc["_id"] = f"{name}@{release.version}"
+    doc.setdefault("_hasShrinkwrap", False)
+    if has_install_script(release.manifest):
+        doc["hasInstallScript"] = True
+    if release.version in meta.deprecated and meta.deprecated[release.version]:
+        doc["deprecated"] = meta.deprecated[release.version]
+    else:
+        doc.pop("deprecated", None)
+    doc["dist"] = {
+        "tarball": base_url + tarball_path(name, release.version),
+        "shasum": release.shasum,
+        "integrity": release.integrity,
+        "fileCount": release.file_count,
+        "unpackedSize": release.unpacked_size,
+    }
+    return doc
+
+
+def build_packument(
+    name: str,
+    releases: Iterable[Release],
+    meta: PackageMeta,
+    *,
+    base_url: str,
+    readme: str | None,
+    readme_filename: str | None,
+) -> dict[str, Any]:
+    """The full package document for `name`. `releases` may be in any order."""
+    by_version = {r.version: r for r in releases}
+    order = sort_versions(by_version)
+    tags = choose_dist_tags(order, meta.dist_tags)
+    latest = by_version[tags["latest"]].manifest if order else {}
+    versions = {v: version_document(by_version[v], name, base_url, meta) for v in order}
+    times = {v: by_version[v].time for v in order}
+    # Unpublished numbers keep their time so that nobody can publish them again.
+    times.update({v: t for v, t in meta.unpublished.items() if v not in times})
+    stamps = sorted(times.values())
+    created = meta.created or (stamps[0] if stamps else None)
+    modified = max([s for s in (meta.modified, stamps[-1] if stamps else None) if s] or [created or ""])
+    time_doc: dict[str, str] = {}
+    if created:
+        time_doc["created"] = created
+    if modified:
+        time_doc["modified"] = modified
+    time_doc.update({v: times[v] for v in sort_versions(times)})
+    doc: dict[str, Any] = {"_id": name, "name": name}
+    for field in HOISTED_FIELDS:
+        if field in latest:
+            doc[field] = latest[field]
+    doc["dist-tags"] = tags
+    doc["versions"] = versions
+    doc["time"] = time_doc
+    doc["maintainers"] = _maintainers(meta, latest)
+    doc["readme"] = readme or ""
+    if readme_filename:
+        doc["readmeFilename"] = readme_filename
+    if modified:
+        doc["modified"] = modified
+    doc["_rev"] = revision_of(doc, meta.revision or len(times))
+    return doc
+
+
+def revision_of(doc: Mapping[str, Any], number: int) -> str:
+    """CouchDB-style `<number>-<hash>`: clients only echo it back."""
+    body = {k: v for k, v in doc.items() if k != "_rev"}
+    return f"{max(number, 1)}-{hashlib.md5(dumps(body)).hexdigest()}"
+
+
+def abbreviate(packument: Mapping[str, Any]) -> dict[str, Any]:
+    """The install-only document (`application/vnd.npm.install-v1+json`), keeping `time` for pnpm."""
+    versions = {
+        v: {k: doc[k] for k in ABBREVIATED_VERSION_FIELDS if k in doc} for v, doc in packument["versions"].items()
+    }
+    abbreviated: dict[str, Any] = {"name": packument["name"]}
+    if "modified" in packument:
+        abbreviated["modified"] = packument["modified"]
+    abbreviated["dist-tags"] = packument["dist-tags"]
+    abbreviated["versions"] = versions
+    abbreviated["time"] = packument.get("time", {})
+    return abbreviated
+
+
+def summarize(packument: Mapping[str, Any]) -> dict[str, Any]:
+    """The few fields the indexes, the search document and the HTML front page need."""
+    latest_version = packument["dist-tags"].get("latest")
+    latest = packument["versions"].get(latest_version, {})
+    return {
+        "name": packument["name"],
+        "description": packument.get("description") or "",
+        "version": latest_version,
+        "dist-tags": packument["dist-tags"],
+        "keywords": [k for k in packument.get("keywords") or [] if isinstance(k, str)],
+        "maintainers": packument.get("maintainers", []),
+        "modified": packument.get("modified", ""),
+        "date": packument.get("time", {}).get(latest_version, packument.get("modified", "")),
+        "license": packument.get("license") if isinstance(packument.get("license"), str) else None,
+        "versions": len(packument["versions"]),
+        "deprecated": latest.get("deprecated"),
+    }
+
+
+def all_index(summaries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """`/-/all`: every package by name (the old npm search index)."""
+    index: dict[str, Any] = {}
+    for s in sorted(summaries, key=lambda s: s["name"]):
+        index[s["name"]] = {
+            "name": s["name"],
+            "description": s["description"],
+            "dist-tags": s["dist-tags"],
+            "keywords": s["keywords"],
+            "maintainers": s["maintainers"],
+            "time": {"modified": s["modified"]},
+        }
+    return index
+
+
+def search_object(summary: Mapping[str, Any], base_url: str) -> dict[str, Any]:
+    """One entry of `/-/v1/search` (npm crashes when `maintainers` is missing)."""
+    people = [{"username": m.get("name", ""), "email": m.get("email", "")} for m in summary["maintainers"]]
+    package = {
+        "name": summary["name"],
+        "version": summary["version"],
+        "description": summary["description"],
+        "keywords": summary["keywords"],
+        "date": summary["date"],
+        "links": {"npm": base_url + "-/web/package/" + summary["name"] + "/"},
+        "maintainers": people,
+    }
+    if people:
+        package["publisher"] = people[0]
+    return {
+        "package": package,
+        "score": {"final": 1, "detail": {"quality": 1, "popularity": 1, "maintenance": 1}},
+        "searchScore": 1,
+    }
+
+
+def search_document(objects: list[dict[str, Any]], stamp: str) -> dict[str, Any]:
+    return {"objects": objects, "total": len(objects), "time": stamp}

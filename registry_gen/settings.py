@@ -1,0 +1,118 @@
+"""One immutable settings object, built at the edge (CLI) from registry.yaml, env and options."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from registry_gen.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "registry.yaml"
+CONFIG_ENV = "REGISTRY_GEN_CONFIG"
+DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what an archive may hold; enforced while streaming (see SECURITY.md)."""
+
+    max_archive_bytes: int = 200 * 1024 * 1024
+    max_unpacked_bytes: int = 1024 * 1024 * 1024
+    max_members: int = 100_000
+    max_manifest_bytes: int = 1024 * 1024
+    max_readme_bytes: int = 1024 * 1024
+    max_compression_ratio: int = 200
+
+
+@dataclass(frozen=True)
+class Settings:
+    content_dir: Path = Path("content")
+    out_dir: Path = Path("public")
+    base_url: str = "http://127.0.0.1:4873/"
+    site_title: str = "Private npm registry"
+    template_dir: Path | None = None
+    strict: bool = False
+    gzip: bool = True
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    signup: str = "open"
+    host: str = "127.0.0.1"
+    port: int = 4873
+    limits: Limits = field(default_factory=Limits)
+    config_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must be an absolute http(s) URL, got {self.base_url!r}")
+        if not self.base_url.endswith("/"):
+            object.__setattr__(self, "base_url", self.base_url + "/")
+        if self.signup not in ("open", "closed", "admin"):
+            raise ConfigError(f"signup must be one of open, closed, admin; got {self.signup!r}")
+
+    def with_updates(self, **changes: Any) -> Settings:
+        """A copy with some values replaced; None values are ignored (unset CLI options)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def state_file(self) -> Path:
+        return self.out_dir / ".registry-gen" / "state.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.out_dir.parent / f".{self.out_dir.name}.lock"
+
+
+_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir"}
+
+
+def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    known = {f.name for f in dataclasses.fields(Settings)} - {"config_file"}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(known))})")
+        if key == "limits":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: limits must be a mapping")
+            limit_keys = {f.name for f in dataclasses.fields(Limits)}
+            for lk, lv in value.items():
+                if lk not in limit_keys:
+                    raise ConfigError(f"{source}: unknown key limits.{lk}")
+                if not isinstance(lv, int) or lv <= 0:
+                    raise ConfigError(f"{source}: limits.{lk} must be a positive integer")
+            values["limits"] = Limits(**value)
+        elif key in _PATH_KEYS:
+            values[key] = None if value is None else (source.parent / str(value))
+        else:
+            values[key] = value
+    return values
+
+
+def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
+    """Defaults < registry.yaml (or $REGISTRY_GEN_CONFIG, or `config_file`) < env < overrides."""
+    explicit = config_file or os.environ.get(CONFIG_ENV)
+    path = Path(explicit) if explicit else Path(DEFAULT_CONFIG_FILE)
+    values: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+        values.update(_from_mapping(data, path))
+        values["config_file"] = path
+    elif explicit:
+        raise ConfigError(f"{path}: config file not found")
+    if os.environ.get(DATABASE_URL_ENV):
+        values["database_url"] = os.environ[DATABASE_URL_ENV]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**values)
+    except TypeError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -1,0 +1,102 @@
+"""Shared test helpers: real archives, a real static server, an isolated real npm."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import io
+import json
+import os
+import subprocess
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from registry_gen.archive import build_npm_tarball
+
+NPM = os.environ.get("NPM", "npm")
+
+
+def manifest(name: str, version: str, **fields: Any) -> dict[str, Any]:
+    data = {"name": name, "version": version, "description": f"{name} test package"}
+    data.update(fields)
+    return data
+
+
+def make_tarball(
+    folder: Path, name: str, version: str, *, files: dict[str, bytes | str] | None = None, filename: str | None = None, **fields: Any
+) -> Path:
+    """A real npm tarball (package/ prefix) holding package.json plus `files`."""
+    entries = [("package.json", 0o644, json.dumps(manifest(name, version, **fields), indent=2).encode())]
+    for path, data in (files or {"index.js": f"module.exports = {json.dumps(name + '@' + version)};\n"}).items():
+        entries.append((path, 0o755 if path.startswith("bin/") else 0o644, data.encode() if isinstance(data, str) else data))
+    target = folder / (filename or f"{name.replace('/', '-').lstrip('@')}-{version}.tgz")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(build_npm_tarball(entries))
+    return target
+
+
+def make_zip(folder: Path, name: str, version: str, *, top: str = "", files: dict[str, str] | None = None, **fields: Any) -> Path:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(top + "package.json", json.dumps(manifest(name, version, **fields)))
+        for path, data in (files or {"index.js": f"module.exports = {json.dumps(name)};\n"}).items():
+            archive.writestr(top + path, data)
+    target = folder / f"{name.replace('/', '-').lstrip('@')}-{version}.zip"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(buffer.getvalue())
+    return target
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+@contextlib.contextmanager
+def static_server(root: Path) -> Iterator[str]:
+    """The stdlib's plain http.server (no custom routing) on 127.0.0.1, ephemeral port."""
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class Npm:
+    """The real npm, with its own cache and userconfig so tests never touch the user's."""
+
+    def __init__(self, home: Path, registry: str):
+        self.home = home
+        self.registry = registry
+        home.mkdir(parents=True, exist_ok=True)
+        self.userconfig = home / ".npmrc"
+        self.userconfig.touch()
+        self.env = {
+            **os.environ,
+            "HOME": str(home),
+            "npm_config_userconfig": str(self.userconfig),
+            "npm_config_cache": str(home / "cache"),
+            "npm_config_registry": registry,
+            "npm_config_audit": "false",
+            "npm_config_fund": "false",
+            "npm_config_update_notifier": "false",
+            "npm_config_loglevel": "warn",
+            "npm_config_prefer_online": "true",
+        }
+        self.env.pop("npm_config_nodedir", None)
+
+    def run(self, *args: str, cwd: Path, check: bool = True, input: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [NPM, *args], cwd=cwd, env=self.env, capture_output=True, text=True, input=input, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"npm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
