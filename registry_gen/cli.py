@@ -110,7 +110,13 @@ def create_cli() -> typer.Typer:
         if module is not None:
             module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):
-        entry.load()(app, settings_from_options)
+        try:
+            register = entry.load()
+        except ImportError as exc:
+            # A broken plugin must not take the core commands down with it.
+            log.warning("plugin %s not loaded: %s", entry.name, exc)
+            continue
+        register(app, settings_from_options)
     return app
 
 

@@ -114,5 +114,6 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings(**values)
-    except TypeError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    except (TypeError, ConfigError) as exc:
+        source = values.get("config_file") or "options"
+        raise ConfigError(f"{source}: {exc}") from exc

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import re
+
+import pytest
+
+from registry_gen.cli import main
+from registry_gen.errors import ConfigError
+from registry_gen.settings import load_settings
+from tests.support import make_tarball
+
+
+def test_config_file_values_are_relative_to_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "conf" / "registry.yaml"
+    config.parent.mkdir()
+    config.write_text("content_dir: archives\nout_dir: site\nbase_url: https://npm.example.org/reg\n")
+    settings = load_settings(config)
+    assert settings.content_dir == config.parent / "archives"
+    assert settings.out_dir == config.parent / "site"
+    assert settings.base_url == "https://npm.example.org/reg/"
+
+
+def test_overrides_beat_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("out_dir: from-file\n")
+    assert load_settings(config, out_dir=tmp_path / "cli").out_dir == tmp_path / "cli"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("colour: blue\n", "unknown key 'colour'"),
+        ("limits:\n  max_members: -1\n", "limits.max_members must be a positive integer"),
+        ("base_url: ftp://x/\n", "base_url must be an absolute http(s) URL"),
+        ("signup: maybe\n", "signup must be one of"),
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_config_names_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        load_settings(config)
+    assert str(config) in str(caught.value)
+
+
+def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_cli_reports_config_errors_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("colour: blue\n")
+    assert main(["build", "--config", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown key 'colour'" in err and str(config) in err and "Traceback" not in err
+
+
+def test_cli_build_summary_and_strict_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    content = tmp_path / "content"
+    make_tarball(content, "good", "1.0.0")
+    (content / "bad.tgz").write_bytes(b"not an archive")
+    args = ["build", str(content), "--out", str(tmp_path / "out"), "--base-url", "http://127.0.0.1:1/"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "1 packages, 1 versions" in captured.out and "1 errors" in captured.out
+    assert "bad.tgz" in captured.err and "archive-format" in captured.err
+    assert main([*args, "--strict"]) == 1
