@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import json
+import math
 import posixpath
 import stat
 import tarfile
@@ -27,6 +28,19 @@ from registry_gen.settings import Limits
 NPM_FIXED_MTIME = 499162500
 README_NAMES = ("readme.md", "readme.markdown", "readme", "readme.txt", "readme.rst")
 CHUNK = 1024 * 1024
+GZIP_READ = 64 * 1024  # compressed bytes read at a time: how far a bomb gets before the caps see it
+RATIO_FLOOR = 64 * 1024  # below this many compressed bytes the ratio is measured against the floor
+# Per member, what a tar stream may carry besides file data (header block, padding, a short pax
+# header): the cap on the inflated stream is max_unpacked_bytes plus this for every allowed member.
+TAR_OVERHEAD_PER_MEMBER = 4096
+# pax and GNU long-name headers are read whole into memory by tarfile, and may chain: real ones
+# are a few hundred bytes, one or two in a row.
+MAX_EXTENDED_HEADER_BYTES = 64 * 1024
+MAX_EXTENDED_HEADER_CHAIN = 8
+_EXTENDED_HEADER_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
+# bzip2 and lzma inflate a few kilobytes into gigabytes in one call zipfile cannot bound.
+ZIP_METHODS = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+ZIP_CENTRAL_SIGNATURE = b"PK\x01\x02"
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,91 @@ class _HashingReader(io.RawIOBase):
         )
 
 
+def _check_expansion(inflated: int, compressed: int, limits: Limits, cap: int) -> None:
+    if inflated > cap:
+        raise InvalidArchive("max-unpacked-size", f"archive unpacks to more than {limits.max_unpacked_bytes} bytes")
+    if inflated > max(compressed, RATIO_FLOOR) * limits.max_compression_ratio:
+        raise InvalidArchive(
+            "compression-ratio",
+            f"archive expands more than {limits.max_compression_ratio} times (a compression bomb?)",
+        )
+
+
+def _refuse_unless_zeros(data: bytes, what: str) -> None:
+    if data.strip(b"\x00"):
+        raise InvalidArchive("trailing-data", f"archive has bytes after the end of the {what}")
+
+
+class _GunzipReader(io.RawIOBase):
+    """Inflates the gzip stream under the caps, so every byte tarfile sees has been counted.
+
+    Tar headers, padding and data tarfile skips on its own all pass through here, so nothing
+    escapes the budget. Several gzip members are read in turn (as gunzip and Node do); a stream
+    that ends early or fails its CRC is refused, as are bytes after the last member (zeros aside).
+    """
+
+    def __init__(self, source: _HashingReader, limits: Limits):
+        self._source = source
+        self._limits = limits
+        self._cap = limits.max_unpacked_bytes + limits.max_members * TAR_OVERHEAD_PER_MEMBER
+        self._inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+        self._pending = b""
+        self._finished = False
+        self.count = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._finished and len(buffer):
+            if self._inflater.eof:
+                self._start_next_member()
+                continue
+            if not self._pending:
+                self._pending = self._source.read(GZIP_READ)
+                if not self._pending:
+                    raise InvalidArchive("corrupt-archive", "gzip stream is truncated")
+            data = self._inflater.decompress(self._pending, len(buffer))
+            self._pending = self._inflater.unconsumed_tail
+            if data:
+                self.count += len(data)
+                _check_expansion(self.count, self._source.count, self._limits, self._cap)
+                buffer[: len(data)] = data
+                return len(data)
+        return 0
+
+    def _start_next_member(self) -> None:
+        rest = self._inflater.unused_data
+        while len(rest) < 2 and (more := self._source.read(GZIP_READ)):
+            rest += more
+        if rest.startswith(b"\x1f\x8b"):
+            self._inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
+            self._pending = rest
+            return
+        _refuse_unless_zeros(rest, "gzip stream")
+        while more := self._source.read(GZIP_READ):
+            _refuse_unless_zeros(more, "gzip stream")
+        self._finished = True
+
+
+class _GuardedTarInfo(tarfile.TarInfo):
+    """Refuses oversized or endlessly chained extended headers before tarfile reads them whole."""
+
+    def _proc_member(self, tarfile_: Any) -> Any:  # tarfile's own hook, called for every header
+        if self.type not in _EXTENDED_HEADER_TYPES:
+            return super()._proc_member(tarfile_)
+        if self.size > MAX_EXTENDED_HEADER_BYTES:
+            raise InvalidArchive("member-header", f"an extended tar header of {self.size} bytes (a header bomb?)")
+        chain = getattr(tarfile_, "_extended_header_chain", 0) + 1
+        if chain > MAX_EXTENDED_HEADER_CHAIN:
+            raise InvalidArchive("member-header", f"more than {MAX_EXTENDED_HEADER_CHAIN} extended tar headers in a row")
+        tarfile_._extended_header_chain = chain
+        try:
+            return super()._proc_member(tarfile_)
+        finally:
+            tarfile_._extended_header_chain = chain - 1
+
+
 def _clean_member_path(name: str) -> str:
     """The member's path, normalised; refuses absolute paths and anything that climbs out."""
     if "\x00" in name:
@@ -144,22 +243,34 @@ class _Member:
     data: bytes | None  # kept only for package.json, README and (when converting) every file
 
 
-def _read_capped(stream: IO[bytes], size: int, budget: _Budget, compressed: Any, keep: bool) -> bytes | None:
-    """Reads a member fully (to count it), keeping the bytes only when asked."""
-    kept = bytearray() if keep else None
+def _read_capped(stream: IO[bytes], size: int, budget: _Budget, compressed: Any, keep: int | None) -> bytes | None:
+    """Reads a member fully (to count it), holding at most `keep` bytes of it (None: all, 0: none)."""
+    kept = bytearray() if keep != 0 else None
     while True:
         block = stream.read(min(CHUNK, max(size, 1)))
         if not block:
             break
         budget.bytes(len(block), compressed())
-        if kept is not None:
-            kept += block
+        if kept is not None and (keep is None or len(kept) < keep):
+            kept += block if keep is None else block[: keep - len(kept)]
     return bytes(kept) if kept is not None else None
 
 
+def _bytes_to_keep(path: str, keep_all: bool, limits: Limits) -> int | None:
+    """Only package.json (one byte past its cap, to see it is too big) and the README are held."""
+    if keep_all:
+        return None
+    if not _is_interesting(path):
+        return 0
+    if posixpath.basename(path).lower() == "package.json":
+        return limits.max_manifest_bytes + 1
+    return limits.max_readme_bytes
+
+
 def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterator[_Member]:
+    inflated = _GunzipReader(source, budget.limits)
     try:
-        with tarfile.open(fileobj=source, mode="r|gz") as tar:  # type: ignore[call-overload]
+        with tarfile.open(fileobj=inflated, mode="r|", tarinfo=_GuardedTarInfo) as tar:  # type: ignore[call-overload]
             for info in tar:
                 path = _clean_member_path(info.name)
                 if info.isdir():
@@ -168,18 +279,25 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
                     raise InvalidArchive("member-type", f"member {info.name!r} is a link")
                 if not info.isfile():
                     raise InvalidArchive("member-type", f"member {info.name!r} is not a regular file")
+                if info.sparse is not None:
+                    # tarfile fills the holes with zeros, npm's tar does not: two readings of one file.
+                    raise InvalidArchive("member-type", f"member {info.name!r} is a sparse file")
                 if not path:
                     raise InvalidArchive("member-path", f"member path {info.name!r} is empty")
                 budget.member(path)
                 stream = tar.extractfile(info)
                 assert stream is not None
-                keep = keep_all or _is_interesting(path)
-                data = _read_capped(stream, info.size, budget, lambda: source.count, keep)
+                data = _read_capped(stream, info.size, budget, lambda: source.count, _bytes_to_keep(path, keep_all, budget.limits))
                 yield _Member(path, info.mode, data)
-            source.drain()
+            # Past the end-of-archive block only zeros may follow: anything else is a second,
+            # hidden archive that another tar reader might see instead of this one.
+            # Reading to the end also takes the gzip stream to its end, which checks its CRC.
+            while rest := tar.fileobj.read(CHUNK):
+                _refuse_unless_zeros(rest, "tar archive")
+        source.drain()
     except InvalidArchive:
         raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error, gzip.BadGzipFile) as exc:
+    except (tarfile.TarError, EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, RecursionError) as exc:
         raise InvalidArchive("corrupt-archive", f"tar.gz archive is truncated or corrupt: {exc}") from exc
 
 
@@ -188,6 +306,9 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
     source.seek(0)
     if size > limits.max_archive_bytes:
         raise InvalidArchive("max-archive-size", f"archive is larger than {limits.max_archive_bytes} bytes")
+    # zipfile builds one object per central-directory entry before anything can count them.
+    if _count_central_entries(source) > 2 * limits.max_members:
+        raise InvalidArchive("max-members", f"archive has more than {limits.max_members} members")
     compressed_total = 0
     try:
         with zipfile.ZipFile(source) as archive:
@@ -197,19 +318,40 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
                 if info.is_dir():
                     continue
                 unix_mode = info.external_attr >> 16
-                if unix_mode and not stat.S_ISREG(unix_mode):
+                # Python's zipfile (and some other tools) store bare permission bits (0o600) with
+                # no file-type bits: only a stated type other than "regular" is refused.
+                if stat.S_IFMT(unix_mode) and not stat.S_ISREG(unix_mode):
                     raise InvalidArchive("member-type", f"member {info.filename!r} is not a regular file")
                 if not path:
                     raise InvalidArchive("member-path", f"member path {info.filename!r} is empty")
+                if info.flag_bits & 0x1:
+                    raise InvalidArchive("zip-encrypted", f"member {info.filename!r} is encrypted")
+                if info.compress_type not in ZIP_METHODS:
+                    raise InvalidArchive(
+                        "zip-compression", f"member {info.filename!r} uses compression method {info.compress_type}"
+                    )
                 budget.member(path)
                 with archive.open(info) as stream:
-                    # Declared sizes can lie; the budget counts the bytes actually inflated.
-                    data = _read_capped(stream, info.file_size, budget, lambda: compressed_total, True)
+                    # Declared sizes can lie (overlapping entries share bytes): the budget counts the
+                    # bytes actually inflated, against no more than the archive's real size.
+                    data = _read_capped(stream, info.file_size, budget, lambda: min(compressed_total, size), None)
                 yield _Member(path, unix_mode or 0o644, data)
     except InvalidArchive:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error, NotImplementedError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error, NotImplementedError, ValueError) as exc:
         raise InvalidArchive("corrupt-archive", f"zip archive is truncated or corrupt: {exc}") from exc
+
+
+def _count_central_entries(source: IO[bytes]) -> int:
+    """At least as many as zipfile will parse: every central-directory entry starts with this signature."""
+    count, tail = 0, b""
+    source.seek(0)
+    while block := source.read(CHUNK):
+        window = tail + block
+        count += window.count(ZIP_CENTRAL_SIGNATURE)
+        tail = window[-(len(ZIP_CENTRAL_SIGNATURE) - 1) :]
+    source.seek(0)
+    return count
 
 
 def _is_interesting(path: str) -> bool:
@@ -236,9 +378,28 @@ def _parse_manifest(data: bytes, limits: Limits) -> Any:
     except UnicodeDecodeError as exc:
         raise InvalidArchive("manifest-encoding", f"package.json is not UTF-8: {exc}") from exc
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
+        manifest = json.loads(text, parse_constant=_refuse_non_json_number, parse_float=_finite_float)
+    except RecursionError:
+        raise InvalidArchive("manifest-json", "package.json nests too deeply") from None
+    except ValueError as exc:  # also Python's cap on the digits of an integer
         raise InvalidArchive("manifest-json", f"package.json is not valid JSON: {exc}") from exc
+    try:
+        # A lone surrogate escape ("\ud800") parses, but no UTF-8 document can carry it back out.
+        json.dumps(manifest, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArchive("manifest-encoding", f"package.json holds an unpaired surrogate: {exc}") from exc
+    return manifest
+
+
+def _refuse_non_json_number(word: str) -> Any:
+    raise ValueError(f"{word} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} does not fit a double")
+    return value
 
 
 def _pick_readme(members: dict[str, _Member], root: str, limits: Limits) -> tuple[str | None, str | None]:

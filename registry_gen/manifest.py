@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from registry_gen.errors import FieldProblem, InvalidManifest, InvalidName, InvalidVersion
-from registry_gen.names import validate_name
+from registry_gen.names import tarball_filename, validate_name
 from registry_gen.versions import validate_version
 
 # The specification's names for platforms, and the spelling npm's platform check compares with.
@@ -51,6 +51,11 @@ def manifest_problems(raw: Any) -> list[FieldProblem]:
         problems.append(
             FieldProblem("version", "version-semver", str(exc) if "version" in raw else "version is missing")
         )
+    if not problems:
+        try:
+            tarball_filename(raw["name"], raw["version"])
+        except InvalidName as exc:
+            problems.append(FieldProblem("version", "version-length", str(exc)))
     for field in _DEPENDENCY_FIELDS:
         if field in raw and not _is_string_map(raw[field]):
             problems.append(FieldProblem(field, "type", f"{field} must be an object of name -> version range"))

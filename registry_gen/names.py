@@ -8,8 +8,10 @@ from urllib.parse import quote
 from registry_gen.errors import InvalidName
 
 MAX_NAME_LENGTH = 214
+# File systems store 255 bytes per name; the atomic writer's temp file adds ".", ".XXXXXXXX.tmp".
+MAX_TARBALL_FILENAME = 240
 # Names that would collide with the generator's own `/-/` tree or with files clients never fetch.
-RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico"})
+RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico", "404.html"})  # 404.html: GitHub Pages' error page
 # npm's rule for new packages: URL-safe, lowercase, no leading dot or underscore.
 _PART = re.compile(r"^[a-z0-9\-~][a-z0-9\-._~]*$")
 
@@ -66,7 +68,11 @@ def package_dir(name: str) -> str:
 
 def tarball_filename(name: str, version: str) -> str:
     """npm's conventional tarball name: the bare name (no scope), a dash, the version."""
-    return f"{split_name(name)[1]}-{version}.tgz"
+    filename = f"{split_name(name)[1]}-{version}.tgz"
+    if len(filename.encode("utf-8")) > MAX_TARBALL_FILENAME:
+        # A valid name (214) plus a valid version (256) can exceed what a file system stores.
+        raise InvalidName(f"name and version make a tarball file name longer than {MAX_TARBALL_FILENAME} bytes")
+    return filename
 
 
 def tarball_path(name: str, version: str) -> str:
@@ -75,8 +81,8 @@ def tarball_path(name: str, version: str) -> str:
 
 
 def escaped_name(name: str) -> str:
-    """The form npm puts in URLs: '@scope%2fpkg'."""
-    return quote(name, safe="@")
+    """The form npm puts in URLs: '@scope%2fpkg' (lower-case, as npm-package-arg writes it)."""
+    return quote(name, safe="@").replace("%2F", "%2f")
 
 
 def url_spellings(name: str) -> list[str]:

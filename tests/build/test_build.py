@@ -1,0 +1,262 @@
+"""run_build against a temp content/ and out/: incremental, stable, atomic, and never stopped by one bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from registry_gen.build import run_build
+from registry_gen.settings import Settings
+from tests.demo_packages import deterministic_zip
+from tests.support import make_tarball
+
+OLD_NS = 1_600_000_000 * 10**9  # 2020-09-13T12:26:40Z
+
+
+def _doc(settings: Settings, name: str) -> dict[str, Any]:
+    return json.loads((settings.out_dir / name / "index.html").read_bytes())
+
+
+def _age(path: Path, ns: int = OLD_NS) -> Path:
+    os.utime(path, ns=(ns, ns))
+    return path
+
+
+def test_first_build_writes_every_document(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    make_tarball(settings.content_dir / "scoped", "@demo/b", "1.0.0", dependencies={"demo-a": "^1.0.0"})
+    deterministic = deterministic_zip({"name": "demo-zip", "version": "0.1.0"}, {"index.js": "1"})
+    (settings.content_dir / "demo-zip.zip").write_bytes(deterministic)
+    result = run_build(settings)
+    assert result.errors == []
+    assert (result.packages, result.versions, result.archives_read) == (3, 3, 3)
+    assert sorted(result.rebuilt_packages) == ["@demo/b", "demo-a", "demo-zip"]
+    for relative in (
+        "demo-a/index.html",
+        "demo-a/abbreviated.json",
+        "demo-a/index.html.gz",
+        "demo-a/-/demo-a-1.0.0.tgz",
+        "@demo/b/index.html",
+        "@demo/b/-/b-1.0.0.tgz",
+        "demo-zip/-/demo-zip-0.1.0.tgz",
+        "-/package/@demo/b/dist-tags",
+        "-/all/index.html",
+        "-/v1/search/index.html",
+        "-/ping",
+        "-/web/index.html",
+        "-/web/package/@demo/b/index.html",
+    ):
+        assert relative in result.written
+        assert (settings.out_dir / relative).is_file()
+    assert json.loads((settings.out_dir / "-/package/@demo/b/dist-tags").read_bytes()) == {"latest": "1.0.0"}
+    assert set(json.loads((settings.out_dir / "-/all/index.html").read_bytes())) == {
+        "_updated",
+        "@demo/b",
+        "demo-a",
+        "demo-zip",
+    }
+    assert _doc(settings, "@demo/b")["versions"]["1.0.0"]["dependencies"] == {"demo-a": "^1.0.0"}
+
+
+def test_a_rebuild_with_no_change_writes_nothing(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    make_tarball(settings.content_dir, "demo-a", "1.1.0")
+    run_build(settings)
+    before = {
+        p: p.stat().st_mtime_ns for p in settings.out_dir.rglob("*") if p.is_file() and ".registry-gen" not in p.parts
+    }
+    again = run_build(settings)
+    assert (again.written, again.removed, again.rebuilt_packages, again.archives_read) == ([], [], [], 0)
+    assert again.skipped == 1
+    after = {
+        p: p.stat().st_mtime_ns for p in settings.out_dir.rglob("*") if p.is_file() and ".registry-gen" not in p.parts
+    }
+    assert before == after
+
+
+def test_touching_an_archive_rereads_it_but_rewrites_nothing(settings: Settings) -> None:
+    archive = make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    _age(archive)
+    run_build(settings)
+    _age(archive, OLD_NS + 5 * 10**9)
+    again = run_build(settings)
+    assert again.archives_read == 1
+    assert again.written == []
+
+
+def test_publish_times_are_stable_across_rebuilds(settings: Settings) -> None:
+    archive = _age(make_tarball(settings.content_dir, "demo-a", "1.0.0"))
+    run_build(settings)
+    first = _doc(settings, "demo-a")["time"]
+    assert first["1.0.0"] == "2020-09-13T12:26:40.000Z"  # the archive's mtime: the last fallback
+    _age(archive, OLD_NS + 86_400 * 10**9)  # copied around, mtime changed: the first-seen time stays
+    _age(make_tarball(settings.content_dir, "demo-a", "1.1.0"), OLD_NS + 3600 * 10**9)
+    run_build(settings)
+    second = _doc(settings, "demo-a")["time"]
+    assert second["1.0.0"] == first["1.0.0"]
+    assert second["created"] == first["created"] == "2020-09-13T12:26:40.000Z"
+    assert second["1.1.0"] == second["modified"] == "2020-09-13T13:26:40.000Z"
+
+
+def test_meta_time_wins_over_every_fallback(settings: Settings) -> None:
+    _age(make_tarball(settings.content_dir, "demo-a", "1.0.0"))
+    (settings.content_dir / "registry-meta.json").write_text(
+        json.dumps({"name": "demo-a", "time": {"1.0.0": "2015-05-05T05:05:05.000Z"}})
+    )
+    run_build(settings)
+    assert _doc(settings, "demo-a")["time"]["1.0.0"] == "2015-05-05T05:05:05.000Z"
+
+
+def test_removing_an_archive_removes_the_version_and_moves_latest(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    newest = make_tarball(settings.content_dir, "demo-a", "1.1.0")
+    make_tarball(settings.content_dir, "demo-other", "1.0.0")
+    run_build(settings)
+    assert _doc(settings, "demo-a")["dist-tags"]["latest"] == "1.1.0"
+    newest.unlink()
+    result = run_build(settings)
+    doc = _doc(settings, "demo-a")
+    assert list(doc["versions"]) == ["1.0.0"]
+    assert doc["dist-tags"] == {"latest": "1.0.0"}
+    assert "demo-a/-/demo-a-1.1.0.tgz" in result.removed
+    assert not (settings.out_dir / "demo-a/-/demo-a-1.1.0.tgz").exists()
+    assert result.rebuilt_packages == ["demo-a"]
+    assert json.loads((settings.out_dir / "-/package/demo-a/dist-tags").read_bytes()) == {"latest": "1.0.0"}
+
+
+def test_removing_the_last_archive_removes_the_package_folders(settings: Settings) -> None:
+    only = make_tarball(settings.content_dir, "@demo/gone", "1.0.0")
+    make_tarball(settings.content_dir, "demo-stays", "1.0.0")
+    run_build(settings)
+    only.unlink()
+    result = run_build(settings)
+    out = settings.out_dir
+    assert not (out / "@demo").exists()  # the empty scope folder goes too
+    assert not (out / "-/package/@demo").exists()
+    assert not (out / "-/web/package/@demo").exists()
+    assert "@demo/gone/index.html" in result.removed
+    assert result.packages == 1
+    assert set(json.loads((out / "-/all/index.html").read_bytes())) == {"_updated", "demo-stays"}
+    assert b"@demo/gone" not in (out / "-/v1/search/index.html").read_bytes()
+    assert (out / "demo-stays/index.html").is_file()
+
+
+def test_errors_are_collected_and_never_stop_the_rest(settings: Settings) -> None:
+    content = settings.content_dir
+    make_tarball(content, "demo-good", "1.0.0")
+    (content / "truncated.tgz").write_bytes(make_tarball(content / "x", "demo-trunc", "1.0.0").read_bytes()[:-30])
+    (content / "x" / "demo-trunc-1.0.0.tgz").unlink()
+    (content / "notes.zip").write_bytes(b"this is not a zip")
+    make_tarball(content, "Demo-Upper", "1.0.0", filename="upper.tgz")
+    make_tarball(content / "one", "demo-twin", "1.0.0", files={"index.js": "1"})
+    make_tarball(content / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
+    make_tarball(content / "same", "demo-good", "1.0.0")  # identical bytes twice is not a conflict
+    (content / "broken-meta").mkdir()
+    (content / "broken-meta" / "registry-meta.json").write_text("{oops")
+    result = run_build(settings)
+    by_path = {issue.path: issue.reason for issue in result.errors}
+    assert set(by_path) == {
+        "truncated.tgz",
+        "notes.zip",
+        "upper.tgz",
+        "one/demo-twin-1.0.0.tgz",
+        "two/demo-twin-1.0.0.tgz",
+        "broken-meta/registry-meta.json",
+    }
+    assert "corrupt" in by_path["truncated.tgz"]
+    assert "lowercase" in by_path["upper.tgz"]
+    assert "different bytes" in by_path["one/demo-twin-1.0.0.tgz"]
+    assert "two/demo-twin-1.0.0.tgz" in by_path["one/demo-twin-1.0.0.tgz"]
+    assert result.packages == 1
+    assert _doc(settings, "demo-good")["dist-tags"] == {"latest": "1.0.0"}
+    assert not (settings.out_dir / "demo-twin").exists()
+
+
+def test_a_conflict_appearing_later_keeps_no_half_state(settings: Settings) -> None:
+    make_tarball(settings.content_dir / "one", "demo-twin", "1.0.0", files={"index.js": "1"})
+    make_tarball(settings.content_dir / "one", "demo-twin", "1.1.0")
+    run_build(settings)
+    make_tarball(settings.content_dir / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
+    result = run_build(settings)
+    assert {e.path for e in result.errors} == {"one/demo-twin-1.0.0.tgz", "two/demo-twin-1.0.0.tgz"}
+    # The conflicting version is withheld; the rest of the package stays served.
+    assert list(_doc(settings, "demo-twin")["versions"]) == ["1.1.0"]
+
+
+def test_meta_file_drives_tags_deprecations_and_maintainers(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    make_tarball(settings.content_dir, "demo-a", "2.0.0")
+    make_tarball(settings.content_dir, "demo-a", "3.0.0-rc.1")
+    meta = settings.content_dir / "meta-anywhere" / "registry-meta.json"
+    meta.parent.mkdir()
+    meta.write_text(
+        json.dumps(
+            {
+                "name": "demo-a",
+                "dist-tags": {"latest": "1.0.0", "next": "3.0.0-rc.1"},
+                "deprecated": {"2.0.0": "broken, use 1.0.0"},
+                "maintainers": [{"name": "owner", "email": "owner@example.org"}],
+            }
+        )
+    )
+    run_build(settings)
+    doc = _doc(settings, "demo-a")
+    assert doc["dist-tags"] == {"latest": "1.0.0", "next": "3.0.0-rc.1"}
+    assert doc["versions"]["2.0.0"]["deprecated"] == "broken, use 1.0.0"
+    assert doc["maintainers"] == [{"name": "owner", "email": "owner@example.org"}]
+    # Changing only the meta file rebuilds only that package's documents.
+    meta.write_text(json.dumps({"name": "demo-a"}))
+    result = run_build(settings)
+    assert result.rebuilt_packages == ["demo-a"] and result.archives_read == 0
+    assert _doc(settings, "demo-a")["dist-tags"] == {"latest": "2.0.0"}
+
+
+def test_a_broken_meta_keeps_the_last_good_tree(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    make_tarball(settings.content_dir, "demo-a", "2.0.0")
+    meta = settings.content_dir / "registry-meta.json"
+    meta.write_text(json.dumps({"name": "demo-a", "dist-tags": {"latest": "1.0.0"}}))
+    run_build(settings)
+    meta.write_text('{"name": "demo-a", "dist-tags": [')
+    result = run_build(settings)
+    assert [e.path for e in result.errors] == ["registry-meta.json"]
+    assert _doc(settings, "demo-a")["dist-tags"] == {"latest": "1.0.0"}
+    assert result.packages == 1
+
+
+def test_two_meta_files_for_one_package_are_reported(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    for folder in ("a", "b"):
+        (settings.content_dir / folder).mkdir()
+        (settings.content_dir / folder / "registry-meta.json").write_text(json.dumps({"name": "demo-a"}))
+    result = run_build(settings)
+    assert [e.path for e in result.errors] == ["b/registry-meta.json"]
+    assert "second registry-meta.json" in result.errors[0].reason
+
+
+def test_hidden_and_temporary_files_are_ignored(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    (settings.content_dir / ".upload.tgz").write_bytes(b"partial")
+    (settings.content_dir / "demo-b-1.0.0.tgz.part").write_bytes(b"partial")
+    (settings.content_dir / "notes.txt").write_text("not an archive")
+    result = run_build(settings)
+    assert result.errors == [] and result.packages == 1
+
+
+def test_the_build_leaves_no_temp_files(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    run_build(settings)
+    assert [p for p in settings.out_dir.rglob("*") if p.name.endswith(".tmp")] == []
+
+
+def test_a_changed_base_url_rewrites_every_tarball_url(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    run_build(settings)
+    moved = settings.with_updates(base_url="https://npm.example.org/sub/")
+    result = run_build(moved)
+    assert result.rebuilt_packages == ["demo-a"]
+    tarball = _doc(moved, "demo-a")["versions"]["1.0.0"]["dist"]["tarball"]
+    assert tarball == "https://npm.example.org/sub/demo-a/-/demo-a-1.0.0.tgz"
+    assert "demo-a/-/demo-a-1.0.0.tgz" not in result.written  # the tarball's bytes did not change
