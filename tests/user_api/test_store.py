@@ -1,0 +1,323 @@
+"""The UserStore contract (used by the /user routes and, later, by npm adduser/login), on both backends."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import pytest
+
+from registry_gen.errors import ConfigError
+from registry_gen.settings import Settings
+from tests.user_api.conftest import FAST_HASHER
+from user_api.credentials import OWASP_MEMORY_KIB, PasswordHasher
+from user_api.errors import InvalidFields, LastAdmin, PreconditionFailed, UsernameTaken, UserNotFound
+from user_api.models import ImportedUser, User
+from user_api.store import UserStore, open_user_store
+
+
+class CountingHasher(PasswordHasher):
+    """FAST_HASHER parameters, counting verifications (to see the dummy hash being checked)."""
+
+    def __init__(self) -> None:
+        super().__init__(time_cost=1, memory_kib=1024, parallelism=1)
+        object.__setattr__(self, "verified", [])
+
+    def verify(self, password_hash: str, password: str) -> bool:
+        self.verified.append(password_hash)  # type: ignore[attr-defined]
+        return super().verify(password_hash, password)
+
+
+def test_create_and_read_back(store: UserStore) -> None:
+    user = store.create_user("alice", "password-1", "alice@EXAMPLE.org", "Alice", "admin")
+    assert isinstance(user, User)
+    assert (user.username, user.email, user.full_name, user.role, user.status, user.version) == (
+        "alice", "alice@example.org", "Alice", "admin", "active", 1)
+    assert store.get_by_id(user.id) == user
+    assert store.get_by_id(user.id.upper()) == user
+    assert store.get_by_username("alice") == user
+    assert store.get_by_username("ALICE") == user  # compared case-insensitively
+    assert store.get_by_id("not-a-uuid") is None and store.get_by_username("nobody") is None
+    assert store.get_by_username("bad\x00name") is None
+    with pytest.raises(FrozenInstanceError):
+        user.role = "user"  # type: ignore[misc]
+
+
+def test_create_validates_every_field(store: UserStore) -> None:
+    with pytest.raises(InvalidFields) as caught:
+        store.create_user(".Dot", "short", "no-at-sign", "\x07bell", "root")
+    assert {e.pointer for e in caught.value.errors} == {"#/username", "#/password", "#/email", "#/fullName", "#/role"}
+    assert store.count_users() == 0
+
+
+def test_taken_username(store: UserStore) -> None:
+    store.create_user("bob", "password-1")
+    with pytest.raises(UsernameTaken):
+        store.create_user("bob", "password-2")
+    assert store.count_users() == 1
+
+
+def test_verify_password(store: UserStore) -> None:
+    user = store.create_user("carol", "right-password")
+    assert store.verify_password("carol", "right-password") == user
+    assert store.verify_password("CAROL", "right-password") == user
+    assert store.verify_password("carol", "wrong-password") is None
+    assert store.verify_password("nobody", "right-password") is None
+    assert store.verify_password("carol", None) is None  # type: ignore[arg-type]
+    assert store.check_password(user.id, "right-password") is True
+    assert store.check_password(user.id, "wrong-password") is False
+
+
+def test_unknown_user_is_checked_against_a_dummy_hash(store_settings: Settings) -> None:
+    hasher = CountingHasher()
+    counted = open_user_store(store_settings, hasher=hasher)
+    try:
+        counted.create_user("dave", "right-password")
+        counted.verify_password("nobody", "whatever-password")
+        counted.verify_password("bad name!", "whatever-password")
+        counted.verify_password("dave", "wrong-password")
+        assert hasher.verified[:2] == [hasher.dummy_hash, hasher.dummy_hash]  # type: ignore[attr-defined]
+        assert hasher.verified[2] != hasher.dummy_hash  # type: ignore[attr-defined]
+    finally:
+        counted.close()
+
+
+def test_disabled_and_deleted_users_cannot_log_in(store: UserStore) -> None:
+    store.create_user("admin", "admin-password", role="admin")
+    user = store.create_user("erin", "erin-password")
+    token, _ = store.create_token(user.id)
+    store.update_user(user.id, status="disabled")
+    assert store.verify_password("erin", "erin-password") is None
+    assert store.authenticate(token) is None
+    store.update_user(user.id, status="active")
+    assert store.authenticate(token) is not None
+    assert store.delete_user(user.id) is True
+    assert store.verify_password("erin", "erin-password") is None
+    assert store.authenticate(token) is None and store.list_tokens(user.id) == []
+    assert store.get_by_username("erin") is None and store.get_by_id(user.id) is None
+    assert store.delete_user(user.id) is False
+    with pytest.raises(UsernameTaken):
+        store.create_user("erin", "another-password")
+
+
+def test_password_is_rehashed_when_parameters_rise(store_settings: Settings) -> None:
+    weak = open_user_store(store_settings, hasher=FAST_HASHER)
+    weak.create_user("frank", "frank-password")
+    weak.close()
+    stronger = PasswordHasher(time_cost=2, memory_kib=2048, parallelism=1)
+    strong = open_user_store(store_settings, hasher=stronger)
+    try:
+        assert strong.verify_password("frank", "frank-password") is not None
+        with strong.dialect.read() as tx:  # type: ignore[attr-defined]
+            (stored,) = tx.one("SELECT password_hash FROM users WHERE username = ?", ("frank",))
+        assert "m=2048,t=2,p=1" in stored
+        assert strong.verify_password("frank", "frank-password") is not None
+    finally:
+        strong.close()
+
+
+def test_production_hasher_is_argon2id_at_the_owasp_floor() -> None:
+    hashed = PasswordHasher().hash("some password")
+    assert hashed.startswith(f"$argon2id$v=19$m={OWASP_MEMORY_KIB},t=2,p=1$")
+    assert PasswordHasher().verify(hashed, "some password")
+    assert not PasswordHasher().verify(hashed, "other password")
+    assert not PasswordHasher().verify("not a hash", "some password")
+
+
+def test_tokens(store: UserStore) -> None:
+    user = store.create_user("gina", "gina-password")
+    other = store.create_user("hank", "hank-password")
+    token, info = store.create_token(user.id, readonly=True, cidr=["10.0.0.1/8", "::1"], description="ci")
+    assert len(token) >= 40 and info.token_prefix == token[:6]
+    assert (info.user_id, info.readonly, info.cidr_whitelist, info.description) == (
+        user.id, True, ("10.0.0.0/8", "::1/128"), "ci")
+    found = store.authenticate_token(token)
+    assert found is not None and found[0] == user and found[1].key == info.key
+    assert store.authenticate(token) == user
+    assert store.authenticate(token + "x") is None and store.authenticate("") is None
+    second, second_info = store.create_token(user.id)
+    assert second != token
+    assert [t.key for t in store.list_tokens(user.id)] == [info.key, second_info.key]
+    assert store.revoke_token(other.id, info.key) is False  # not hank's token
+    assert store.revoke_token(user.id, info.key) is True
+    assert store.authenticate(token) is None
+    assert store.revoke_token(user.id, info.key) is False
+    assert store.revoke_token_value(second) is True and store.authenticate(second) is None
+    assert store.revoke_token_value(second) is False
+
+
+def test_token_errors(store: UserStore) -> None:
+    with pytest.raises(UserNotFound):
+        store.create_token("00000000-0000-4000-8000-000000000000")
+    user = store.create_user("ivan", "ivan-password")
+    with pytest.raises(InvalidFields):
+        store.create_token(user.id, cidr=["not a network"])
+
+
+def test_update_and_versions(store: UserStore) -> None:
+    user = store.create_user("judy", "judy-password", "j@x.org", "Judy")
+    changed = store.update_user(user.id, expected_version=1, full_name=None, email="J2@X.ORG")
+    assert (changed.full_name, changed.email, changed.version) == (None, "J2@x.org", 2)
+    assert changed.etag != user.etag and changed.updated_at >= user.updated_at
+    with pytest.raises(PreconditionFailed):
+        store.update_user(user.id, expected_version=1, full_name="Late")
+    with pytest.raises(UserNotFound):
+        store.update_user("00000000-0000-4000-8000-000000000000", full_name="Nobody")
+    with pytest.raises(InvalidFields):
+        store.update_user(user.id, username="Bad Name")
+    store.update_user(user.id, password="new-judy-password")
+    assert store.verify_password("judy", "new-judy-password") is not None
+
+
+def test_last_active_admin_is_kept(store: UserStore) -> None:
+    root = store.create_user("root", "root-password", role="admin")
+    for change in ({"role": "user"}, {"status": "disabled"}):
+        with pytest.raises(LastAdmin):
+            store.update_user(root.id, **change)  # type: ignore[arg-type]
+    with pytest.raises(LastAdmin):
+        store.delete_user(root.id)
+    second = store.create_user("second", "second-password", role="admin")
+    store.update_user(root.id, role="user")
+    with pytest.raises(LastAdmin):
+        store.update_user(second.id, status="disabled")
+
+
+def test_counts_follow_creates_deletes_and_status(store: UserStore) -> None:
+    store.create_user("root", "root-password", role="admin")
+    users = [store.create_user(f"u{n}", "password-1") for n in range(5)]
+    store.delete_user(users[0].id)
+    store.update_user(users[1].id, status="disabled")  # disabled users are still listed
+    assert store.count_users() == 5
+    page = store.list_users(offset=0, limit=100)
+    assert page.total == 5 and [u.username for u in page.items] == ["root", "u1", "u2", "u3", "u4"]
+    assert [u.username for u in store.list_users(offset=3, limit=10).items] == ["u3", "u4"]
+
+
+def test_search_index_follows_updates_and_deletes(store: UserStore) -> None:
+    user = store.create_user("kate", "kate-password", None, "Katherine Johnson")
+    assert [u.username for u in store.search_users("johns", offset=0, limit=10, include_email=False).items] == ["kate"]
+    store.update_user(user.id, full_name="Katherine Goble")
+    assert store.search_users("johns", offset=0, limit=10, include_email=False).total == 0
+    assert store.search_users("goble", offset=0, limit=10, include_email=False).total == 1
+    store.update_user(user.id, password="other-password")  # no index change, no harm
+    assert store.search_users("goble", offset=0, limit=10, include_email=False).total == 1
+    store.delete_user(user.id)
+    assert store.search_users("goble", offset=0, limit=10, include_email=False).total == 0
+    assert store.search_users("ka", offset=0, limit=10, include_email=False).total == 0
+
+
+def test_search_counts_and_pages(store: UserStore) -> None:
+    for name in ["anna", "annabel", "hannah", "joanna", "bob"]:
+        store.create_user(name, "password-1", None, f"{name.title()} Smith")
+    result = store.search_users("anna", offset=0, limit=2, include_email=False)
+    assert result.total == 4 and [u.username for u in result.items] == ["anna", "annabel"]
+    rest = store.search_users("anna", offset=2, limit=10, include_email=False)
+    assert [u.username for u in rest.items] == ["hannah", "joanna"]
+    assert store.search_users("smith", offset=4, limit=10, include_email=False).total == 5
+    assert len(store.search_users("smith", offset=4, limit=10, include_email=False).items) == 1
+
+
+def test_search_total_can_be_capped_without_breaking_pages(store: UserStore) -> None:
+    for name in ["anna", "annabel", "annette", "hannah", "joanna", "rosanna"]:
+        store.create_user(name, "password-1")
+    exact = store.search_users("ann", offset=0, limit=2, include_email=False)
+    capped = store.search_users("ann", offset=0, limit=2, include_email=False, count_limit=4)
+    assert (exact.total, capped.total) == (6, 4)
+    assert capped.items == exact.items
+    # Pages past the cap are still placed right: the prefix part is counted to the page's end.
+    deep = store.search_users("ann", offset=2, limit=3, include_email=False, count_limit=2)
+    assert [u.username for u in deep.items] == ["annette", "hannah", "joanna"]
+    assert store.search_users("an", offset=0, limit=10, include_email=False, count_limit=2).total == 2
+
+
+def test_import_users_in_bulk(store: UserStore) -> None:
+    store.create_user("existing", "password-1", None, "Existing One")
+    password_hash = FAST_HASHER.hash("bulk-password")
+    imported = store.import_users(
+        ImportedUser(f"bulk{n:04d}", password_hash, f"b{n}@x.org", f"Bulk Person {n}") for n in range(500)
+    )
+    assert imported == 500 and store.count_users() == 501
+    assert store.search_users("person 42", offset=0, limit=100, include_email=False).total == 11  # 42, 420..429
+    assert store.search_users("existing one", offset=0, limit=10, include_email=False).total == 1
+    assert store.verify_password("bulk0007", "bulk-password") is not None
+    # The triggers are back: later writes keep the index and the count right.
+    store.create_user("after", "password-1", None, "After Import")
+    assert store.search_users("after imp", offset=0, limit=10, include_email=False).total == 1
+    assert store.count_users() == 502
+
+
+def test_import_is_all_or_nothing(store: UserStore) -> None:
+    store.create_user("taken", "password-1")
+    password_hash = FAST_HASHER.hash("bulk-password")
+    with pytest.raises(UsernameTaken):
+        store.import_users([ImportedUser("fresh", password_hash), ImportedUser("taken", password_hash)])
+    assert store.get_by_username("fresh") is None and store.count_users() == 1
+    with pytest.raises(InvalidFields):
+        store.import_users([ImportedUser("fine", "plain-text-not-a-hash")])
+    store.create_user("later", "password-1")  # triggers survived the rollback
+    assert store.search_users("later", offset=0, limit=10, include_email=False).total == 1
+
+
+def test_concurrent_writers_on_many_threads(store: UserStore) -> None:
+    def create(n: int) -> str:
+        return store.create_user(f"t{n:03d}", "password-1").id
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        ids = list(pool.map(create, range(40)))
+    assert len(set(ids)) == 40 and store.count_users() == 40
+
+
+def test_sqlite_file_lives_in_data_dir_with_wal(tmp_path: Path) -> None:
+    opened = open_user_store(Settings(data_dir=tmp_path / "nested" / "data"), hasher=FAST_HASHER)
+    try:
+        opened.create_user("lena", "password-1")
+        path = tmp_path / "nested" / "data" / "users.sqlite3"
+        assert path.exists()
+        with sqlite3.connect(path) as raw:
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        seen: set[int] = set()
+
+        def connection_id() -> None:
+            seen.add(id(opened.dialect._connection()))  # type: ignore[attr-defined]
+
+        threads = [threading.Thread(target=connection_id) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(seen) == 3  # one connection per thread
+    finally:
+        opened.close()
+
+
+def test_reopening_keeps_the_data(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    first = open_user_store(settings, hasher=FAST_HASHER)
+    first.create_user("mike", "password-1", None, "Mike Persistent")
+    first.close()
+    second = open_user_store(settings, hasher=FAST_HASHER)
+    try:
+        assert second.get_by_username("mike") is not None
+        assert second.search_users("persist", offset=0, limit=10, include_email=False).total == 1
+    finally:
+        second.close()
+
+
+def test_unknown_database_url_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        open_user_store(Settings(data_dir=tmp_path, database_url="mysql://x"))
+
+
+def test_unreachable_postgres_is_a_config_error_without_the_url(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://user:very-secret-pw@127.0.0.1:{port}/db?connect_timeout=2"
+    with pytest.raises(ConfigError) as caught:
+        open_user_store(Settings(data_dir=tmp_path, database_url=url))
+    assert "very-secret-pw" not in str(caught.value)

@@ -1,0 +1,431 @@
+"""The Bottle app for the `/user` resource: routes decode, call the store, and encode.
+
+`create_user_app(settings, store)` builds a fresh app per call. One plugin wraps every route: it
+negotiates the representation, authenticates the bearer token, checks the query parameters, and
+turns every UserApiError (and anything unexpected) into an RFC 9457 problem. The router's own
+errors (404, 405) and anything else Bottle would render as HTML go through the same renderer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+import bottle
+
+from registry_gen.settings import Settings
+from user_api import policy
+from user_api.errors import (
+    AuthenticationRequired,
+    BadRequest,
+    FieldError,
+    InvalidCredentials,
+    InvalidFields,
+    InvalidToken,
+    NotAcceptable,
+    PayloadTooLarge,
+    PreconditionFailed,
+    RateLimited,
+    UserApiError,
+    UserNotFound,
+)
+from user_api.models import (
+    UserPage,
+    parse_new_user,
+    parse_replacement,
+    private_view,
+    token_view,
+    view_for,
+)
+from user_api.negotiation import DEFAULT_CHOICE, JSON, MediaChoice, encode_json, encode_xml, negotiate, parse_body
+from user_api.openapi import build_openapi
+from user_api.params import (
+    LIST_MAX_PAGE,
+    PAGING,
+    SEARCH_MAX_PAGE,
+    SEARCH_TOTAL_CAP,
+    SEARCHING,
+    Paging,
+    parse_keyword,
+    parse_paging,
+    parse_query,
+)
+from user_api.policy import Caller
+from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
+from user_api.ratelimit import RateLimiter
+from user_api.store import KEEP, UserStore
+
+log = logging.getLogger(__name__)
+
+UUID_FILTER: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+TOKENS_PATH: Final = "/-/user-api/tokens"
+OPENAPI_PATH: Final = "/-/user-api/openapi.json"
+COMMON_HEADERS: Final = {
+    "Vary": "Accept",
+    "Cache-Control": "no-store",  # responses depend on the caller and may carry private fields
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+@dataclass(frozen=True)
+class ApiLimits:
+    """Limits of the HTTP edge (docs/user-api.md §8.9); tests pass looser rate limits."""
+
+    max_body_bytes: int = 64 * 1024
+    signup_per_minute: float = 5
+    signup_burst: int = 5
+    login_per_minute: float = 10
+    login_burst: int = 10
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a handler returns; the plugin encodes it as JSON or XML."""
+
+    status: int
+    json: Mapping[str, Any] | None = None
+    xml_root: str = ""
+    xml: Mapping[str, Any] | None = None  # defaults to `json`
+    item_names: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RequestContext:
+    request_id: str
+    media: MediaChoice
+    caller: Caller | None
+    query: dict[str, str]
+    environ: dict[str, Any]
+    max_body_bytes: int
+
+    @property
+    def client_address(self) -> str:
+        # REMOTE_ADDR only: X-Forwarded-For is client-controlled unless a trusted proxy rewrites it.
+        return str(self.environ.get("REMOTE_ADDR") or "unknown")
+
+    def url(self, path: str, query: Mapping[str, Any] | None = None) -> str:
+        """An absolute-path reference that survives mounting under a SCRIPT_NAME prefix."""
+        base = quote(str(self.environ.get("SCRIPT_NAME", "")).rstrip("/"))
+        return base + path + ("?" + urlencode(query) if query else "")
+
+    def body(self, xml_root: str) -> dict[str, Any]:
+        raw = read_body(self.environ, self.max_body_bytes)
+        return parse_body(raw, self.environ.get("CONTENT_TYPE"), xml_root=xml_root)
+
+
+def read_body(environ: Mapping[str, Any], limit: int) -> bytes:
+    """At most `limit` bytes, refused before reading when Content-Length already says more."""
+    header = str(environ.get("CONTENT_LENGTH") or "").strip()
+    stream = environ["wsgi.input"]
+    if header:
+        if not header.isdigit():
+            raise BadRequest("Content-Length is not a number.")
+        length = int(header)
+        if length > limit:
+            raise PayloadTooLarge(f"Bodies are limited to {limit} bytes.")
+        data = stream.read(length) if length else b""
+    elif environ.get("wsgi.input_terminated"):
+        data = stream.read(limit + 1)
+        if len(data) > limit:
+            raise PayloadTooLarge(f"Bodies are limited to {limit} bytes.")
+    else:
+        data = b""
+    return bytes(data)
+
+
+# ---- encoding ---------------------------------------------------------------------------------
+
+
+def _response(
+    status: int, body: bytes, content_type: str | None, headers: Mapping[str, str], request_id: str
+) -> bottle.HTTPResponse:
+    response = bottle.HTTPResponse(body=body, status=status)
+    for name, value in {**COMMON_HEADERS, **headers, "X-Request-Id": request_id}.items():
+        response.set_header(name, value)
+    if content_type:
+        response.set_header("Content-Type", content_type)
+    return response
+
+
+def encode_reply(reply: Reply, media: MediaChoice, request_id: str) -> bottle.HTTPResponse:
+    if reply.json is None:
+        return _response(reply.status, b"", None, reply.headers, request_id)
+    if media.format == JSON:
+        body = encode_json(reply.json)
+    else:
+        data = reply.xml if reply.xml is not None else reply.json
+        body = encode_xml(reply.xml_root, data, item_names=reply.item_names)
+    return _response(reply.status, body, media.content_type, reply.headers, request_id)
+
+
+def problem_response(error: BaseException, media: MediaChoice, request_id: str) -> bottle.HTTPResponse:
+    kind = problem_type_for(error)
+    detail = error.detail if isinstance(error, UserApiError) else None
+    errors = error.errors if isinstance(error, UserApiError) else ()
+    document = problem_document(kind, detail=detail, request_id=request_id, errors=errors)
+    body, content_type = encode_problem(document, media.format)
+    return _response(kind.status, body, content_type, headers_for(error), request_id)
+
+
+def lenient_media(environ: Mapping[str, Any]) -> MediaChoice:
+    """Errors follow Accept when they can; a problem is still sent as JSON when they cannot."""
+    try:
+        return negotiate(environ.get("HTTP_ACCEPT"))
+    except NotAcceptable:
+        return DEFAULT_CHOICE
+
+
+# ---- the plugin -------------------------------------------------------------------------------
+
+
+def authenticate(environ: Mapping[str, Any], store: UserStore) -> Caller | None:
+    header = environ.get("HTTP_AUTHORIZATION")
+    if header is None:
+        return None
+    scheme, _, token = str(header).strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise AuthenticationRequired("Use Authorization: Bearer <token>.")
+    found = store.authenticate_token(token.strip())
+    if found is None:
+        raise InvalidToken()
+    user, info = found
+    if not policy.address_allowed(environ.get("REMOTE_ADDR"), info.cidr_whitelist):
+        raise InvalidToken()
+    return Caller(user, info)
+
+
+class UserApiPlugin:
+    """Bottle plugin (API v2). Route config: `auth` (required|optional|none), `params` (allowed names)."""
+
+    name = "user_api"
+    api = 2
+
+    def __init__(self, store: UserStore, limits: ApiLimits):
+        self.store = store
+        self.limits = limits
+
+    def apply(self, callback: Callable[..., Reply], route: bottle.Route) -> Callable[..., Any]:
+        auth_mode: str = route.config.get("auth", "required")
+        allowed: frozenset[str] = frozenset(route.config.get("params", ()))
+
+        def wrapper(**url_args: Any) -> bottle.HTTPResponse:
+            environ = bottle.request.environ
+            request_id = str(uuid.uuid4())
+            media = DEFAULT_CHOICE
+            try:
+                media = negotiate(environ.get("HTTP_ACCEPT"))
+                caller = None if auth_mode == "none" else authenticate(environ, self.store)
+                if caller is None and auth_mode == "required":
+                    raise AuthenticationRequired()
+                query = parse_query(str(environ.get("QUERY_STRING", "")), allowed=allowed)
+                context = RequestContext(request_id, media, caller, query, environ, self.limits.max_body_bytes)
+                response = encode_reply(callback(context, **url_args), media, request_id)
+            except UserApiError as error:
+                response = problem_response(error, media, request_id)
+            except Exception:
+                # The traceback goes to our log with the request id; the client gets a bare 500.
+                log.exception("unhandled error, request %s", request_id)
+                response = problem_response(RuntimeError(), media, request_id)
+            log.info("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"),
+                     response.status_code, request_id)
+            return response
+
+        return wrapper
+
+
+def make_error_handler() -> Callable[[bottle.HTTPError], bytes]:
+    """Renders the router's 404/405 (and any HTTPError Bottle raises itself) as a problem."""
+
+    def handle(error: bottle.HTTPError) -> bytes:
+        environ = bottle.request.environ
+        request_id = str(uuid.uuid4())
+        media = lenient_media(environ)
+        if error.status_code >= 500:
+            log.error("unhandled error outside a route, request %s", request_id)
+        _, document = status_problem(error.status_code, request_id=request_id)
+        body, content_type = encode_problem(document, media.format)
+        target = bottle.response
+        for name, value in {**COMMON_HEADERS, "X-Request-Id": request_id}.items():
+            target.set_header(name, value)
+        target.set_header("Content-Type", content_type)
+        log.info("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), error.status_code, request_id)
+        return body
+
+    return handle
+
+
+# ---- handlers -----------------------------------------------------------------------------------
+
+
+def _page_reply(context: RequestContext, page: UserPage, paging: Paging, *, path: str, max_page: int,
+                query: Mapping[str, str] | None = None) -> Reply:
+    viewer = policy.caller_user(context.caller)
+    total_pages = math.ceil(page.total / paging.size) if page.total else 0
+    content = [view_for(viewer, user) for user in page.items]
+    meta = {"number": paging.page, "size": paging.size, "totalElements": page.total, "totalPages": total_pages}
+    return Reply(
+        200,
+        json={"content": content, "page": meta},
+        xml_root="page",
+        xml={"content": content, **meta},
+        item_names={"content": "user"},
+        headers={
+            "Link": _links(context, paging, total_pages, path=path, max_page=max_page, query=query or {}),
+            "X-Total-Count": str(page.total),
+        },
+    )
+
+
+def _links(context: RequestContext, paging: Paging, total_pages: int, *, path: str, max_page: int,
+           query: Mapping[str, str]) -> str:
+    """RFC 8288 first/prev/next/last, only to pages up to max_page (so every link works)."""
+    last = max(1, min(total_pages, max_page))
+    relations = {"first": 1, "prev": paging.page - 1 if paging.page > 1 else None,
+                 "next": paging.page + 1 if paging.page < last else None, "last": last}
+    parts = []
+    for rel, number in relations.items():
+        if number is None:
+            continue
+        target = context.url(path, {**query, "page": number, "size": paging.size})
+        parts.append(f'<{target}>; rel="{rel}"')
+    return ", ".join(parts)
+
+
+def _user_reply(status: int, view: Mapping[str, Any], etag: str, extra: Mapping[str, str] | None = None) -> Reply:
+    return Reply(status, json=view, xml_root="user", headers={"ETag": etag, **(extra or {})})
+
+
+def _etag_matches(header: str, etag: str) -> bool:
+    """If-Match uses the strong comparison: W/ tags never match (RFC 9110 §13.1.1)."""
+    if header.strip() == "*":
+        return True
+    return any(candidate.strip() == etag for candidate in header.split(","))
+
+
+def _login_fields(body: Mapping[str, Any]) -> tuple[str, str]:
+    problems = [
+        FieldError("is not a field of this resource", pointer="#/" + "".join(c for c in k[:64] if c.isprintable()))
+        for k in body
+        if k not in ("username", "password")
+    ]
+    for name in ("username", "password"):
+        value = body.get(name)
+        if not isinstance(value, str) or not value:
+            problems.append(FieldError("is required and must be a non-empty string", pointer=f"#/{name}"))
+    if problems:
+        raise InvalidFields(errors=problems)
+    return body["username"], body["password"]
+
+
+def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None) -> bottle.Bottle:
+    """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document."""
+    limits = limits or ApiLimits()
+    signup_limiter = RateLimiter(limits.signup_per_minute, limits.signup_burst)
+    login_limiter = RateLimiter(limits.login_per_minute, limits.login_burst)
+    openapi_document = build_openapi(settings, max_body_bytes=limits.max_body_bytes)
+
+    def list_users(context: RequestContext) -> Reply:
+        paging = parse_paging(context.query, max_page=LIST_MAX_PAGE)
+        page = store.list_users(offset=paging.offset, limit=paging.size)
+        return _page_reply(context, page, paging, path="/user", max_page=LIST_MAX_PAGE)
+
+    def search_users(context: RequestContext) -> Reply:
+        keyword = parse_keyword(context.query)
+        paging = parse_paging(context.query, max_page=SEARCH_MAX_PAGE)
+        assert context.caller is not None
+        page = store.search_users(keyword, offset=paging.offset, limit=paging.size,
+                                  include_email=context.caller.is_admin, count_limit=SEARCH_TOTAL_CAP)
+        return _page_reply(
+            context, page, paging, path="/user/search", max_page=SEARCH_MAX_PAGE, query={"keyword": keyword}
+        )
+
+    def read_user(context: RequestContext, user_id: str) -> Reply:
+        user = store.get_by_id(user_id)
+        if user is None:
+            raise UserNotFound()
+        return _user_reply(200, view_for(policy.caller_user(context.caller), user), user.etag)
+
+    def create_user(context: RequestContext) -> Reply:
+        policy.may_create(context.caller, settings.signup)
+        if context.caller is None:
+            allowed, retry_after = signup_limiter.allow(context.client_address)
+            if not allowed:
+                raise RateLimited(retry_after)
+        new = parse_new_user(context.body("user"))
+        policy.check_create_fields(context.caller, new)
+        user = store.create_user(new.username, new.password, new.email, new.full_name, new.role, status=new.status)
+        location = context.url(f"/user/{user.id}")
+        return _user_reply(201, private_view(user), user.etag, {"Location": location})
+
+    def update_user(context: RequestContext) -> Reply:
+        caller = context.caller
+        assert caller is not None
+        policy.require_writable(caller)
+        replacement = parse_replacement(context.body("user"))
+        current = store.get_by_id(replacement.id)
+        if current is None:
+            raise UserNotFound()
+        policy.may_update(caller, current)
+        policy.check_update_fields(caller, current, replacement)
+        if_match = context.environ.get("HTTP_IF_MATCH")
+        if if_match is not None and not _etag_matches(if_match, current.etag):
+            raise PreconditionFailed()
+        if policy.needs_current_password(caller, current, replacement):
+            sent = replacement.current_password is not None
+            verified = sent and store.check_password(current.id, replacement.current_password or "")
+            policy.require_current_password(verified, sent)
+        user = store.update_user(
+            current.id,
+            expected_version=current.version if if_match is not None else None,
+            username=replacement.username,
+            email=replacement.email,
+            full_name=replacement.full_name,
+            role=replacement.role if replacement.role is not None else KEEP,
+            status=replacement.status if replacement.status is not None else KEEP,
+            password=replacement.password if replacement.password is not None else KEEP,
+        )
+        return _user_reply(200, private_view(user), user.etag)
+
+    def delete_user(context: RequestContext, user_id: str) -> Reply:
+        assert context.caller is not None
+        policy.may_delete(context.caller)
+        if not store.delete_user(user_id):
+            raise UserNotFound()
+        return Reply(204)
+
+    def create_token(context: RequestContext) -> Reply:
+        allowed, retry_after = login_limiter.allow(context.client_address)
+        if not allowed:
+            raise RateLimited(retry_after)
+        username, password = _login_fields(context.body("credentials"))
+        user = store.verify_password(username, password)
+        if user is None:
+            log.info("login failed for a username (request %s)", context.request_id)
+            raise InvalidCredentials()
+        token, info = store.create_token(user.id, description="user-api login")
+        return Reply(201, json=token_view(token, info), xml_root="token")
+
+    def openapi(context: RequestContext) -> Reply:
+        if context.media.format != JSON:
+            raise NotAcceptable("The OpenAPI document is available as application/json only.")
+        return Reply(200, json=openapi_document)
+
+    app = bottle.Bottle(catchall=True)
+    app.install(UserApiPlugin(store, limits))
+    handle_error = make_error_handler()
+    app.default_error_handler = handle_error  # type: ignore[method-assign]
+    app.route("/user", "GET", list_users, params=PAGING)
+    app.route("/user", "POST", create_user, params=(), auth="optional")
+    app.route("/user", "PUT", update_user, params=())
+    app.route("/user/search", "GET", search_users, params=SEARCHING)
+    app.route(f"/user/<user_id:re:{UUID_FILTER}>", "GET", read_user, params=())
+    app.route(f"/user/<user_id:re:{UUID_FILTER}>", "DELETE", delete_user, params=())
+    app.route(TOKENS_PATH, "POST", create_token, params=(), auth="none")
+    app.route(OPENAPI_PATH, "GET", openapi, params=(), auth="none")
+    return app

@@ -1,0 +1,93 @@
+"""`registry-gen user ...`: account commands, plugged into registry_gen's CLI by entry point.
+
+registry_gen.cli calls `register(app, load_settings)` for the `registry_gen.commands` group, so
+registry_gen never imports user_api. The commands only parse options and call the store.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from registry_gen.errors import RegistryError
+from registry_gen.settings import Settings
+from user_api.errors import UserApiError
+from user_api.store import UserStore, open_user_store
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Config file (default: registry.yaml or $REGISTRY_GEN_CONFIG).")
+]
+
+
+def _message(error: RegistryError) -> str:
+    text = error.detail if isinstance(error, UserApiError) else str(error)
+    for problem in getattr(error, "errors", ()):
+        where = (problem.pointer or "").removeprefix("#/") or problem.parameter or ""
+        text += f"\n  {where}: {problem.detail}" if where else f"\n  {problem.detail}"
+    return text
+
+
+def read_password(from_stdin: bool) -> str:
+    """From stdin (one line, its newline dropped) or an interactive prompt that asks twice."""
+    if from_stdin:
+        line = sys.stdin.readline()
+        return line[:-1] if line.endswith("\n") else line
+    return str(typer.prompt("Password", hide_input=True, confirmation_prompt=True))
+
+
+def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) -> None:
+    """Add the `user` command group (`user add`, `user list`) to `app`."""
+    users = typer.Typer(help="Manage registry accounts.", no_args_is_help=True)
+
+    @contextmanager
+    def opened_store(config: Path | None) -> Iterator[UserStore]:
+        try:
+            settings = load_settings_callable(config) if config else load_settings_callable()
+            store = open_user_store(settings)
+        except RegistryError as error:
+            typer.echo(f"error: {_message(error)}", err=True)
+            raise typer.Exit(1) from None
+        try:
+            yield store
+        except RegistryError as error:
+            typer.echo(f"error: {_message(error)}", err=True)
+            raise typer.Exit(1) from None
+        finally:
+            store.close()
+
+    @users.command("add")
+    def add(
+        name: Annotated[str, typer.Argument(help="Username (lower-case, URL-safe).")],
+        admin: Annotated[bool, typer.Option("--admin", help="Make the account an administrator.")] = False,
+        email: Annotated[str | None, typer.Option("--email", help="Email address.")] = None,
+        full_name: Annotated[str | None, typer.Option("--full-name", help="Full name.")] = None,
+        password_stdin: Annotated[
+            bool, typer.Option("--password-stdin", help="Read the password from stdin instead of prompting.")
+        ] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Create an account (the way to make the first administrator)."""
+        password = read_password(password_stdin)
+        with opened_store(config) as store:
+            user = store.create_user(name, password, email, full_name, "admin" if admin else "user")
+        typer.echo(f"created {user.role} {user.username} (id {user.id})")
+
+    @users.command("list")
+    def list_(
+        page: Annotated[int, typer.Option(min=1, help="Page number.")] = 1,
+        size: Annotated[int, typer.Option(min=1, max=100, help="Users per page.")] = 50,
+        config: ConfigOption = None,
+    ) -> None:
+        """List accounts in sign-up order."""
+        with opened_store(config) as store:
+            result = store.list_users(offset=(page - 1) * size, limit=size)
+        for user in result.items:
+            typer.echo(f"{user.id}  {user.username:<24} {user.role:<5} {user.status}")
+        typer.echo(f"{len(result.items)} of {result.total} users")
+
+    app.add_typer(users, name="user")

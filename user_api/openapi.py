@@ -1,0 +1,410 @@
+"""The OpenAPI 3.1 document, built from the same constants the validators use (so it cannot drift)."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from registry_gen.settings import Settings
+from user_api.models import (
+    EMAIL_MAX,
+    EMAIL_PATTERN,
+    FULL_NAME_MAX,
+    PASSWORD_MAX,
+    PASSWORD_MIN,
+    ROLES,
+    STATUSES,
+    TEXT_PATTERN,
+    USERNAME_MAX,
+    USERNAME_PATTERN,
+)
+from user_api.params import DEFAULT_SIZE, KEYWORD_MAX, LIST_MAX_PAGE, MAX_SIZE, SEARCH_MAX_PAGE, SEARCH_TOTAL_CAP
+from user_api.problems import PROBLEM_TYPES_BY_ERROR, TYPE_PREFIX
+
+# Not blank, no control characters (the rules of params.parse_keyword).
+KEYWORD_PATTERN: Final = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+SUCCESS_TYPES: Final = ("application/json", "application/xml", "text/xml")
+XML_TYPES: Final = ("application/xml", "text/xml")
+# What an XML 1.0 text node can carry unchanged (no C0 controls; CR would be normalised to LF).
+XML_TEXT_PATTERN: Final = r"^[^\x00-\x08\x0b-\x1f\ufffe\uffff]*$"
+UUID_SCHEMA: Final = {"type": "string", "format": "uuid"}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _header(description: str, schema: dict[str, Any] | None = None, *, required: bool = True) -> dict[str, Any]:
+    return {"description": description, "required": required, "schema": schema or {"type": "string"}}
+
+
+def _success(
+    description: str, schema: str, xml_schema: str | None = None, headers: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    content = {
+        media: {"schema": _ref(schema if media == "application/json" else (xml_schema or schema))}
+        for media in SUCCESS_TYPES
+    }
+    response: dict[str, Any] = {"description": description, "content": content}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+PROBLEM_HEADERS: Final = {
+    401: {"WWW-Authenticate": _header('Bearer realm="registry", with error="invalid_token" for a rejected token')},
+    415: {"Accept": _header("The media types a body may have")},
+    429: {"Retry-After": _header("Seconds to wait", {"type": "string", "pattern": "^[0-9]+$"})},
+    503: {"Retry-After": _header("Seconds to wait", {"type": "string", "pattern": "^[0-9]+$"})},
+}
+PROBLEM_DESCRIPTIONS: Final = {
+    400: "Malformed query or body, unknown or repeated parameter, more than 10 parameters, page out of range",
+    401: "No bearer token, or a token that is not valid (or wrong credentials on login)",
+    403: "Authenticated, but not allowed (see AUTH.md), or currentPassword missing or wrong",
+    404: "No such user (also after deletion)",
+    406: "Accept lists neither JSON nor XML",
+    409: "The username is taken, or the last active administrator would go",
+    412: "If-Match does not match the user's current ETag",
+    413: "The body is larger than the limit",
+    414: "The query string is longer than 2048 bytes",
+    415: "The body is neither application/json nor application/xml (UTF-8)",
+    422: "The body parsed, but fields break the rules; `errors` points at each",
+    429: "Rate limited",
+    503: "The database is unavailable",
+}
+
+
+def _problem(status: int) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": PROBLEM_DESCRIPTIONS[status],
+        "content": {
+            "application/problem+json": {"schema": _ref("Problem")},
+            "application/problem+xml": {"schema": _ref("ProblemXml")},
+        },
+    }
+    if status in PROBLEM_HEADERS:
+        response["headers"] = PROBLEM_HEADERS[status]
+    return response
+
+
+def _responses(success: dict[str, dict[str, Any]], problems: tuple[int, ...]) -> dict[str, Any]:
+    responses: dict[str, Any] = dict(success)
+    for status in sorted({400, 406, 414, 503, *problems}):
+        responses[str(status)] = _problem(status)
+    return responses
+
+
+def _body(schema: str) -> dict[str, Any]:
+    """JSON bodies use `schema`; XML ones `<schema>Xml`: no nulls (an absent element is no value)."""
+    content = {"application/json": {"schema": _ref(schema)}}
+    content.update({media: {"schema": _ref(f"{schema}Xml")} for media in XML_TYPES})
+    return {"required": True, "content": content}
+
+
+def _xml_variant(schema: dict[str, Any]) -> dict[str, Any]:
+    """The XML twin of a request schema: null alternatives dropped, secrets limited to XML text."""
+    properties = {}
+    for name, prop in schema["properties"].items():
+        if "anyOf" in prop:
+            prop = {**next(p for p in prop["anyOf"] if p.get("type") != "null")}
+            prop["description"] = "Omit the element for no value"
+        if prop.get("writeOnly"):
+            prop = {**prop, "pattern": XML_TEXT_PATTERN}
+        properties[name] = prop
+    return {**schema, "properties": properties}
+
+
+def _schemas(max_body_bytes: int) -> dict[str, Any]:
+    username = {"type": "string", "minLength": 1, "maxLength": USERNAME_MAX, "pattern": USERNAME_PATTERN}
+    email = {"type": "string", "maxLength": EMAIL_MAX, "pattern": EMAIL_PATTERN}
+    full_name = {"type": "string", "minLength": 1, "maxLength": FULL_NAME_MAX, "pattern": TEXT_PATTERN}
+    password = {"type": "string", "minLength": PASSWORD_MIN, "maxLength": PASSWORD_MAX, "writeOnly": True}
+    role = {"type": "string", "enum": list(ROLES)}
+    status = {"type": "string", "enum": list(STATUSES)}
+    timestamp = {"type": "string", "format": "date-time", "readOnly": True}
+    user_properties = {
+        "id": {**UUID_SCHEMA, "readOnly": True},
+        "username": username,
+        "email": {**email, "description": "Shown to the user themself and to admins only"},
+        "fullName": full_name,
+        "role": {**role, "description": "Shown to the user themself and to admins only"},
+        "status": {**status, "description": "Shown to the user themself and to admins only"},
+        "createdAt": timestamp,
+        "updatedAt": {**timestamp, "description": "Shown to the user themself and to admins only"},
+    }
+    page_meta = {
+        "number": {"type": "integer", "minimum": 1, "description": "1-based page number (Spring's is 0-based)"},
+        "size": {"type": "integer", "minimum": 1, "maximum": MAX_SIZE},
+        "totalElements": {"type": "integer", "minimum": 0},
+        "totalPages": {"type": "integer", "minimum": 0},
+    }
+    nullable_email = {"anyOf": [email, {"type": "null"}], "description": "null or absent: no email"}
+    nullable_name = {"anyOf": [full_name, {"type": "null"}]}
+    problem_properties = {
+        "type": {"type": "string", "description": f"about:blank or {TYPE_PREFIX}<slug>"},
+        "title": {"type": "string"},
+        "status": {"type": "integer", "minimum": 400, "maximum": 599},
+        "detail": {"type": "string"},
+        "instance": {"type": "string", "description": "urn:uuid:<request id>, also in X-Request-Id"},
+    }
+    field_error = {
+        "type": "object",
+        "required": ["detail"],
+        "properties": {
+            "detail": {"type": "string"},
+            "pointer": {"type": "string", "description": "JSON Pointer into the body, e.g. #/email"},
+            "parameter": {"type": "string", "description": "Name of the query parameter"},
+        },
+    }
+    schemas: dict[str, Any] = {
+        "User": {
+            "type": "object",
+            "description": "The public view (id, username, fullName, createdAt) or, for the user themself "
+            "and admins, the private view. Never a password, hash or token.",
+            "required": ["id", "username", "createdAt"],
+            "additionalProperties": False,
+            "properties": user_properties,
+            "xml": {"name": "user"},
+        },
+        "UserCreate": {
+            "type": "object",
+            "description": "role and status other than the defaults need an admin (403 forbidden-field).",
+            "required": ["username", "password"],
+            "additionalProperties": False,
+            "properties": {
+                "username": username,
+                "password": password,
+                "email": nullable_email,
+                "fullName": nullable_name,
+                "role": {**role, "default": "user"},
+                "status": {**status, "default": "active"},
+            },
+            "xml": {"name": "user"},
+        },
+        "UserUpdate": {
+            "type": "object",
+            "description": "Replaces username, email and fullName (absent or null clears email and fullName); "
+            "password, role and status change only when sent. Changing your own email or password needs "
+            "currentPassword. Non-admins may not change username, role or status.",
+            "required": ["id", "username"],
+            "additionalProperties": False,
+            "properties": {
+                "id": UUID_SCHEMA,
+                "username": username,
+                "email": nullable_email,
+                "fullName": nullable_name,
+                "password": password,
+                "currentPassword": password,
+                "role": role,
+                "status": status,
+            },
+            "xml": {"name": "user"},
+        },
+        "UserPage": {
+            "type": "object",
+            "required": ["content", "page"],
+            "additionalProperties": False,
+            "properties": {
+                "content": {"type": "array", "items": _ref("User")},
+                "page": {
+                    "type": "object",
+                    "required": list(page_meta),
+                    "additionalProperties": False,
+                    "properties": page_meta,
+                },
+            },
+        },
+        "UserPageXml": {
+            "type": "object",
+            "description": "XML mirror of UserPage; the page metadata sits under the root element.",
+            "required": ["content", *page_meta],
+            "properties": {
+                "content": {"type": "array", "items": _ref("User"), "xml": {"wrapped": True}},
+                **page_meta,
+            },
+            "xml": {"name": "page"},
+        },
+        "Credentials": {
+            "type": "object",
+            "required": ["username", "password"],
+            "additionalProperties": False,
+            "properties": {
+                "username": {"type": "string", "minLength": 1},
+                "password": {"type": "string", "minLength": 1, "writeOnly": True},
+            },
+            "xml": {"name": "credentials"},
+        },
+        "Token": {
+            "type": "object",
+            "required": ["token", "key", "readonly", "created"],
+            "additionalProperties": False,
+            "properties": {
+                "token": {"type": "string", "description": "Shown once; send as Authorization: Bearer <token>"},
+                "key": {"type": "string", "description": "Public id of the token"},
+                "readonly": {"type": "boolean"},
+                "created": {"type": "string", "format": "date-time"},
+            },
+            "xml": {"name": "token"},
+        },
+        "Problem": {
+            "type": "object",
+            "description": "RFC 9457 problem details",
+            "required": ["type", "title", "status", "instance"],
+            "properties": {
+                **problem_properties,
+                "errors": {"type": "array", "items": field_error},
+            },
+        },
+        "ProblemXml": {
+            "type": "object",
+            "description": "RFC 9457 Appendix B: <problem xmlns=\"urn:ietf:rfc:7807\">, arrays as <i> items",
+            "properties": {
+                **problem_properties,
+                "errors": {"type": "array", "items": {**field_error, "xml": {"name": "i"}}, "xml": {"wrapped": True}},
+            },
+            "xml": {"name": "problem", "namespace": "urn:ietf:rfc:7807"},
+        },
+    }
+    for name in ("UserCreate", "UserUpdate", "Credentials"):
+        schemas[f"{name}Xml"] = _xml_variant(schemas[name])
+    return schemas
+
+
+def _paging_parameters(max_page: int) -> list[dict[str, Any]]:
+    return [
+        {"name": "page", "in": "query", "required": False, "description": "1-based page number",
+         "schema": {"type": "integer", "minimum": 1, "maximum": max_page, "default": 1}},
+        {"name": "size", "in": "query", "required": False, "description": "Items per page",
+         "schema": {"type": "integer", "minimum": 1, "maximum": MAX_SIZE, "default": DEFAULT_SIZE}},
+    ]
+
+
+def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
+    """The document served at /-/user-api/openapi.json."""
+    keyword_schema = {"type": "string", "minLength": 1, "maxLength": KEYWORD_MAX, "pattern": KEYWORD_PATTERN}
+    page_headers = {
+        "Link": _header("RFC 8288 first/prev/next/last links (same parameters, other page)"),
+        "X-Total-Count": _header("Total number of matching users", {"type": "string", "pattern": "^[0-9]+$"}),
+    }
+    user_headers = {"ETag": _header("Strong validator of the user's state; send it back in If-Match")}
+    user_id = {"name": "id", "in": "path", "required": True, "schema": UUID_SCHEMA}
+    problem_slugs = sorted({kind.slug for kind in PROBLEM_TYPES_BY_ERROR.values() if kind.slug})
+    created_links = {
+        "GetUser": {"operationId": "getUser", "parameters": {"id": "$response.body#/id"}},
+        "DeleteUser": {"operationId": "deleteUser", "parameters": {"id": "$response.body#/id"}},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Registry user service",
+            "version": "1.0.0",
+            "description": (
+                "The `/user` resource. Representations are JSON or XML, chosen by `Accept` (406 otherwise); "
+                "bodies are JSON or XML by `Content-Type` (415 otherwise), at most "
+                f"{max_body_bytes} bytes (413). At most 10 query parameters, repeats included; unknown or "
+                "repeated parameters are a 400. Errors are RFC 9457 problems; their `type` is `about:blank` "
+                f"or `{TYPE_PREFIX}<slug>` with slug one of: {', '.join(problem_slugs)}. "
+                f"Sign-up policy of this registry: `{settings.signup}`. Who may do what: AUTH.md."
+            ),
+        },
+        "components": {
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+            "schemas": _schemas(max_body_bytes),
+        },
+        "security": [{"bearerAuth": []}],
+        "paths": {
+            "/user": {
+                "get": {
+                    "operationId": "listUsers",
+                    "summary": "List users in pages (sign-up order)",
+                    "parameters": _paging_parameters(LIST_MAX_PAGE),
+                    "responses": _responses(
+                        {"200": _success("A page of users", "UserPage", "UserPageXml", page_headers)}, (401,)
+                    ),
+                },
+                "post": {
+                    "operationId": "createUser",
+                    "summary": "Create a user (sign-up policy: open, admin or closed)",
+                    "security": [{}, {"bearerAuth": []}],
+                    "requestBody": _body("UserCreate"),
+                    "responses": _responses(
+                        {"201": {**_success("Created", "User", headers={
+                            **user_headers, "Location": _header("/user/{id} of the new user")}),
+                            "links": created_links}},
+                        (401, 403, 409, 413, 415, 422, 429),
+                    ),
+                },
+                "put": {
+                    "operationId": "updateUser",
+                    "summary": "Update the user whose id is in the body",
+                    "parameters": [{"name": "If-Match", "in": "header", "required": False,
+                                    "description": "ETag from a previous read; 412 when it no longer matches",
+                                    "schema": {"type": "string"}}],
+                    "requestBody": _body("UserUpdate"),
+                    "responses": _responses(
+                        {"200": _success("Updated", "User", headers=user_headers)},
+                        (401, 403, 404, 409, 412, 413, 415, 422),
+                    ),
+                },
+            },
+            "/user/search": {
+                "get": {
+                    "operationId": "searchUsers",
+                    "summary": "Search users: case-insensitive substring of username or full name (and email, "
+                    "for admins); username exact and prefix matches first. Keywords under 3 characters match "
+                    f"username prefixes only. totalElements and X-Total-Count stop at {SEARCH_TOTAL_CAP} "
+                    "(the most a client can page through).",
+                    "parameters": [
+                        *_paging_parameters(SEARCH_MAX_PAGE),
+                        {"name": "keyword", "in": "query", "required": True, "schema": keyword_schema},
+                        {"name": "keywork", "in": "query", "required": False, "deprecated": True,
+                         "description": "Alias of keyword (the spelling of the spec's interface table). "
+                         "Sending both with different values is a 400.",
+                         "schema": keyword_schema},
+                    ],
+                    "responses": _responses(
+                        {"200": _success("A page of matching users", "UserPage", "UserPageXml", page_headers)},
+                        (401,),
+                    ),
+                },
+            },
+            "/user/{id}": {
+                "get": {
+                    "operationId": "getUser",
+                    "summary": "Read one user",
+                    "parameters": [user_id],
+                    "responses": _responses({"200": _success("The user", "User", headers=user_headers)}, (401, 404)),
+                },
+                "delete": {
+                    "operationId": "deleteUser",
+                    "summary": "Delete a user (admins only); the username stays reserved",
+                    "parameters": [user_id],
+                    "responses": _responses({"204": {"description": "Deleted"}}, (401, 403, 404, 409)),
+                },
+            },
+            "/-/user-api/tokens": {
+                "post": {
+                    "operationId": "createToken",
+                    "summary": "Log in: credentials in the body, a bearer token back",
+                    "security": [],
+                    "requestBody": _body("Credentials"),
+                    "responses": _responses(
+                        {"201": _success("A new token", "Token")}, (401, 413, 415, 422, 429)
+                    ),
+                },
+            },
+            "/-/user-api/openapi.json": {
+                "get": {
+                    "operationId": "getOpenApi",
+                    "summary": "This document",
+                    "security": [],
+                    "responses": {
+                        "200": {
+                            "description": "OpenAPI 3.1",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        **{str(s): _problem(s) for s in (400, 406, 414)},
+                    },
+                },
+            },
+        },
+    }

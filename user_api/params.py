@@ -1,0 +1,129 @@
+"""Strict query parameters: at most 10 (repeats count), known names only, no silent clamping."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl
+
+from user_api.errors import (
+    BadRequest,
+    FieldError,
+    PageWindowExceeded,
+    TooManyParameters,
+    UnknownParameter,
+    UriTooLong,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_PARAMETERS: Final = 10
+MAX_QUERY_BYTES: Final = 2048
+DEFAULT_PAGE: Final = 1
+DEFAULT_SIZE: Final = 10
+MAX_SIZE: Final = 100
+# Deep offsets cost O(offset) (API4). A bound on `page` alone, unlike one on page x size, can be
+# written in OpenAPI, so generated clients and schemathesis know it.
+LIST_MAX_PAGE: Final = 1_000
+SEARCH_MAX_PAGE: Final = 100
+# A search total stops here: no client can page further (page <= 100, size <= 100).
+SEARCH_TOTAL_CAP: Final = SEARCH_MAX_PAGE * MAX_SIZE
+KEYWORD_MAX: Final = 100
+PAGING: Final = frozenset({"page", "size"})
+SEARCHING: Final = PAGING | {"keyword", "keywork"}
+
+_DIGITS: Final = re.compile(r"^[0-9]{1,9}$")
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class Paging:
+    page: int
+    size: int
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.size
+
+
+def _shown(name: str) -> str:
+    """A parameter name safe to echo: clipped and printable. Values are never echoed."""
+    return "".join(ch for ch in name[:64] if ch.isprintable()) or "?"
+
+
+def parse_query(query_string: str, *, allowed: frozenset[str]) -> dict[str, str]:
+    """Every occurrence counts towards the 10; unknown or repeated names are refused (400).
+
+    `query_string` is the WSGI QUERY_STRING: raw bytes carried as latin-1 (PEP 3333).
+    """
+    try:
+        raw = query_string.encode("latin-1")
+        query_string = raw.decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        raise BadRequest("The query string is not valid UTF-8.") from None
+    if len(raw) > MAX_QUERY_BYTES:
+        raise UriTooLong()
+    occurrences = [piece for piece in query_string.split("&") if piece]
+    if len(occurrences) > MAX_PARAMETERS:
+        raise TooManyParameters(f"{len(occurrences)} query parameters were sent; at most {MAX_PARAMETERS} are allowed.")
+    try:
+        pairs = parse_qsl(query_string, keep_blank_values=True, strict_parsing=False, encoding="utf-8", errors="strict")
+    except (UnicodeDecodeError, ValueError):
+        raise BadRequest("The query string is not valid percent-encoded UTF-8.") from None
+    unknown = sorted({name for name, _ in pairs if name not in allowed})
+    if unknown:
+        raise UnknownParameter(
+            errors=[FieldError("is not a parameter of this endpoint", parameter=_shown(n)) for n in unknown]
+        )
+    values: dict[str, str] = {}
+    for name, value in pairs:
+        if name in values:
+            raise BadRequest(errors=[FieldError("may appear only once", parameter=name)])
+        values[name] = value
+    return values
+
+
+def _integer(values: dict[str, str], name: str, default: int, low: int, high: int | None) -> int:
+    raw = values.get(name)
+    if raw is None:
+        return default
+    bounds = f"{low}..{high}" if high is not None else f">= {low}"
+    if not _DIGITS.match(raw) or not (low <= int(raw) and (high is None or int(raw) <= high)):
+        raise BadRequest(errors=[FieldError(f"must be an integer {bounds}", parameter=name)])
+    return int(raw)
+
+
+def parse_paging(values: dict[str, str], *, max_page: int) -> Paging:
+    """1 <= page <= max_page (default 1), 1 <= size <= 100 (default 10); never clamped."""
+    page = _integer(values, "page", DEFAULT_PAGE, 1, None)
+    if page > max_page:
+        raise PageWindowExceeded(
+            f"page may be at most {max_page} here; narrow the query instead.",
+            errors=[FieldError(f"must be an integer 1..{max_page}", parameter="page")],
+        )
+    return Paging(page=page, size=_integer(values, "size", DEFAULT_SIZE, 1, MAX_SIZE))
+
+
+def parse_keyword(values: dict[str, str]) -> str:
+    """`keyword` is canonical; `keywork` (the spec's interface table) is an alias. Both with
+    different values is a 400. 1..100 characters, not blank, no control characters; then trimmed."""
+    keyword, keywork = values.get("keyword"), values.get("keywork")
+    if keyword is not None and keywork is not None and keyword != keywork:
+        raise BadRequest(
+            "keyword and its alias keywork carry different values.",
+            errors=[FieldError("conflicts with keywork", parameter="keyword")],
+        )
+    if keyword is None and keywork is not None:
+        log.info("search used the keywork alias")
+    raw = (keyword if keyword is not None else keywork) or ""
+    if len(raw) > KEYWORD_MAX or _CONTROL.search(raw):
+        raise BadRequest(
+            errors=[
+                FieldError(f"must be 1 to {KEYWORD_MAX} characters without control characters", parameter="keyword")
+            ]
+        )
+    if not raw.strip():
+        raise BadRequest(errors=[FieldError("is required and must not be blank", parameter="keyword")])
+    return raw.strip()

@@ -1,0 +1,213 @@
+"""PostgreSQL dialect: psycopg 3, one connection per thread, pg_trgm GIN indexes for search."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+
+from registry_gen.errors import ConfigError
+from user_api.sqlstore import USER_COLUMNS, Tx, columns
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+except ImportError:  # pragma: no cover - the optional extra is missing
+    psycopg = None  # type: ignore[assignment]
+
+SCHEMA_VERSION: Final = 1
+STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
+
+SCHEMA: Final = """
+SELECT pg_advisory_xact_lock(727274);
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE TABLE IF NOT EXISTS user_api_schema (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS users (
+    pk bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id text NOT NULL UNIQUE,
+    username text COLLATE "C" NOT NULL UNIQUE,
+    email text,
+    full_name text,
+    role text NOT NULL CHECK (role IN ('user', 'admin')),
+    status text NOT NULL CHECK (status IN ('active', 'disabled', 'deleted')),
+    password_hash text NOT NULL,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    version integer NOT NULL
+);
+CREATE INDEX IF NOT EXISTS users_by_username_status ON users (username, status);
+CREATE INDEX IF NOT EXISTS users_username_trgm ON users USING gin (username gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS users_full_name_trgm ON users USING gin (full_name gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS users_email_trgm ON users USING gin (email gin_trgm_ops);
+CREATE TABLE IF NOT EXISTS user_tokens (
+    key text PRIMARY KEY,
+    user_pk bigint NOT NULL REFERENCES users (pk) ON DELETE CASCADE,
+    token_hash text NOT NULL UNIQUE,
+    token_prefix text NOT NULL,
+    readonly boolean NOT NULL,
+    cidr_whitelist text NOT NULL,
+    description text,
+    created_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
+CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
+INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
+CREATE OR REPLACE FUNCTION user_stats_track() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    delta integer := 0;
+BEGIN
+    IF TG_OP <> 'DELETE' AND NEW.status <> 'deleted' THEN delta := delta + 1; END IF;
+    IF TG_OP <> 'INSERT' AND OLD.status <> 'deleted' THEN delta := delta - 1; END IF;
+    IF delta <> 0 THEN UPDATE user_stats SET live_users = live_users + delta WHERE id = 1; END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER users_track_stats AFTER INSERT OR DELETE OR UPDATE OF status ON users
+    FOR EACH ROW EXECUTE FUNCTION user_stats_track();
+"""
+
+
+def like_pattern(keyword: str) -> str:
+    """'%kw%' with the LIKE wildcards and the escape character itself escaped."""
+    escaped = keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def match_condition(*, include_email: bool) -> str:
+    fields = ["u.username", "u.full_name"] + (["u.email"] if include_email else [])
+    return "(" + " OR ".join(f"{field} ILIKE %s ESCAPE '\\'" for field in fields) + ")"
+
+
+class _PgTx:
+    def __init__(self, cursor: Any):
+        self._cursor = cursor
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._cursor.execute(self._sql(sql), params).fetchall()
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        return self._cursor.execute(self._sql(sql), params).fetchone()
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._cursor.execute(self._sql(sql), params).rowcount
+
+    def raw(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """For SQL that already uses %s (the ILIKE search, which has a literal '?'-free escape)."""
+        return self._cursor.execute(sql, params).fetchall()
+
+
+class PostgresDialect:
+    name = "postgresql"
+    for_update = " FOR UPDATE"
+
+    def __init__(self, url: str):
+        if psycopg is None:
+            raise ConfigError("PostgreSQL needs psycopg: pip install 'registry-gen[postgres]'")
+        self.url = url
+        self._local = threading.local()
+        self._connections: list[Any] = []
+        self._lock = threading.Lock()
+        try:
+            self._init_schema()
+        except psycopg.OperationalError as exc:
+            # The driver's message may quote the URL, password included: name the class only.
+            raise ConfigError(f"cannot open the PostgreSQL user store ({exc.__class__.__name__})") from None
+
+    def _connect(self) -> Any:
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def _init_schema(self) -> None:
+        conn = self._connection()
+        with conn.transaction():
+            conn.execute(SCHEMA)
+            row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
+            if row[0] is None:
+                conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+            elif row[0] > SCHEMA_VERSION:
+                raise ConfigError(f"the database was written by a newer version (schema {row[0]})")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Tx]:
+        conn = self._connection()
+        with conn.transaction(), conn.cursor() as cursor:
+            yield _PgTx(cursor)
+
+    def read(self) -> Any:
+        return self._transaction()
+
+    def write(self) -> Any:
+        return self._transaction()
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        return isinstance(exc, (psycopg.OperationalError, pg_errors.QueryCanceled))
+
+    def is_username_conflict(self, exc: BaseException) -> bool:
+        return isinstance(exc, pg_errors.UniqueViolation) and "username" in str(exc.diag.constraint_name or "")
+
+    def encode_time(self, moment: datetime) -> datetime:
+        return moment
+
+    def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
+        pattern = like_pattern(keyword)
+        condition = match_condition(include_email=include_email)
+        params: list[Any] = [pattern] * condition.count("%s")
+        select = f"SELECT 1 FROM users u WHERE u.status <> 'deleted' AND {condition}"
+        if limit is not None:
+            select += " LIMIT %s"
+            params.append(limit)
+        rows = tx.raw(f"SELECT count(*) FROM ({select}) AS matches", params)  # type: ignore[attr-defined]
+        return int(rows[0][0])
+
+    def page_matches(
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+    ) -> list[tuple[Any, ...]]:
+        pattern = like_pattern(keyword)
+        condition = match_condition(include_email=include_email)
+        params: list[Any] = [pattern] * condition.count("%s")
+        return tx.raw(  # type: ignore[attr-defined]
+            f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.status <> 'deleted' AND {condition}"
+            " AND NOT (u.username >= %s AND u.username < %s) ORDER BY u.pk LIMIT %s OFFSET %s",
+            [*params, *skip_prefix, limit, offset],
+        )
+
+    def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int:
+        conn = self._connection()
+        count = 0
+        with conn.transaction(), conn.cursor() as cursor:
+            cursor.execute("ALTER TABLE users DISABLE TRIGGER users_track_stats")
+            with cursor.copy(
+                "COPY users (id, username, email, full_name, role, status, password_hash,"
+                " created_at, updated_at, version) FROM STDIN"
+            ) as copy:
+                for row in rows:
+                    copy.write_row((*row, 1))
+                    count += 1
+            cursor.execute("ALTER TABLE users ENABLE TRIGGER users_track_stats")
+            cursor.execute(
+                "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
+            )
+        conn.execute("ANALYZE users")
+        return count
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()

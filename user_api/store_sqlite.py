@@ -1,0 +1,252 @@
+"""SQLite dialect: one file, WAL, one connection per thread, FTS5 trigram index for search."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from registry_gen.errors import ConfigError
+from user_api.sqlstore import USER_COLUMNS, Tx, columns, count_rows
+
+MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
+SCHEMA_VERSION: Final = 1
+BUSY_TIMEOUT_MS: Final = 5000
+
+TABLES: Final = """
+CREATE TABLE IF NOT EXISTS users (
+    pk INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    username TEXT NOT NULL UNIQUE,
+    email TEXT,
+    full_name TEXT,
+    role TEXT NOT NULL CHECK (role IN ('user', 'admin')),
+    status TEXT NOT NULL CHECK (status IN ('active', 'disabled', 'deleted')),
+    password_hash TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS user_tokens (
+    key TEXT PRIMARY KEY,
+    user_pk INTEGER NOT NULL REFERENCES users (pk) ON DELETE CASCADE,
+    token_hash TEXT NOT NULL UNIQUE,
+    token_prefix TEXT NOT NULL,
+    readonly INTEGER NOT NULL,
+    cidr_whitelist TEXT NOT NULL,
+    description TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
+-- Covers the username-prefix search (range + tombstone filter) without touching the table.
+CREATE INDEX IF NOT EXISTS users_by_username_status ON users (username, status);
+CREATE TABLE IF NOT EXISTS user_stats (id INTEGER PRIMARY KEY CHECK (id = 1), live_users INTEGER NOT NULL);
+INSERT OR IGNORE INTO user_stats (id, live_users) VALUES (1, 0);
+-- Tombstones (status 'deleted') stay out of the index: the view is what 'rebuild' reads.
+CREATE VIEW IF NOT EXISTS users_live AS
+    SELECT pk, username, full_name, email FROM users WHERE status <> 'deleted';
+CREATE VIRTUAL TABLE IF NOT EXISTS users_fts USING fts5(
+    username, full_name, email, content = 'users_live', content_rowid = 'pk', tokenize = 'trigram'
+);
+"""
+
+# Kept apart so the bulk path can drop them, load, then rebuild the index and the count once.
+TRIGGERS: Final = """
+CREATE TRIGGER IF NOT EXISTS users_after_insert AFTER INSERT ON users BEGIN
+    INSERT INTO users_fts (rowid, username, full_name, email)
+        SELECT new.pk, new.username, new.full_name, new.email WHERE new.status <> 'deleted';
+    UPDATE user_stats SET live_users = live_users + (new.status <> 'deleted') WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS users_after_delete AFTER DELETE ON users BEGIN
+    INSERT INTO users_fts (users_fts, rowid, username, full_name, email)
+        SELECT 'delete', old.pk, old.username, old.full_name, old.email WHERE old.status <> 'deleted';
+    UPDATE user_stats SET live_users = live_users - (old.status <> 'deleted') WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS users_after_update
+AFTER UPDATE OF username, full_name, email, status ON users BEGIN
+    INSERT INTO users_fts (users_fts, rowid, username, full_name, email)
+        SELECT 'delete', old.pk, old.username, old.full_name, old.email WHERE old.status <> 'deleted';
+    INSERT INTO users_fts (rowid, username, full_name, email)
+        SELECT new.pk, new.username, new.full_name, new.email WHERE new.status <> 'deleted';
+    UPDATE user_stats SET live_users = live_users + (new.status <> 'deleted') - (old.status <> 'deleted')
+        WHERE id = 1;
+END;
+"""
+TRIGGER_NAMES: Final = ("users_after_insert", "users_after_delete", "users_after_update")
+
+
+class _SqliteTx:
+    def __init__(self, cursor: sqlite3.Cursor):
+        self._cursor = cursor
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._cursor.execute(sql, params).fetchall()
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        row = self._cursor.execute(sql, params).fetchone()
+        self._cursor.fetchall()  # drain, so RETURNING statements complete before COMMIT
+        return row
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        return self._cursor.execute(sql, params).rowcount
+
+
+def fts5_phrase(keyword: str) -> str:
+    """The keyword as one FTS5 string: a literal substring, never query syntax (AND, NEAR, ")."""
+    return '"' + keyword.replace('"', '""') + '"'
+
+
+def match_expression(keyword: str, *, include_email: bool) -> str:
+    phrase = fts5_phrase(keyword)
+    return phrase if include_email else "{username full_name} : " + phrase
+
+
+class SqliteDialect:
+    name = "sqlite"
+    for_update = ""  # BEGIN IMMEDIATE already serialises writers
+
+    def __init__(self, path: Path):
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise ConfigError(
+                f"SQLite {'.'.join(map(str, MIN_SQLITE))}+ is needed (FTS5 trigram, RETURNING); "
+                f"this Python has {sqlite3.sqlite_version}"
+            )
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._init_schema()
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: transactions are explicit (BEGIN / BEGIN IMMEDIATE below).
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a crash loses at most the last commits
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def _init_schema(self) -> None:
+        conn = self._connection()
+        conn.execute("PRAGMA journal_mode = WAL")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise ConfigError(f"{self.path} was written by a newer version (schema {version})")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(TABLES + TRIGGERS):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[Tx]:
+        conn = self._connection()
+        cursor = conn.cursor()
+        cursor.execute(begin)
+        try:
+            yield _SqliteTx(cursor)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+        finally:
+            cursor.close()
+
+    def read(self) -> Any:
+        return self._transaction("BEGIN")  # one snapshot for a count and its page
+
+    def write(self) -> Any:
+        return self._transaction("BEGIN IMMEDIATE")
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        message = str(exc).lower()
+        return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
+
+    def is_username_conflict(self, exc: BaseException) -> bool:
+        return isinstance(exc, sqlite3.IntegrityError) and "users.username" in str(exc)
+
+    def encode_time(self, moment: datetime) -> str:
+        return moment.isoformat()
+
+    def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
+        return count_rows(
+            tx, "SELECT 1 FROM users_fts WHERE users_fts MATCH ?",
+            (match_expression(keyword, include_email=include_email),), limit,
+        )
+
+    def page_matches(
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+    ) -> list[tuple[Any, ...]]:
+        # FTS5 yields rowids in ascending order, so "ORDER BY rowid LIMIT" streams: no sort of all hits.
+        return tx.all(
+            f"SELECT {columns(USER_COLUMNS, 'u')} FROM users_fts JOIN users u ON u.pk = users_fts.rowid"
+            " WHERE users_fts MATCH ? AND NOT (u.username >= ? AND u.username < ?)"
+            " ORDER BY users_fts.rowid LIMIT ? OFFSET ?",
+            (match_expression(keyword, include_email=include_email), *skip_prefix, limit, offset),
+        )
+
+    def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for name in TRIGGER_NAMES:
+                conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+            before = conn.execute("SELECT count(*) FROM users").fetchone()[0]
+            conn.executemany(
+                "INSERT INTO users (id, username, email, full_name, role, status, password_hash,"
+                " created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                rows,
+            )
+            inserted = conn.execute("SELECT count(*) FROM users").fetchone()[0] - before
+            conn.execute("INSERT INTO users_fts (users_fts) VALUES ('rebuild')")
+            conn.execute(
+                "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
+            )
+            for statement in _statements(TRIGGERS):
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("PRAGMA optimize")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # a bulk load leaves a WAL as big as the data
+        return int(inserted)
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+
+
+def _statements(script: str) -> list[str]:
+    """Split a DDL script on statement ends, keeping trigger bodies whole."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    return statements
