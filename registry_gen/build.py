@@ -1,7 +1,12 @@
 """The orchestrator: scans content/, reads what changed, writes the tree. All I/O lives here.
 
-Order of writes: tarballs, package documents, indexes and HTML, and the state file last, so a
-build that dies half-way is simply redone by the next one.
+Order of writes: tarballs, package documents, indexes and HTML, and the state last (one SQLite
+transaction, see buildstate.py), so a build that dies half-way is simply redone by the next one.
+
+Cost model (see bench/ and bench/REPORT.md): a build stats every file of content/ (or only the
+paths it is told changed), reopens only archives whose size or mtime changed, and touches only
+the packages those archives (or meta files) belong to, plus the packages whose pages link to a
+package that appeared or went. Big builds read archives and write packages in worker processes.
 """
 
 from __future__ import annotations
@@ -9,32 +14,46 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import marshal
 import os
+import shutil
+import stat as stat_module
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
 from registry_gen.archive import read_archive
+from registry_gen.buildstate import (
+    CACHE_FILE,
+    LEGACY_STATE_FILE,
+    ArchiveRecord,
+    BuildState,
+    CachedManifest,
+    ManifestCache,
+    read_legacy_times,
+)
 from registry_gen.errors import InvalidArchive, InvalidManifest, LockTimeout, RegistryError
+from registry_gen.hosting import STATIC_EXTRAS, tag_documents
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
 from registry_gen.names import package_dir, tarball_path
 from registry_gen.packument import (
     Release,
     abbreviate,
-    all_index,
+    all_index_fragment,
     build_packument,
     dumps,
-    search_document,
-    search_object,
+    join_all_index,
+    join_search_document,
+    search_fragment,
     summarize,
 )
 from registry_gen.settings import Limits, Settings
@@ -43,30 +62,18 @@ from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, rem
 
 log = logging.getLogger(__name__)
 
+__all__ = ["ArchiveRecord", "BuildIssue", "BuildResult", "build_lock", "run_build", "scan_content"]
+
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".zip")
-STATE_FORMAT = 2
-PARALLEL_THRESHOLD = 32
+TEMP_SUFFIXES = ("~", ".tmp", ".part", ".crdownload", ".partial")
+PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker processes
+PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
+READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
 PACKUMENT_FILE = "index.html"  # served for /<name> by index-file lookup; see RATIONALE.md
 ABBREVIATED_FILE = "abbreviated.json"
 ProgressCallback = Callable[[str, int, int], None]
-
-
-@dataclass
-class ArchiveRecord:
-    """What the state file remembers about one archive, so an unchanged one is never reopened."""
-
-    path: str
-    size: int
-    mtime_ns: int
-    name: str | None = None
-    version: str | None = None
-    shasum: str | None = None
-    integrity: str | None = None
-    tarball_size: int = 0
-    file_count: int = 0
-    unpacked_size: int = 0
-    converted: bool = False
-    error: str | None = None
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,15 @@ class BuildResult:
 
 
 def _is_candidate(name: str) -> bool:
-    return not name.startswith(".") and not name.endswith(("~", ".tmp", ".part", ".crdownload", ".partial"))
+    return not name.startswith(".") and not name.endswith(TEMP_SUFFIXES)
+
+
+def _kind(name: str) -> str | None:
+    if name.lower().endswith(ARCHIVE_SUFFIXES):
+        return "archive"
+    if name == META_FILENAME:
+        return "meta"
+    return None
 
 
 def scan_content(content_dir: Path) -> tuple[dict[str, os.stat_result], dict[str, os.stat_result]]:
@@ -129,36 +144,174 @@ def scan_content(content_dir: Path) -> tuple[dict[str, os.stat_result], dict[str
     return archives, metas
 
 
+Listing = list[tuple[str, int, int]]  # (file name, size, mtime_ns) of one folder's candidates, by name
+
+
+def _walk_listings(content_dir: Path) -> Iterator[tuple[str, Listing]]:
+    """(folder relative to content_dir, its listing) for every folder holding an archive or a meta
+    file. The hot loop of every build: one stat per candidate file and nothing else per file."""
+    root = str(content_dir)
+    if not os.path.isdir(root):
+        return
+    stack = [""]
+    while stack:
+        folder = stack.pop()
+        listing: Listing = []
+        try:
+            with os.scandir(os.path.join(root, folder) if folder else root) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name[0] == "." or name.endswith(TEMP_SUFFIXES):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
+                        stack.append(f"{folder}/{name}" if folder else name)
+                    elif (name.lower().endswith(ARCHIVE_SUFFIXES) or name == META_FILENAME) and entry.is_file(
+                        follow_symlinks=False
+                    ):
+                        stat = entry.stat(follow_symlinks=False)
+                        listing.append((name, stat.st_size, stat.st_mtime_ns))
+        except FileNotFoundError:
+            continue  # removed while we walked
+        if listing:
+            listing.sort()
+            yield folder, listing
+
+
+def _join(folder: str, name: str) -> str:
+    return f"{folder}/{name}" if folder else name
+
+
+def _decode_listing(blob: bytes | None) -> dict[str, tuple[int, int]]:
+    if not blob:
+        return {}
+    try:
+        return {name: (size, mtime) for name, size, mtime in marshal.loads(blob)}
+    except (ValueError, EOFError, TypeError):
+        return {}  # unreadable: every file in the folder counts as new
+
+
+@dataclass
+class ContentChanges:
+    """What differs between content/ and the state's folder listings. The new listings go
+    straight into the state (same transaction), so none of them is held in memory."""
+
+    archives: list[str] = field(default_factory=list)  # new or changed
+    removed_archives: list[str] = field(default_factory=list)
+    metas: list[str] = field(default_factory=list)
+    removed_metas: list[str] = field(default_factory=list)
+
+    def add(self, folder: str, old: dict[str, tuple[int, int]], new: Listing | None) -> None:
+        seen = set()
+        for name, size, mtime in new or ():
+            seen.add(name)
+            if old.get(name) != (size, mtime):
+                (self.archives if _kind(name) == "archive" else self.metas).append(_join(folder, name))
+        for name in old.keys() - seen:
+            (self.removed_archives if _kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
+
+
+def _store_listing(state: BuildState, folder: str, listing: Listing | None) -> None:
+    state.put_listing(folder, marshal.dumps(listing) if listing else None)
+
+
+def forget_file(state: BuildState, relative: str) -> None:
+    """Leaves one file out of its folder's stored listing, so the next build looks at it again."""
+    folder, _, name = relative.rpartition("/")
+    listing = [(n, size, mtime) for n, (size, mtime) in sorted(_decode_listing(state.listing(folder)).items()) if n != name]
+    _store_listing(state, folder, listing or None)
+
+
+def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
+    """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
+    mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
+    known = state.listings()
+    changes = ContentChanges()
+    for folder, listing in _walk_listings(content_dir):
+        old = known.pop(folder, None)
+        blob = marshal.dumps(listing)
+        if old is not None and old == blob:
+            continue
+        changes.add(folder, _decode_listing(old), listing)
+        state.put_listing(folder, blob)
+    for folder, old in known.items():
+        changes.add(folder, _decode_listing(old), None)
+        state.put_listing(folder, None)
+    return changes
+
+
+def _relative_hint(content_dir: Path, path: str | Path) -> str:
+    candidate = Path(path)
+    if candidate.is_absolute():
+        try:
+            candidate = candidate.relative_to(content_dir)
+        except ValueError:
+            candidate = candidate.resolve().relative_to(content_dir.resolve())
+    relative = candidate.as_posix().strip("/")
+    if not relative or relative == "." or any(part in ("", ".", "..") for part in relative.split("/")):
+        raise ValueError(f"{path}: not a file path inside {content_dir}")
+    return relative
+
+
+def detect_hinted_changes(content_dir: Path, state: BuildState, paths: Iterable[str | Path]) -> ContentChanges:
+    """Change detection limited to `paths` (what the write API or watch mode knows it touched):
+    cost in proportion to the hint, not to content/. Everything else is trusted to the state."""
+    by_folder: dict[str, set[str]] = defaultdict(set)
+    for path in paths:
+        folder, _, name = _relative_hint(content_dir, path).rpartition("/")
+        if _is_candidate(name) and _kind(name) and not any(p.startswith(".") for p in folder.split("/") if p):
+            by_folder[folder].add(name)
+    changes = ContentChanges()
+    for folder, names in sorted(by_folder.items()):
+        stored = state.listing(folder)
+        old = _decode_listing(stored)
+        current = dict(old)
+        for name in names:
+            try:
+                stat = os.stat(content_dir / _join(folder, name), follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                current.pop(name, None)
+                continue
+            if stat_module.S_ISREG(stat.st_mode):
+                current[name] = (stat.st_size, stat.st_mtime_ns)
+            else:
+                current.pop(name, None)
+        listing = sorted((name, size, mtime) for name, (size, mtime) in current.items())
+        if current != old:
+            changes.add(folder, old, listing)
+            _store_listing(state, folder, listing or None)
+    return changes
+
+
 def _cache_dir(out_dir: Path) -> Path:
     return out_dir / ".registry-gen"
-
-
-def _manifest_cache(out_dir: Path, shasum: str) -> Path:
-    return _cache_dir(out_dir) / "manifests" / shasum[:2] / f"{shasum}.json"
 
 
 def _converted_cache(out_dir: Path, shasum: str) -> Path:
     return _cache_dir(out_dir) / "converted" / shasum[:2] / f"{shasum}.tgz"
 
 
-def inspect_archive(content_dir: Path, out_dir: Path, relative: str, limits: Limits) -> ArchiveRecord:
-    """Reads one archive (in a worker process for big builds) and caches what packuments need."""
+def inspect_archive(
+    content_dir: Path, out_dir: Path, relative: str, limits: Limits
+) -> tuple[ArchiveRecord, CachedManifest | None]:
+    """Reads one archive (in a worker process for big builds): its record, and the JSON the
+    packuments need from it (manifest, README) for the manifest cache."""
     path = content_dir / relative
-    stat = path.stat()
-    record = ArchiveRecord(relative, stat.st_size, stat.st_mtime_ns)
+    record = ArchiveRecord(relative, 0, 0)
     try:
         with open(path, "rb") as handle:
+            stat = os.fstat(handle.fileno())
+            record.size, record.mtime_ns = stat.st_size, stat.st_mtime_ns
             contents = read_archive(handle, limits)
         manifest = validate_manifest(contents.manifest)
     except InvalidManifest as exc:
         record.error = "invalid package.json: " + "; ".join(str(p) for p in exc.problems)
-        return record
+        return record, None
     except InvalidArchive as exc:
         record.error = str(exc)
-        return record
+        return record, None
     except OSError as exc:
         record.error = f"cannot read: {exc.strerror or exc}"
-        return record
+        return record, None
     digests = contents.digests
     record.name = manifest["name"]
     record.version = manifest["version"]
@@ -168,77 +321,58 @@ def inspect_archive(content_dir: Path, out_dir: Path, relative: str, limits: Lim
     record.file_count = contents.file_count
     record.unpacked_size = contents.unpacked_size
     record.converted = contents.converted is not None
-    cached = {"manifest": manifest, "readme": contents.readme, "readmeFilename": contents.readme_filename}
-    atomic_write_bytes(_manifest_cache(out_dir, digests.shasum), dumps(cached))
     if contents.converted is not None:
         atomic_write_bytes(_converted_cache(out_dir, digests.shasum), contents.converted)
-    return record
+    return record, CachedManifest(dumps(manifest), contents.readme, contents.readme_filename)
 
 
-def _inspect_job(args: tuple[str, str, str, Limits]) -> ArchiveRecord:
-    content_dir, out_dir, relative, limits = args
-    return inspect_archive(Path(content_dir), Path(out_dir), relative, limits)
+def _inspect_batch(args: tuple[str, str, list[str], Limits]) -> list[tuple[ArchiveRecord, CachedManifest | None]]:
+    content_dir, out_dir, relatives, limits = args
+    return [inspect_archive(Path(content_dir), Path(out_dir), r, limits) for r in relatives]
+
+
+def _worker_count() -> int:
+    return min(os.cpu_count() or 1, 8)
+
+
+def ordered_map(executor: Executor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
+    """executor.map, in order, with at most `window` tasks in flight: memory stays flat however
+    many items there are (Executor.map submits everything at once)."""
+    pending: deque[Any] = deque()
+    for item in items:
+        pending.append(executor.submit(fn, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
 
 
 def _read_changed(
     settings: Settings, relatives: list[str], progress: ProgressCallback | None
-) -> list[ArchiveRecord]:
-    jobs = [(str(settings.content_dir), str(settings.out_dir), r, settings.limits) for r in sorted(relatives)]
-    records: list[ArchiveRecord] = []
-    workers = min(os.cpu_count() or 1, 8)
-    if len(jobs) >= PARALLEL_THRESHOLD and workers > 1:
+) -> Iterator[tuple[ArchiveRecord, CachedManifest | None]]:
+    """Reads the changed archives, in path order, in worker processes when there are many."""
+    ordered = sorted(relatives)
+    content, out = str(settings.content_dir), str(settings.out_dir)
+    batches = [(content, out, ordered[i : i + READ_BATCH], settings.limits) for i in range(0, len(ordered), READ_BATCH)]
+    workers = _worker_count()
+    done = 0
+    if len(ordered) >= PARALLEL_THRESHOLD and workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            for record in pool.map(_inspect_job, jobs, chunksize=8):
-                records.append(record)
+            for batch in ordered_map(pool, _inspect_batch, batches, window=workers * 4):
+                yield from batch
+                done += len(batch)
                 if progress:
-                    progress("read", len(records), len(jobs))
+                    progress("read", done, len(ordered))
     else:
-        for job in jobs:
-            records.append(_inspect_job(job))
+        for job in batches:
+            batch = _inspect_batch(job)
+            yield from batch
+            done += len(batch)
             if progress:
-                progress("read", len(records), len(jobs))
-    return records
+                progress("read", done, len(ordered))
 
 
 # ---------------------------------------------------------------- state
-
-
-@dataclass
-class BuildState:
-    fingerprint: str = ""
-    archives: dict[str, ArchiveRecord] = field(default_factory=dict)
-    metas: dict[str, list[Any]] = field(default_factory=dict)  # path -> [size, mtime_ns, name|None, error|None]
-    times: dict[str, dict[str, str]] = field(default_factory=dict)  # first-seen time per name@version
-    packages: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> {digest, summary, files}
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "format": STATE_FORMAT,
-                "fingerprint": self.fingerprint,
-                "archives": {k: asdict(v) for k, v in sorted(self.archives.items())},
-                "metas": dict(sorted(self.metas.items())),
-                "times": {k: dict(sorted(v.items())) for k, v in sorted(self.times.items())},
-                "packages": dict(sorted(self.packages.items())),
-            },
-            separators=(",", ":"),
-        ).encode("utf-8")
-
-
-def load_state(path: Path) -> BuildState:
-    try:
-        data = json.loads(path.read_bytes())
-        if data.get("format") != STATE_FORMAT:
-            return BuildState()
-        return BuildState(
-            fingerprint=data["fingerprint"],
-            archives={k: ArchiveRecord(**v) for k, v in data["archives"].items()},
-            metas=data["metas"],
-            times=data["times"],
-            packages=data["packages"],
-        )
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return BuildState()
 
 
 def settings_fingerprint(settings: Settings) -> str:
@@ -254,68 +388,94 @@ def iso_from_ns(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
 
 
-def _load_cached(out_dir: Path, record: ArchiveRecord, settings: Settings) -> dict[str, Any]:
-    cache = _manifest_cache(out_dir, record.shasum or "")
-    try:
-        return json.loads(cache.read_bytes())
-    except (FileNotFoundError, ValueError):
+def _load_cached(cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False) -> dict[str, Any]:
+    """{"manifest": ...} of one archive, plus "readme" and "readmeFilename" when asked."""
+    body = cache.manifest(record.shasum or "")
+    stored = cache.readme(record.shasum or "") if readme and body is not None else None
+    if body is None or (readme and stored is None):
         # The cache went missing (a cleaned tree): read this one archive again.
-        fresh = inspect_archive(settings.content_dir, out_dir, record.path, settings.limits)
-        if fresh.error or fresh.shasum != record.shasum:
-            raise RegistryError(f"{record.path}: changed while building, retry") from None
-        return json.loads(cache.read_bytes())
+        fresh, cached = inspect_archive(settings.content_dir, settings.out_dir, record.path, settings.limits)
+        if fresh.error or fresh.shasum != record.shasum or cached is None:
+            raise RegistryError(f"{record.path}: changed while building, retry")
+        body, stored = cached.manifest, (cached.readme, cached.readme_filename)
+    loaded: dict[str, Any] = {"manifest": json.loads(body)}
+    if readme and stored is not None:
+        loaded["readme"], loaded["readmeFilename"] = stored
+    return loaded
 
 
-def _read_metas(
-    settings: Settings, found: dict[str, os.stat_result], state: BuildState, result: BuildResult
-) -> tuple[dict[str, PackageMeta], set[str], dict[str, list[Any]]]:
-    metas: dict[str, PackageMeta] = {}
-    broken: set[str] = set()
-    records: dict[str, list[Any]] = {}
-    for relative, stat in sorted(found.items()):
+def _update_metas(
+    settings: Settings, state: BuildState, changes: ContentChanges, errors: list[BuildIssue]
+) -> set[str]:
+    """Re-reads the meta files that changed; returns the names they concern. What was parsed is
+    not kept (a full build would hold every meta file): _meta_of reads a package's file again."""
+    affected: set[str] = set()
+    for relative in changes.removed_metas:
+        previous = state.meta(relative)
+        if previous and previous[0]:
+            affected.add(previous[0])
+        state.delete_meta(relative)
+    for relative in sorted(changes.metas):
+        previous = state.meta(relative)
+        previous_name = previous[0] if previous else None
+        if previous_name:
+            affected.add(previous_name)
         try:
             meta = parse_meta((settings.content_dir / relative).read_bytes())
         except InvalidManifest as exc:
-            result.errors.append(BuildIssue(relative, "invalid registry-meta.json: " + "; ".join(map(str, exc.problems))))
-            previous = state.metas.get(relative)
-            if previous and previous[2]:
-                broken.add(previous[2])
-            records[relative] = [stat.st_size, stat.st_mtime_ns, previous[2] if previous else None, "invalid"]
+            # Keeps the name it had: that package stays at its last good tree until this is fixed.
+            state.put_meta(relative, previous_name, "invalid registry-meta.json: " + "; ".join(map(str, exc.problems)))
             continue
         except OSError as exc:
-            result.errors.append(BuildIssue(relative, f"cannot read: {exc}"))
+            errors.append(BuildIssue(relative, f"cannot read: {exc}"))
+            state.delete_meta(relative)
+            forget_file(state, relative)
             continue
-        if meta.name in metas:
-            result.errors.append(BuildIssue(relative, f"a second registry-meta.json for {meta.name}"))
-            broken.add(meta.name)
-            continue
-        metas[meta.name] = meta
-        records[relative] = [stat.st_size, stat.st_mtime_ns, meta.name, None]
-    return metas, broken, records
+        state.put_meta(relative, meta.name, None)
+        affected.add(meta.name)
+    return affected
 
 
-def _group_releases(
-    records: Iterable[ArchiveRecord], result: BuildResult
-) -> dict[str, dict[str, ArchiveRecord]]:
-    """name -> version -> record, refusing a name@version that comes with two different tarballs."""
-    grouped: dict[str, dict[str, list[ArchiveRecord]]] = defaultdict(lambda: defaultdict(list))
-    for record in sorted(records, key=lambda r: r.path):
-        if record.error:
-            result.errors.append(BuildIssue(record.path, record.error))
-        elif record.name and record.version:
-            grouped[record.name][record.version].append(record)
-    chosen: dict[str, dict[str, ArchiveRecord]] = {}
-    for name, versions in grouped.items():
-        for version, candidates in versions.items():
-            if len({c.shasum for c in candidates}) > 1:
-                paths = ", ".join(c.path for c in candidates)
-                for c in candidates:
-                    result.errors.append(
-                        BuildIssue(c.path, f"{name}@{version} comes from archives with different bytes: {paths}")
-                    )
-                continue
-            chosen.setdefault(name, {})[version] = candidates[0]
-    return chosen
+def _meta_problems(state: BuildState) -> tuple[list[BuildIssue], set[str]]:
+    """Every meta-file error of the tree (reported by every build) and the names they break."""
+    issues: list[BuildIssue] = []
+    broken: set[str] = set()
+    for path, name, reason in state.meta_errors():
+        issues.append(BuildIssue(path, reason))
+        if name:
+            broken.add(name)
+    for name, path in state.duplicate_metas():
+        issues.append(BuildIssue(path, f"a second registry-meta.json for {name}"))
+        broken.add(name)
+    issues.sort(key=lambda issue: issue.path)
+    return issues, broken
+
+
+def _meta_of(settings: Settings, state: BuildState, name: str) -> PackageMeta | None:
+    """The package's meta file (the first valid one by path)."""
+    for relative, error in state.metas_of(name):
+        if error is None:
+            meta = parse_meta((settings.content_dir / relative).read_bytes())
+            return meta if meta.name == name else None
+    return None
+
+
+def _choose_releases(name: str, records: list[ArchiveRecord]) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
+    """version -> record for one package (records by path), refusing a version that comes with
+    two different tarballs; the refusals as (path, reason)."""
+    by_version: dict[str, list[ArchiveRecord]] = defaultdict(list)
+    for record in records:
+        if record.version:
+            by_version[record.version].append(record)
+    chosen: dict[str, ArchiveRecord] = {}
+    issues: list[tuple[str, str]] = []
+    for version, candidates in by_version.items():
+        if len({c.shasum for c in candidates}) > 1:
+            paths = ", ".join(c.path for c in candidates)
+            issues.extend((c.path, f"{name}@{version} comes from archives with different bytes: {paths}") for c in candidates)
+            continue
+        chosen[version] = candidates[0]
+    return chosen, issues
 
 
 def _package_digest(name: str, releases: dict[str, ArchiveRecord], times: dict[str, str], meta: PackageMeta | None) -> str:
@@ -326,21 +486,27 @@ def _package_digest(name: str, releases: dict[str, ArchiveRecord], times: dict[s
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str]) -> None:
+def _write_json_pair(
+    out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str], gzipped: Future[bytes] | None = None
+) -> None:
     if write_if_changed(out_dir / relative, data):
         written.append(relative)
-    if settings.gzip and write_if_changed(out_dir / (relative + ".gz"), gzip_bytes(data)):
-        written.append(relative + ".gz")
+    if settings.gzip:
+        compressed = gzipped.result() if gzipped is not None else gzip_bytes(data)
+        if write_if_changed(out_dir / (relative + ".gz"), compressed):
+            written.append(relative + ".gz")
 
 
 def _write_package(
     settings: Settings,
+    cache: ManifestCache,
     name: str,
     releases: dict[str, ArchiveRecord],
     times: dict[str, str],
     meta: PackageMeta,
     previous: dict[str, Any],
     result: BuildResult,
+    registry_names: set[str],
 ) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     out = settings.out_dir
     previous_files: list[str] = previous.get("files", [])
@@ -348,10 +514,8 @@ def _write_package(
     files: list[str] = []
     tarballs: dict[str, str] = {}
     built: list[Release] = []
-    cached_by_version: dict[str, dict[str, Any]] = {}
     for version, record in releases.items():
-        cached = _load_cached(out, record, settings)
-        cached_by_version[version] = cached
+        cached = _load_cached(cache, record, settings)
         built.append(
             Release(
                 version=version,
@@ -374,7 +538,8 @@ def _write_package(
             source = _converted_cache(out, record.shasum or "") if record.converted else settings.content_dir / record.path
             atomic_copy(source, target)
             result.written.append(relative)
-    latest = cached_by_version[choose_dist_tags(releases, meta.dist_tags)["latest"]]
+    tags = choose_dist_tags(releases, meta.dist_tags)
+    latest = _load_cached(cache, releases[tags["latest"]], settings, readme=True) if tags else {}
     packument = build_packument(
         name,
         built,
@@ -388,12 +553,15 @@ def _write_package(
         (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
         (f"{base}/{ABBREVIATED_FILE}", dumps(abbreviate(packument))),
         (f"-/package/{base}/dist-tags", dumps(packument["dist-tags"])),
+        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),  # GET /<name>/<tag>
     ):
         _write_json_pair(out, relative, data, settings, result.written)
         files.append(relative)
         if settings.gzip:
             files.append(relative + ".gz")
-    for relative, data in site.package_pages(packument, settings).items():
+    sizes = {version: record.tarball_size for version, record in releases.items()}
+    pages = site.package_pages(packument, settings, registry_names=registry_names, tarball_sizes=sizes) if releases else {}
+    for relative, data in pages.items():
         if write_if_changed(out / relative, data):
             result.written.append(relative)
         files.append(relative)
@@ -403,43 +571,202 @@ def _write_package(
     return packument, files, tarballs
 
 
-def _write_indexes(settings: Settings, summaries: dict[str, dict[str, Any]], result: BuildResult) -> None:
+@dataclass(frozen=True)
+class IndexEntry:
+    """One package in the index documents: its summary and its pieces of -/all and -/v1/search."""
+
+    summary: dict[str, Any]
+    all_fragment: bytes
+    search_fragment: bytes
+
+
+def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
     out = settings.out_dir
-    ordered = [summaries[n] for n in sorted(summaries)]
+    listed = [e for e in entries if e.summary["versions"]]  # by name; version-less entries are not listed
+    ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
-    _write_json_pair(out, "-/all/index.html", dumps({"_updated": stamp, **all_index(ordered)}), settings, result.written)
-    objects = [search_object(s, settings.base_url) for s in ordered]
-    _write_json_pair(out, "-/v1/search/index.html", dumps(search_document(objects, stamp)), settings, result.written)
+    documents = {
+        "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
+        "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),
+    }
+    del listed
+    # Both documents grow with the registry (MBs at 100,000 versions) and zlib lets go of the
+    # GIL: compress them on other threads while this one renders the HTML front pages.
+    with ThreadPoolExecutor(max_workers=len(documents)) as compressor:
+        gzipped = {rel: compressor.submit(gzip_bytes, data) for rel, data in documents.items()} if settings.gzip else {}
+        pages = site.index_pages(ordered, settings)
+        for relative, data in documents.items():
+            _write_json_pair(out, relative, data, settings, result.written, gzipped.get(relative))
     if write_if_changed(out / "-/ping", b"{}"):
         result.written.append("-/ping")
-    for relative, data in site.index_pages(ordered, settings).items():
+    for relative, data in STATIC_EXTRAS.items():  # .nojekyll and JSON 404s for unconfigurable hosts
         if write_if_changed(out / relative, data):
             result.written.append(relative)
+    for relative, data in pages.items():
+        if write_if_changed(out / relative, data):
+            result.written.append(relative)
+    _remove_stale_index_pages(out, pages, result)
+
+
+def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: BuildResult) -> None:
+    """Front pages past the last one (the registry shrank) go away."""
+    paged = out / site.PAGE_ROOT
+    if not paged.is_dir():
+        return
+    for folder in sorted(paged.iterdir()):
+        relative = f"{site.PAGE_ROOT}/{folder.name}"
+        if f"{relative}/index.html" not in current and remove_tree(out, relative):
+            result.removed.append(relative)
 
 
 def _resolve_times(
     name: str, releases: dict[str, ArchiveRecord], meta: PackageMeta | None, state: BuildState
 ) -> dict[str, str]:
     """Publish time per version: the meta file's, else first seen (kept in state), else the file's mtime."""
-    known = state.times.setdefault(name, {})
+    known = state.times_of(name)
     times = {}
     for version, record in releases.items():
         if meta and version in meta.time:
             stamp = meta.time[version]
         else:
             stamp = known.get(version) or iso_from_ns(record.mtime_ns)
-        known[version] = stamp
         times[version] = stamp
+    fresh = {v: s for v, s in times.items() if known.get(v) != s}
+    if fresh:
+        state.put_times(name, fresh)
     return times
 
 
-def run_build(settings: Settings, *, progress: ProgressCallback | None = None, lock_timeout: float = 600) -> BuildResult:
-    """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock."""
+def is_open_entry(meta: PackageMeta) -> bool:
+    """A name created before its first upload (the legacy publish's first step, PUT /<name>) gets
+    a version-less packument, so the client's next GET succeeds; a fully unpublished one does not."""
+    last_unpublish = max(meta.unpublished.values(), default="")
+    return bool(meta.maintainers) and (bool(meta.pending) or (meta.created or "") > last_unpublish)
+
+
+@dataclass(frozen=True)
+class PackageJob:
+    """Everything needed to write one package's files (sent to a worker process for big builds)."""
+
+    name: str
+    releases: dict[str, ArchiveRecord]
+    times: dict[str, str]
+    meta: PackageMeta
+    previous: dict[str, Any]
+    digest: str
+
+
+@dataclass
+class PackageOutcome:
+    name: str
+    record: dict[str, Any] | None  # None when writing failed: the previous tree stays
+    written: list[str]
+    removed: list[str]
+    error: str | None = None
+    fragments: tuple[bytes, bytes] = (b"", b"")  # the package's -/all and -/v1/search pieces
+    new: bool = False  # the package was not in the tree before
+
+
+@dataclass
+class _WriterContext:
+    settings: Settings
+    cache: ManifestCache
+    registry_names: set[str]
+
+
+_worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
+
+
+def _init_writer(settings: Settings, cache_path: str, registry_names: set[str]) -> None:
+    global _worker_context
+    _worker_context = _WriterContext(settings, ManifestCache(Path(cache_path), readonly=True), registry_names)
+
+
+def _pooled_write(job: PackageJob) -> PackageOutcome:
+    assert _worker_context is not None, "worker started without _init_writer"
+    return write_package_job(_worker_context, job)
+
+
+def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcome:
+    local = BuildResult()
+    try:
+        packument, files, tarballs = _write_package(
+            context.settings,
+            context.cache,
+            job.name,
+            job.releases,
+            job.times,
+            job.meta,
+            job.previous,
+            local,
+            context.registry_names,
+        )
+    except RegistryError as exc:
+        return PackageOutcome(job.name, None, local.written, local.removed, str(exc), new=not job.previous)
+    summary = summarize(packument)
+    record = {
+        "digest": job.digest,
+        "summary": summary,
+        "files": files,
+        "tarballs": tarballs,
+        "links": site.linked_names(packument),
+    }
+    fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
+    return PackageOutcome(job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous)
+
+
+def _write_packages(
+    settings: Settings,
+    cache: ManifestCache,
+    registry_names: set[str],
+    jobs: Iterator[PackageJob],
+    at_most: int,
+    progress: ProgressCallback | None,
+) -> Iterator[PackageOutcome]:
+    """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
+    workers = _worker_count()
+    if at_most >= PARALLEL_PACKAGES and workers > 1:
+        with ProcessPoolExecutor(
+            max_workers=workers, initializer=_init_writer, initargs=(settings, str(cache.path), registry_names)
+        ) as pool:
+            for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
+                if progress:
+                    progress("write", index + 1, at_most)
+                yield outcome
+    else:
+        context = _WriterContext(settings, cache, registry_names)
+        for index, job in enumerate(jobs):
+            if progress:
+                progress("write", index + 1, at_most)
+            yield write_package_job(context, job)
+
+
+def _remove_package(settings: Settings, name: str, previous: dict[str, Any], result: BuildResult) -> None:
+    for relative in previous["files"]:
+        if remove_tree(settings.out_dir, relative):
+            result.removed.append(relative)
+    remove_tree(settings.out_dir, package_dir(name))
+    remove_tree(settings.out_dir, f"-/package/{package_dir(name)}")
+    remove_tree(settings.out_dir, site.package_folder(name))
+
+
+def run_build(
+    settings: Settings,
+    *,
+    progress: ProgressCallback | None = None,
+    lock_timeout: float = 600,
+    changed: Iterable[str | Path] | None = None,
+) -> BuildResult:
+    """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
+
+    `changed`: when the caller knows exactly which files of content/ it added, replaced or
+    removed (the write API, watch mode), only those are looked at; None stats all of content/.
+    """
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(settings.lock_file))
     try:
         with lock.acquire(timeout=lock_timeout):
-            return _build_locked(settings, progress)
+            return _build_locked(settings, progress, changed)
     except Timeout as exc:
         raise LockTimeout(f"another build holds {settings.lock_file}") from exc
 
@@ -450,80 +777,168 @@ def build_lock(settings: Settings) -> FileLock:
     return FileLock(str(settings.lock_file))
 
 
-def _build_locked(settings: Settings, progress: ProgressCallback | None) -> BuildResult:
+def _build_locked(
+    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None
+) -> BuildResult:
     started = time.perf_counter()
-    result = BuildResult()
-    state = load_state(settings.state_file)
-    fingerprint = settings_fingerprint(settings)
-    full = state.fingerprint != fingerprint
-    if full:
-        state.archives = {}  # a new generator or new settings: read every archive again
-    found_archives, found_metas = scan_content(settings.content_dir)
-
-    # Stat-based change detection: an archive whose size and mtime match the state is not reopened.
-    records: dict[str, ArchiveRecord] = {}
-    changed: list[str] = []
-    for relative, stat in found_archives.items():
-        previous = state.archives.get(relative)
-        if previous and previous.size == stat.st_size and previous.mtime_ns == stat.st_mtime_ns:
-            records[relative] = previous
-        else:
-            changed.append(relative)
-    for record in _read_changed(settings, changed, progress):
-        records[record.path] = record
-    result.archives_read = len(changed)
-
-    metas, broken_metas, meta_records = _read_metas(settings, found_metas, state, result)
-    releases = _group_releases(records.values(), result)
-    names = set(releases) | set(state.packages)
-    new_packages: dict[str, dict[str, Any]] = {}
-    for index, name in enumerate(sorted(names)):
-        if progress:
-            progress("write", index + 1, len(names))
-        previous = state.packages.get(name)
-        if name in broken_metas:
-            if previous:
-                new_packages[name] = previous  # keep the last good tree for it
-            continue
-        versions = releases.get(name, {})
-        if not versions:
-            if previous:
-                for relative in previous["files"]:
-                    if remove_tree(settings.out_dir, relative):
-                        result.removed.append(relative)
-                remove_tree(settings.out_dir, package_dir(name))
-                remove_tree(settings.out_dir, f"-/package/{package_dir(name)}")
-                remove_tree(settings.out_dir, site.package_folder(name))
-            continue
-        meta = metas.get(name) or PackageMeta(name=name)
-        times = _resolve_times(name, versions, metas.get(name), state)
-        digest = _package_digest(name, versions, times, metas.get(name))
-        if previous and previous["digest"] == digest and not full:
-            new_packages[name] = previous
-            result.skipped += 1
-            continue
-        try:
-            packument, files, tarballs = _write_package(settings, name, versions, times, meta, previous or {}, result)
-        except RegistryError as exc:
-            result.errors.append(BuildIssue(name, str(exc)))
-            if previous:
-                new_packages[name] = previous
-            continue
-        result.rebuilt_packages.append(name)
-        new_packages[name] = {"digest": digest, "summary": summarize(packument), "files": files, "tarballs": tarballs}
-
-    if result.rebuilt_packages or set(new_packages) != set(state.packages) or full:
-        _write_indexes(settings, {n: p["summary"] for n, p in new_packages.items()}, result)
-
-    result.packages = len(new_packages)
-    result.versions = sum(p["summary"]["versions"] for p in new_packages.values())
-    new_state = BuildState(
-        fingerprint=fingerprint,
-        archives=records,
-        metas=meta_records,
-        times={n: t for n, t in state.times.items() if n in names},
-        packages=new_packages,
-    )
-    atomic_write_bytes(settings.state_file, new_state.to_json())
+    cache_dir = _cache_dir(settings.out_dir)
+    state = BuildState(settings.state_file)
+    cache = ManifestCache(cache_dir / CACHE_FILE)
+    try:
+        state.begin()
+        result, dropped = _build_in_transaction(settings, state, cache, progress, changed)
+        state.commit()
+    finally:
+        state.close()
+    try:
+        if dropped is None or dropped:
+            cache.forget_unreferenced(dropped, settings.state_file)
+    finally:
+        cache.close()
+    for legacy in (cache_dir / LEGACY_STATE_FILE, cache_dir / "manifests"):
+        if legacy.is_dir():
+            shutil.rmtree(legacy, ignore_errors=True)
+        elif legacy.exists():
+            legacy.unlink()
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _build_in_transaction(
+    settings: Settings,
+    state: BuildState,
+    cache: ManifestCache,
+    progress: ProgressCallback | None,
+    changed: Iterable[str | Path] | None,
+) -> tuple[BuildResult, set[str] | None]:
+    """The build proper; returns the result and the sha1s of tarballs the state no longer uses
+    (None: any of them may be unused, look at all)."""
+    result = BuildResult()
+    dropped: set[str] | None = set()
+    fingerprint = settings_fingerprint(settings)
+    if state.is_empty():
+        state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
+    full = state.get_setting("fingerprint") != fingerprint
+    if full:
+        state.forget_content()  # a new generator or new settings: read every archive again
+        dropped = None  # and afterwards drop every cached manifest no archive uses
+    if changed is None or full:
+        changes = detect_changes(settings.content_dir, state)
+    else:
+        changes = detect_hinted_changes(settings.content_dir, state, changed)
+
+    # Archives: only new and changed ones are opened; their packages are the ones to look at.
+    affected: set[str] = set()
+    for relative in changes.removed_archives:
+        previous = state.archive(relative)
+        if previous:
+            if previous.name:
+                affected.add(previous.name)
+            if previous.shasum and dropped is not None:
+                dropped.add(previous.shasum)
+            state.delete_archive(relative)
+    pending_cache: list[tuple[str, CachedManifest]] = []
+    for record, body in _read_changed(settings, changes.archives, progress):
+        previous = state.archive(record.path)
+        if previous and previous.name:
+            affected.add(previous.name)
+        if previous and previous.shasum and previous.shasum != record.shasum and dropped is not None:
+            dropped.add(previous.shasum)
+        if record.name:
+            affected.add(record.name)
+        state.put_archive(record)
+        if body is not None and record.shasum:
+            pending_cache.append((record.shasum, body))
+            if len(pending_cache) >= 256:
+                cache.put_many(pending_cache)
+                pending_cache.clear()
+    cache.put_many(pending_cache)
+    result.archives_read = len(changes.archives)
+
+    build_errors: list[BuildIssue] = []
+    meta_affected = _update_metas(settings, state, changes, build_errors)
+    affected |= meta_affected
+    if full:
+        affected.update(state.package_names())
+        affected.update(state.archive_names())
+        affected.update(state.meta_names())
+    meta_issues, broken = _meta_problems(state)
+
+    # Decide per package: keep (broken meta), remove, or (re)write. Presence drives page links.
+    plans: dict[str, tuple[str, bool]] = {}  # name -> (keep|remove|write, has a page after this build)
+    appeared_or_gone: set[str] = set()
+
+    def plan(name: str) -> None:
+        previous = state.package(name)
+        was_present = bool(previous and previous["present"])
+        if name in broken:
+            plans[name] = ("keep", was_present)
+            return
+        releases, issues = _choose_releases(name, state.archives_of(name))
+        state.set_issues(name, issues)
+        try:
+            meta = _meta_of(settings, state, name)
+        except (InvalidManifest, OSError) as exc:
+            build_errors.append(BuildIssue(name, f"cannot read its registry-meta.json again: {exc}"))
+            plans[name] = ("keep", was_present)
+            return
+        if not releases and not (meta and is_open_entry(meta)):
+            plans[name] = ("remove", False)
+        else:
+            plans[name] = ("write", bool(releases))
+        if plans[name][1] != was_present:
+            appeared_or_gone.add(name)
+
+    for name in sorted(affected):
+        plan(name)
+    # Package pages link dependencies only to packages in the registry, so a page whose linked
+    # names gained or lost a package is rendered again.
+    relinked = state.linking_to(appeared_or_gone) if appeared_or_gone else set()
+    for name in sorted(relinked - affected):
+        plan(name)
+    registry_names = {n for n in state.present_names() if n not in plans} if plans else set()
+    registry_names.update(n for n, (_, present) in plans.items() if present)
+
+    package_set_changed = False
+    for name, (action, _) in sorted(plans.items()):
+        if action == "remove":
+            previous = state.package(name)
+            if previous:
+                _remove_package(settings, name, previous, result)
+                state.delete_package(name)
+                package_set_changed = True
+            state.delete_times(name)
+
+    def jobs(names: list[str]) -> Iterator[PackageJob]:
+        """The packages whose inputs changed (or whose page links did), built one at a time so
+        that memory does not grow with the registry."""
+        for name in names:
+            previous = state.package(name)
+            releases, _ = _choose_releases(name, state.archives_of(name))
+            meta = _meta_of(settings, state, name)
+            times = _resolve_times(name, releases, meta, state)
+            digest = _package_digest(name, releases, times, meta)
+            if previous and previous["digest"] == digest and not full and name not in relinked:
+                continue
+            yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest)
+
+    to_write = [name for name, (action, _) in sorted(plans.items()) if action == "write"]
+    for outcome in _write_packages(settings, cache, registry_names, jobs(to_write), len(to_write), progress):
+        result.written.extend(outcome.written)
+        result.removed.extend(outcome.removed)
+        if outcome.record is None:
+            build_errors.append(BuildIssue(outcome.name, outcome.error or "failed"))
+            continue
+        package_set_changed = package_set_changed or outcome.new
+        state.put_package(outcome.name, outcome.record, present=plans[outcome.name][1], fragments=outcome.fragments)
+        result.rebuilt_packages.append(outcome.name)
+
+    if result.rebuilt_packages or package_set_changed or full:
+        _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), result)
+
+    result.packages, result.versions = state.totals()
+    result.skipped = result.packages - len(result.rebuilt_packages)
+    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r) for p, r in state.all_issues()]
+    result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + build_errors
+    state.set_setting("fingerprint", fingerprint)
+    return result, dropped

@@ -13,7 +13,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 
 from registry_gen.errors import RegistryError
@@ -30,7 +29,7 @@ OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output fold
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="Public URL the tree is served at.")]
 
 
-def settings_from_options(config: Path | None, **overrides: Any) -> Settings:
+def settings_from_options(config: Path | None = None, **overrides: Any) -> Settings:
     return load_settings(config, **overrides)
 
 
@@ -135,19 +134,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     command = typer.main.get_command(create_cli())
     try:
-        result = command.main(args=list(argv) if argv is not None else None, prog_name="registry-gen", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.exceptions.Abort:
-        typer.echo("aborted", err=True)
-        return 1
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        # Standalone mode: the CLI library reports usage errors itself and exits with its code.
+        command.main(args=list(argv) if argv is not None else None, prog_name="registry-gen", standalone_mode=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except RegistryError as exc:
         typer.echo(f"error: {exc}", err=True)
         return 1
-    return result if isinstance(result, int) else 0
+    return 0
 
 
 if __name__ == "__main__":

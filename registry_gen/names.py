@@ -11,7 +11,8 @@ MAX_NAME_LENGTH = 214
 # File systems store 255 bytes per name; the atomic writer's temp file adds ".", ".XXXXXXXX.tmp".
 MAX_TARBALL_FILENAME = 240
 # Names that would collide with the generator's own `/-/` tree or with files clients never fetch.
-RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico", "404.html"})  # 404.html: GitHub Pages' error page
+# 404.html is GitHub Pages' error page; /user belongs to the user API in `serve` and behind nginx.
+RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico", "404.html", "user"})
 # npm's rule for new packages: URL-safe, lowercase, no leading dot or underscore.
 _PART = re.compile(r"^[a-z0-9\-~][a-z0-9\-._~]*$")
 

@@ -60,7 +60,7 @@ class Settings:
 
     @property
     def state_file(self) -> Path:
-        return self.out_dir / ".registry-gen" / "state.json"
+        return self.out_dir / ".registry-gen" / "state.sqlite3"
 
     @property
     def lock_file(self) -> Path:

@@ -1,58 +1,491 @@
-"""The HTML site: jinja2 pages rendered from site_template/ into `/-/web/` (pure rendering)."""
+"""The HTML site: jinja2 pages rendered from site_template/ into `/-/web/` (pure rendering).
+
+Every function here turns documents into {relative path: bytes}; build.py writes them. Links
+between pages are relative (`../../package/x/index.html`), so the site works under any base
+path, on hosts without index-file lookup and from a plain folder. Only the install commands
+and the not-found page, which can be shown at any URL, use the configured base_url.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import json
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit
 
 import jinja2
 
-from registry_gen.names import package_dir
+from registry_gen.errors import ConfigError
+from registry_gen.markdown import render_readme
+from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.settings import Settings
+from registry_gen.versions import sort_versions
+from registry_gen.writer import gzip_bytes
 
 WEB_ROOT = "-/web"
-DEFAULT_TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "site_template"
+PAGE_ROOT = f"{WEB_ROOT}/page"  # front page n >= 2 lives at -/web/page/<n>/index.html
+SEARCH_INDEX = f"{WEB_ROOT}/search-index.json"
+NOT_FOUND_PAGE = f"{WEB_ROOT}/404.html"
+STATIC_FOLDER = "static"
+PAGE_SIZE = 100
+RECENT_COUNT = 8
+def _default_template_dir() -> Path:
+    """site_template/ of a checkout, else the copy a wheel installs inside this package."""
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "site_template"
+    return checkout if checkout.is_dir() else here / "site_template"
+
+
+DEFAULT_TEMPLATE_DIR = _default_template_dir()
+# Cache-busting suffix of the static assets per template-folder set, refreshed by every build.
+_asset_versions: dict[tuple[str, ...], str] = {}
+# Rendered front pages by the hash of everything they depend on (see _render_memoised).
+_rendered: dict[str, bytes] = {}
+RENDER_MEMO_LIMIT = 1024
+# Dependency kinds shown on a package page, in this order, with their headings.
+DEPENDENCY_KINDS = (
+    ("dependencies", "Dependencies"),
+    ("peerDependencies", "Peer dependencies"),
+    ("optionalDependencies", "Optional dependencies"),
+    ("devDependencies", "Development dependencies"),
+)
+_SHORTHAND_HOSTS = {"github": "https://github.com/", "gitlab": "https://gitlab.com/", "bitbucket": "https://bitbucket.org/"}
+_SHORTHAND = re.compile(r"^(?:(github|gitlab|bitbucket):)?([\w.-]+/[\w.-]+)$")
+
+
+# ---------------------------------------------------------------- templates
+
+
+def template_dirs(settings: Settings) -> tuple[Path, ...]:
+    """The user's template folder first (it may override any single file), then the defaults."""
+    folders = [settings.template_dir] if settings.template_dir else []
+    return tuple(dict.fromkeys([*folders, DEFAULT_TEMPLATE_DIR]))
 
 
 def template_dir(settings: Settings) -> Path:
     return settings.template_dir or DEFAULT_TEMPLATE_DIR
 
 
+def _template_files(settings: Settings) -> dict[str, Path]:
+    """relative path -> the file that wins (user folder over defaults)."""
+    if settings.template_dir is not None and not settings.template_dir.is_dir():
+        raise ConfigError(f"template_dir {settings.template_dir} is not a folder")
+    files: dict[str, Path] = {}
+    for folder in reversed(template_dirs(settings)):
+        if folder.is_dir():
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and not path.name.startswith("."):
+                    files[path.relative_to(folder).as_posix()] = path
+    return files
+
+
 def template_fingerprint(settings: Settings) -> str:
-    """Changes when any template changes, so the whole site is re-rendered."""
+    """Changes when any template or asset changes, so the whole site is re-rendered.
+
+    Every build asks for it first, so it also refreshes the assets' cache-busting suffix.
+    """
     digest = hashlib.sha256()
-    folder = template_dir(settings)
-    if folder.is_dir():
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+    for relative, path in sorted(_template_files(settings).items()):
+        digest.update(relative.encode() + b"\0" + path.read_bytes() + b"\0")
+    fingerprint = digest.hexdigest()
+    _asset_versions[_folder_key(settings)] = fingerprint[:12]
+    return fingerprint
 
 
-@lru_cache(maxsize=8)
-def _environment(folder: str) -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(folder),
+def _folder_key(settings: Settings) -> tuple[str, ...]:
+    return tuple(str(f) for f in template_dirs(settings))
+
+
+def static_assets(settings: Settings) -> dict[str, bytes]:
+    """`static/*` of the template folders, as tree paths under -/web/static/."""
+    return {
+        f"{WEB_ROOT}/{relative}": path.read_bytes()
+        for relative, path in _template_files(settings).items()
+        if relative.startswith(STATIC_FOLDER + "/")
+    }
+
+
+def format_time(stamp: Any) -> str:
+    """ISO time -> `2024-01-02 03:04 UTC` (absolute, so pages stay byte-identical between builds)."""
+    if not isinstance(stamp, str) or not stamp:
+        return ""
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def format_size(count: Any) -> str:
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        return ""
+    size = float(count)
+    for unit in ("B", "kB", "MB", "GB"):
+        if size < 1000 or unit == "GB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return ""
+
+
+def origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def short_url(url: Any) -> str:
+    """`https://example.org/x/` -> `example.org/x` for display; the link keeps the full URL."""
+    text = str(url or "")
+    for prefix in ("https://", "http://"):
+        text = text.removeprefix(prefix)
+    return text.rstrip("/")
+
+
+@lru_cache(maxsize=4)
+def _environment(folders: tuple[str, ...], fingerprint: str) -> jinja2.Environment:
+    """One environment per template set: a file added to the override folder must win at once,
+    which jinja's own reload check (per already-loaded file) would miss."""
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(f) for f in folders]),
         autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
-        undefined=jinja2.StrictUndefined,
+        # Package data is whatever publishers wrote: a missing optional field (a maintainer without
+        # an email, say) renders as nothing instead of failing the package's page.
+        undefined=jinja2.ChainableUndefined,
         keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
+    env.filters["when"] = format_time
+    env.filters["filesize"] = format_size
+    env.filters["shorturl"] = short_url
+    return env
+
+
+def _render(settings: Settings, template: str, **context: Any) -> bytes:
+    folders = _folder_key(settings)
+    if folders not in _asset_versions:
+        template_fingerprint(settings)
+    env = _environment(folders, _asset_versions[folders])
+    try:
+        html = env.get_template(template).render(
+            settings=settings,
+            site_title=settings.site_title,
+            asset_version=_asset_versions[folders],
+            registry_origin=origin_of(settings.base_url),
+            **context,
+        )
+    except jinja2.TemplateNotFound as exc:
+        raise ConfigError(f"template {exc.name} not found in {', '.join(folders)}") from exc
+    except jinja2.TemplateSyntaxError as exc:
+        raise ConfigError(f"template {exc.filename or exc.name}, line {exc.lineno}: {exc.message}") from exc
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"template {template}: {exc}") from exc
+    return html.encode("utf-8")
+
+
+def _render_memoised(settings: Settings, template: str, **context: Any) -> bytes:
+    """_render, remembered by its inputs: a long-running process (watch, the API server) then
+    renders again only the front pages whose rows changed, not all hundred at 10,000 packages."""
+    folders = _folder_key(settings)
+    if folders not in _asset_versions:
+        template_fingerprint(settings)
+    inputs = json.dumps([repr(settings), folders, _asset_versions[folders], template, context], default=str)
+    key = hashlib.sha256(inputs.encode()).hexdigest()
+    cached = _rendered.get(key)
+    if cached is None:
+        if len(_rendered) >= RENDER_MEMO_LIMIT:
+            _rendered.clear()
+        cached = _rendered[key] = _render(settings, template, **context)
+    return cached
+
+
+# ---------------------------------------------------------------- paths
 
 
 def package_folder(name: str) -> str:
     return f"{WEB_ROOT}/package/{package_dir(name)}"
 
 
-def package_pages(packument: Mapping[str, Any], settings: Settings) -> dict[str, bytes]:
-    env = _environment(str(template_dir(settings)))
-    html = env.get_template("package.html").render(pkg=packument, settings=settings, web_root=WEB_ROOT)
-    return {f"{package_folder(packument['name'])}/index.html": html.encode("utf-8")}
+def package_page_path(name: str) -> str:
+    return f"{package_folder(name)}/index.html"
+
+
+def index_page_path(number: int) -> str:
+    return f"{WEB_ROOT}/index.html" if number <= 1 else f"{PAGE_ROOT}/{number}/index.html"
+
+
+def relative_root(page_path: str) -> str:
+    """From a page under -/web/ back up to -/web/ itself, as `../` steps."""
+    inside = page_path[len(WEB_ROOT) + 1 :]
+    return "../" * inside.count("/")
+
+
+def page_href(root: str, name: str) -> str:
+    return f"{root}package/{quote(package_dir(name), safe='/@')}/index.html"
+
+
+# ---------------------------------------------------------------- links
+
+
+def http_url(value: Any) -> str | None:
+    """`value` if it is an absolute http(s) URL, else None (so javascript: and friends never link)."""
+    if not isinstance(value, str):
+        return None
+    url = value.strip()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(c in url for c in "\"'<>` \t\r\n"):
+        return None
+    return url
+
+
+def repository_url(value: Any) -> str | None:
+    """A browsable http(s) URL for package.json's `repository` (object, URL or shorthand)."""
+    url = value.get("url") if isinstance(value, Mapping) else value
+    if not isinstance(url, str):
+        return None
+    url = url.strip()
+    shorthand = _SHORTHAND.match(url)
+    if shorthand:
+        return _SHORTHAND_HOSTS[shorthand.group(1) or "github"] + shorthand.group(2).removesuffix(".git")
+    if url.startswith("git+"):
+        url = url[4:]
+    found = http_url(url)
+    return found.removesuffix(".git") if found else None
+
+
+def repository_text(value: Any) -> str:
+    url = value.get("url") if isinstance(value, Mapping) else value
+    return url.strip() if isinstance(url, str) else ""
+
+
+def bugs_url(value: Any) -> str | None:
+    return http_url(value.get("url") if isinstance(value, Mapping) else value)
+
+
+def license_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("type"), str):
+        return value["type"]
+    return ""
+
+
+def person_text(value: Any) -> str:
+    if isinstance(value, Mapping) and isinstance(value.get("name"), str):
+        return value["name"]
+    if isinstance(value, str):
+        return value.split("<")[0].split("(")[0].strip()
+    return ""
+
+
+def latest_manifest(packument: Mapping[str, Any]) -> Mapping[str, Any]:
+    latest = packument.get("dist-tags", {}).get("latest")
+    return packument.get("versions", {}).get(latest, {})
+
+
+def linked_names(packument: Mapping[str, Any]) -> list[str]:
+    """Every dependency name the package page may link to: the page changes when one appears or goes."""
+    latest = latest_manifest(packument)
+    names: set[str] = set()
+    for kind, _ in DEPENDENCY_KINDS:
+        deps = latest.get(kind)
+        if isinstance(deps, Mapping):
+            names.update(k for k in deps if isinstance(k, str))
+    return sorted(names)
+
+
+# ---------------------------------------------------------------- package page
+
+
+@dataclass(frozen=True)
+class Dependency:
+    name: str
+    range: str
+    href: str | None
+
+
+def _dependencies(latest: Mapping[str, Any], root: str, registry_names: Collection[str]) -> list[tuple[str, list[Dependency]]]:
+    groups = []
+    for kind, title in DEPENDENCY_KINDS:
+        deps = latest.get(kind)
+        if not isinstance(deps, Mapping) or not deps:
+            continue
+        entries = [
+            Dependency(str(name), str(spec), page_href(root, name) if name in registry_names else None)
+            for name, spec in sorted(deps.items())
+        ]
+        groups.append((title, entries))
+    return groups
+
+
+def _versions(packument: Mapping[str, Any], tree_root: str, tarball_sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    tags_by_version: dict[str, list[str]] = {}
+    for tag, version in sorted(packument.get("dist-tags", {}).items()):
+        tags_by_version.setdefault(version, []).append(tag)
+    times = packument.get("time", {})
+    rows = []
+    for version in reversed(sort_versions(packument.get("versions", {}))):
+        doc = packument["versions"][version]
+        dist = doc.get("dist", {})
+        rows.append(
+            {
+                "version": version,
+                "tags": tags_by_version.get(version, []),
+                "time": times.get(version, ""),
+                "deprecated": doc.get("deprecated") if isinstance(doc.get("deprecated"), str) else None,
+                "unpacked_size": dist.get("unpackedSize"),
+                "file_count": dist.get("fileCount"),
+                "tarball_size": tarball_sizes.get(version),
+                "integrity": dist.get("integrity", ""),
+                "shasum": dist.get("shasum", ""),
+                "tarball_href": tree_root + quote(tarball_path(packument["name"], version), safe="/@"),
+            }
+        )
+    return rows
+
+
+def install_commands(name: str, base_url: str) -> list[tuple[str, str]]:
+    return [
+        ("npm", f"npm install {name} --registry={base_url}"),
+        ("pnpm", f"pnpm add {name} --registry={base_url}"),
+        ("yarn", f"yarn add {name} --registry={base_url}"),
+    ]
+
+
+def npmrc_line(name: str, base_url: str) -> str:
+    """What to put in .npmrc so plain `npm install <name>` finds this registry."""
+    scope, _ = split_name(name)
+    return f"{scope}:registry={base_url}" if scope else f"registry={base_url}"
+
+
+def package_context(
+    packument: Mapping[str, Any],
+    settings: Settings,
+    *,
+    registry_names: Collection[str],
+    tarball_sizes: Mapping[str, int],
+) -> dict[str, Any]:
+    """Everything package.html needs, computed once here so templates stay simple to restyle."""
+    name = packument["name"]
+    root = relative_root(package_page_path(name))
+    tree_root = root + "../../"
+    latest = latest_manifest(packument)
+    versions = _versions(packument, tree_root, tarball_sizes)
+    latest_version = packument.get("dist-tags", {}).get("latest", "")
+    latest_row = next((row for row in versions if row["version"] == latest_version), None)
+    keywords = [k for k in packument.get("keywords") or [] if isinstance(k, str)]
+    return {
+        "pkg": packument,
+        "name": name,
+        "root": root,
+        "description": packument.get("description") if isinstance(packument.get("description"), str) else "",
+        "latest_version": latest_version,
+        "latest": latest_row,
+        "deprecated": latest_row["deprecated"] if latest_row else None,
+        "dist_tags": sorted(packument.get("dist-tags", {}).items()),
+        "install": install_commands(name, settings.base_url),
+        "npmrc": npmrc_line(name, settings.base_url),
+        "readme": render_readme(packument.get("readme"), packument.get("readmeFilename")),
+        "versions": versions,
+        "dependency_groups": _dependencies(latest, root, registry_names),
+        "keywords": [(k, f"{root}index.html?q={quote(k, safe='')}") for k in keywords],
+        "license": license_text(packument.get("license")),
+        "homepage": http_url(packument.get("homepage")),
+        "homepage_text": packument.get("homepage") if isinstance(packument.get("homepage"), str) else "",
+        "repository": repository_url(packument.get("repository")),
+        "repository_text": repository_text(packument.get("repository")),
+        "bugs": bugs_url(packument.get("bugs")),
+        "author": person_text(packument.get("author")),
+        "maintainers": [m for m in packument.get("maintainers", []) if isinstance(m, Mapping) and m.get("name")],
+        "created": packument.get("time", {}).get("created", ""),
+        "modified": packument.get("time", {}).get("modified", ""),
+        "document_href": tree_root + quote(package_dir(name), safe="/@") + "/index.html",
+    }
+
+
+def package_pages(
+    packument: Mapping[str, Any],
+    settings: Settings,
+    *,
+    registry_names: Collection[str] | None = None,
+    tarball_sizes: Mapping[str, int] | None = None,
+) -> dict[str, bytes]:
+    """The package's page. Dependencies link only to names in `registry_names` (none when unknown)."""
+    context = package_context(
+        packument, settings, registry_names=registry_names or frozenset(), tarball_sizes=tarball_sizes or {}
+    )
+    return {package_page_path(packument["name"]): _render(settings, "package.html", **context)}
+
+
+# ---------------------------------------------------------------- front pages
+
+
+def page_links(current: int, total: int, root: str) -> list[tuple[int | None, str]]:
+    """Page numbers around the current one plus first and last; None stands for a gap."""
+    wanted = sorted({1, total, *range(max(1, current - 2), min(total, current + 2) + 1)})
+    links: list[tuple[int | None, str]] = []
+    for number in wanted:
+        if links and links[-1][0] is not None and number - (links[-1][0] or 0) > 1:
+            links.append((None, ""))
+        links.append((number, root + index_page_path(number)[len(WEB_ROOT) + 1 :]))
+    return links
+
+
+def search_entries(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The client-side search index: one small record per package."""
+    return [
+        {
+            "name": s["name"],
+            "description": s.get("description") or "",
+            "keywords": s.get("keywords") or [],
+            "maintainers": [m.get("name", "") for m in s.get("maintainers", []) if isinstance(m, Mapping)],
+            "version": s.get("version") or "",
+            "modified": s.get("modified") or "",
+        }
+        for s in summaries
+    ]
+
+
+def _row(summary: Mapping[str, Any], root: str) -> dict[str, Any]:
+    return {**summary, "href": page_href(root, summary["name"])}
 
 
 def index_pages(summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
-    env = _environment(str(template_dir(settings)))
-    html = env.get_template("index.html").render(packages=summaries, settings=settings, web_root=WEB_ROOT)
-    return {f"{WEB_ROOT}/index.html": html.encode("utf-8")}
+    """Front pages (PAGE_SIZE packages each), the search index, the not-found page and assets."""
+    ordered = sorted(summaries, key=lambda s: s["name"])
+    total_pages = max(1, -(-len(ordered) // PAGE_SIZE))
+    recent = sorted(ordered, key=lambda s: (s.get("modified") or "", s["name"]), reverse=True)[:RECENT_COUNT]
+    files: dict[str, bytes] = {}
+    for number in range(1, total_pages + 1):
+        path = index_page_path(number)
+        root = relative_root(path)
+        chunk = ordered[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
+        files[path] = _render_memoised(
+            settings,
+            "index.html",
+            root=root,
+            packages=[_row(s, root) for s in chunk],
+            recent=[_row(s, root) for s in recent] if number == 1 else [],
+            total=len(ordered),
+            page=number,
+            pages=total_pages,
+            first_index=(number - 1) * PAGE_SIZE + 1,
+            previous_href=root + index_page_path(number - 1)[len(WEB_ROOT) + 1 :] if number > 1 else None,
+            next_href=root + index_page_path(number + 1)[len(WEB_ROOT) + 1 :] if number < total_pages else None,
+            page_links=page_links(number, total_pages, root),
+        )
+    index = json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
+    files[SEARCH_INDEX] = index
+    if settings.gzip:
+        files[SEARCH_INDEX + ".gz"] = gzip_bytes(index)
+    files[NOT_FOUND_PAGE] = _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")
+    files.update(static_assets(settings))
+    return files

@@ -8,8 +8,11 @@ import http.server
 import io
 import json
 import os
+import pty
+import select
 import subprocess
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,9 +60,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def static_server(root: Path) -> Iterator[str]:
+def static_server(root: Path, handler_class: type[http.server.SimpleHTTPRequestHandler] = _QuietHandler) -> Iterator[str]:
     """The stdlib's plain http.server (no custom routing) on 127.0.0.1, ephemeral port."""
-    handler = functools.partial(_QuietHandler, directory=str(root))
+    handler = functools.partial(handler_class, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -100,3 +103,33 @@ class Npm:
         if check and proc.returncode != 0:
             raise AssertionError(f"npm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+
+def drive_terminal(command: list[str], env: dict[str, str], cwd: Path, answers: list[tuple[str, str]], deadline: float = 90) -> tuple[int, str]:
+    """Runs `command` on a pseudo-terminal, typing each answer once its prompt shows."""
+    master, slave = pty.openpty()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    os.close(slave)
+    seen = ""
+    pending = list(answers)
+    try:
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096).decode("utf-8", "replace")
+                except OSError:
+                    break  # the child closed the terminal
+                seen += chunk
+                if pending and pending[0][0] in seen.rsplit("\n", 1)[-1]:
+                    os.write(master, (pending.pop(0)[1] + "\r").encode())
+            elif process.poll() is not None:
+                break
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+    return process.returncode, seen

@@ -153,6 +153,8 @@ def test_adding_one_archive_rewrites_only_that_package_and_the_indexes(tmp_path:
         "demo-nomain/index.html.gz",
         "demo-nomain/abbreviated.json",
         "demo-nomain/abbreviated.json.gz",
+        "demo-nomain/latest/index.html",  # GET /<name>/<tag> (registry_gen.hosting.tag_documents)
+        "demo-nomain/latest/index.html.gz",
         "-/package/demo-nomain/dist-tags",
         "-/package/demo-nomain/dist-tags.gz",
         "-/web/package/demo-nomain/index.html",

@@ -213,6 +213,8 @@ def _packuments(out: Path) -> Iterator[dict[str, Any]]:
         relative = document.relative_to(out).as_posix()
         if relative.startswith(("-/", ".registry-gen/")) or "/-/" in relative:
             continue
+        if (document.parent.parent / "index.html").is_file():
+            continue  # <name>/<tag>/index.html: a dist-tag's version document (GET /<name>/<tag>)
         yield json.loads(document.read_bytes())
 
 

@@ -1,0 +1,400 @@
+"""The build's memory between runs, in SQLite files under OUT/.registry-gen/.
+
+Two files, because they have different lifetimes:
+
+* `state.sqlite3` (settings.state_file): what content/ looked like at the last build, what each
+  archive holds, what each package's files and summary are. Every change of one build happens in
+  one transaction committed last, so a build that dies half-way leaves the previous state intact
+  and the next build simply redoes the work.
+* `cache.sqlite3`: the manifest and README of each archive, keyed by the tarball's sha1. Pure
+  cache, content-addressed, committed as archives are read, so the package writers (worker
+  processes) can read it while the state transaction is still open.
+
+Why SQLite rather than one JSON file: an incremental build at 100,000 versions must not load and
+rewrite 100,000 records; here it touches only the rows of what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 5
+CACHE_FILE = "cache.sqlite3"
+LEGACY_STATE_FILE = "state.json"
+
+_STATE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- One row per folder of content/ holding archives or meta files: the stat listing seen last.
+CREATE TABLE IF NOT EXISTS folders (folder TEXT PRIMARY KEY, listing BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS archives (
+    path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, name TEXT, version TEXT, shasum TEXT,
+    integrity TEXT, tarball_size INTEGER, file_count INTEGER, unpacked_size INTEGER,
+    converted INTEGER, error TEXT
+);
+CREATE INDEX IF NOT EXISTS archives_by_name ON archives (name);
+CREATE INDEX IF NOT EXISTS archives_with_errors ON archives (path) WHERE error IS NOT NULL;
+CREATE INDEX IF NOT EXISTS archives_by_shasum ON archives (shasum);
+CREATE TABLE IF NOT EXISTS metas (path TEXT PRIMARY KEY, name TEXT, error TEXT);
+CREATE INDEX IF NOT EXISTS metas_by_name ON metas (name);
+CREATE TABLE IF NOT EXISTS times (name TEXT, version TEXT, stamp TEXT NOT NULL, PRIMARY KEY (name, version)) WITHOUT ROWID;
+-- all_fragment/search_fragment: the package's serialised piece of -/all and of -/v1/search.
+CREATE TABLE IF NOT EXISTS packages (
+    name TEXT PRIMARY KEY, digest TEXT NOT NULL, present INTEGER NOT NULL, versions INTEGER NOT NULL,
+    record TEXT NOT NULL, summary TEXT NOT NULL, all_fragment BLOB NOT NULL, search_fragment BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS links (name TEXT, target TEXT, PRIMARY KEY (name, target)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS links_by_target ON links (target);
+-- Problems found while grouping a package's archives (two archives, one version, different bytes),
+-- kept so every build reports them, not only the one that found them.
+CREATE TABLE IF NOT EXISTS issues (name TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS issues_by_name ON issues (name);
+"""
+
+# The README sits apart from the manifest: a package document needs every version's manifest but
+# only the latest version's README.
+_CACHE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS manifests (
+    shasum TEXT PRIMARY KEY, manifest BLOB NOT NULL, readme TEXT, readme_filename TEXT
+);
+"""
+
+
+@dataclass
+class ArchiveRecord:
+    """What the state remembers about one archive, so an unchanged one is never reopened."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    name: str | None = None
+    version: str | None = None
+    shasum: str | None = None
+    integrity: str | None = None
+    tarball_size: int = 0
+    file_count: int = 0
+    unpacked_size: int = 0
+    converted: bool = False
+    error: str | None = None
+
+
+_ARCHIVE_FIELDS = tuple(f.name for f in fields(ArchiveRecord))
+_ARCHIVE_COLUMNS = ", ".join(_ARCHIVE_FIELDS)
+_ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in fields(ArchiveRecord))
+
+
+def _record(row: tuple[Any, ...]) -> ArchiveRecord:
+    record = ArchiveRecord(*row)
+    record.converted = bool(record.converted)
+    return record
+
+
+def _connect(path: Path, schema: str) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    # WAL + NORMAL: a commit is one append, atomic, and survives a crash of the process; a power
+    # cut may lose the last build's state, which only makes the next build redo it.
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=30000")
+    if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        for table in tables:
+            db.execute(f'DROP TABLE IF EXISTS "{table}"')
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    db.executescript(schema)
+    return db
+
+
+def open_database(path: Path, schema: str) -> sqlite3.Connection:
+    """Opens (creating or, when unreadable, recreating) one of the two databases."""
+    try:
+        return _connect(path, schema)
+    except sqlite3.DatabaseError:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        return _connect(path, schema)
+
+
+class BuildState:
+    """The state database, inside one write transaction from `begin()` to `commit()`."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.db = open_database(path, _STATE_SCHEMA)
+
+    # -- transaction
+
+    def begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.rollback()
+        self.db.close()
+
+    # -- settings
+
+    def get_setting(self, key: str) -> str:
+        row = self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else ""
+
+    def set_setting(self, key: str, value: str) -> None:
+        self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))
+
+    def forget_content(self) -> None:
+        """Every archive and meta file will be read again (new generator or settings)."""
+        self.db.execute("DELETE FROM folders")
+        self.db.execute("DELETE FROM archives")
+        self.db.execute("DELETE FROM metas")
+        self.db.execute("DELETE FROM issues")
+
+    def is_empty(self) -> bool:
+        return self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not self.get_setting("fingerprint")
+
+    # -- folder listings
+
+    def listings(self) -> dict[str, bytes]:
+        return dict(self.db.execute("SELECT folder, listing FROM folders"))
+
+    def listing(self, folder: str) -> bytes | None:
+        row = self.db.execute("SELECT listing FROM folders WHERE folder = ?", (folder,)).fetchone()
+        return row[0] if row else None
+
+    def put_listing(self, folder: str, listing: bytes | None) -> None:
+        if listing is None:
+            self.db.execute("DELETE FROM folders WHERE folder = ?", (folder,))
+        else:
+            self.db.execute("INSERT OR REPLACE INTO folders (folder, listing) VALUES (?, ?)", (folder, listing))
+
+    # -- archives
+
+    def archive(self, path: str) -> ArchiveRecord | None:
+        row = self.db.execute(f"SELECT {_ARCHIVE_COLUMNS} FROM archives WHERE path = ?", (path,)).fetchone()
+        return _record(row) if row else None
+
+    def put_archive(self, record: ArchiveRecord) -> None:
+        self.db.execute(
+            f"INSERT OR REPLACE INTO archives ({_ARCHIVE_COLUMNS}) VALUES ({_ARCHIVE_PLACEHOLDERS})",
+            tuple(getattr(record, name) for name in _ARCHIVE_FIELDS),  # not astuple(): it deep-copies
+        )
+
+    def delete_archive(self, path: str) -> None:
+        self.db.execute("DELETE FROM archives WHERE path = ?", (path,))
+
+    def archives_of(self, name: str) -> list[ArchiveRecord]:
+        """The readable archives claiming `name`, by path."""
+        rows = self.db.execute(
+            f"SELECT {_ARCHIVE_COLUMNS} FROM archives WHERE name = ? AND error IS NULL ORDER BY path", (name,)
+        )
+        return [_record(row) for row in rows]
+
+    def archive_errors(self) -> list[tuple[str, str]]:
+        return list(self.db.execute("SELECT path, error FROM archives WHERE error IS NOT NULL ORDER BY path"))
+
+    def archive_names(self) -> Iterator[str]:
+        return (row[0] for row in self.db.execute("SELECT DISTINCT name FROM archives WHERE name IS NOT NULL"))
+
+    # -- meta files
+
+    def meta(self, path: str) -> tuple[str | None, str | None] | None:
+        row = self.db.execute("SELECT name, error FROM metas WHERE path = ?", (path,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def put_meta(self, path: str, name: str | None, error: str | None) -> None:
+        self.db.execute("INSERT OR REPLACE INTO metas (path, name, error) VALUES (?, ?, ?)", (path, name, error))
+
+    def delete_meta(self, path: str) -> None:
+        self.db.execute("DELETE FROM metas WHERE path = ?", (path,))
+
+    def metas_of(self, name: str) -> list[tuple[str, str | None]]:
+        """(path, error) of every meta file naming `name` (or that named it before turning invalid)."""
+        return list(self.db.execute("SELECT path, error FROM metas WHERE name = ? ORDER BY path", (name,)))
+
+    def meta_errors(self) -> list[tuple[str, str | None, str]]:
+        """(path, the name it had when last valid, error) of every unreadable meta file."""
+        return list(self.db.execute("SELECT path, name, error FROM metas WHERE error IS NOT NULL ORDER BY path"))
+
+    def duplicate_metas(self) -> list[tuple[str, str]]:
+        """(name, path) of every valid meta file after the first (by path) for the same name."""
+        return list(
+            self.db.execute(
+                "SELECT m.name, m.path FROM metas m WHERE m.error IS NULL AND m.name IS NOT NULL AND EXISTS "
+                "(SELECT 1 FROM metas o WHERE o.name = m.name AND o.error IS NULL AND o.path < m.path) ORDER BY m.path"
+            )
+        )
+
+    def meta_names(self) -> Iterator[str]:
+        return (row[0] for row in self.db.execute("SELECT DISTINCT name FROM metas WHERE name IS NOT NULL"))
+
+    # -- first-seen publish times
+
+    def times_of(self, name: str) -> dict[str, str]:
+        return dict(self.db.execute("SELECT version, stamp FROM times WHERE name = ?", (name,)))
+
+    def put_times(self, name: str, stamps: dict[str, str]) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO times (name, version, stamp) VALUES (?, ?, ?)",
+            ((name, version, stamp) for version, stamp in stamps.items()),
+        )
+
+    def delete_times(self, name: str) -> None:
+        self.db.execute("DELETE FROM times WHERE name = ?", (name,))
+
+    def import_times(self, times: dict[str, dict[str, str]]) -> None:
+        for name, stamps in times.items():
+            self.put_times(name, stamps)
+
+    # -- packages
+
+    def package(self, name: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT digest, present, record, summary FROM packages WHERE name = ?", (name,)).fetchone()
+        if not row:
+            return None
+        record = json.loads(row[2])
+        record["digest"] = row[0]
+        record["present"] = bool(row[1])
+        record["summary"] = json.loads(row[3])
+        return record
+
+    def put_package(self, name: str, record: dict[str, Any], *, present: bool, fragments: tuple[bytes, bytes]) -> None:
+        body = {k: v for k, v in record.items() if k not in ("digest", "present", "summary")}
+        self.db.execute(
+            "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment, search_fragment)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                name,
+                record["digest"],
+                int(present),
+                int(record["summary"]["versions"]),
+                json.dumps(body, separators=(",", ":")),
+                json.dumps(record["summary"], separators=(",", ":")),
+                fragments[0],
+                fragments[1],
+            ),
+        )
+        self.db.execute("DELETE FROM links WHERE name = ?", (name,))
+        self.db.executemany(
+            "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
+        )
+
+    def delete_package(self, name: str) -> None:
+        self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
+        self.db.execute("DELETE FROM links WHERE name = ?", (name,))
+
+    def package_names(self) -> list[str]:
+        return [row[0] for row in self.db.execute("SELECT name FROM packages ORDER BY name")]
+
+    def present_names(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT name FROM packages WHERE present")}
+
+    def linking_to(self, targets: Iterable[str]) -> set[str]:
+        found: set[str] = set()
+        for target in targets:
+            found.update(row[0] for row in self.db.execute("SELECT name FROM links WHERE target = ?", (target,)))
+        return found
+
+    def index_entries(self) -> Iterator[tuple[dict[str, Any], bytes, bytes]]:
+        """(summary, -/all piece, -/v1/search piece) of every package, by name."""
+        for summary, all_fragment, search_fragment in self.db.execute(
+            "SELECT summary, all_fragment, search_fragment FROM packages ORDER BY name"
+        ):
+            yield json.loads(summary), all_fragment, search_fragment
+
+    def totals(self) -> tuple[int, int]:
+        packages, versions = self.db.execute("SELECT COUNT(*), COALESCE(SUM(versions), 0) FROM packages").fetchone()
+        return int(packages), int(versions)
+
+    # -- issues
+
+    def set_issues(self, name: str, issues: list[tuple[str, str]]) -> None:
+        self.db.execute("DELETE FROM issues WHERE name = ?", (name,))
+        self.db.executemany("INSERT INTO issues (name, path, reason) VALUES (?, ?, ?)", ((name, p, r) for p, r in issues))
+
+    def all_issues(self) -> list[tuple[str, str]]:
+        return list(self.db.execute("SELECT path, reason FROM issues ORDER BY path, reason"))
+
+
+def read_legacy_times(cache_dir: Path) -> dict[str, dict[str, str]]:
+    """First-seen times from the JSON state of earlier versions, so publish times survive the move."""
+    try:
+        data = json.loads((cache_dir / LEGACY_STATE_FILE).read_bytes())
+        times = data.get("times", {})
+        return {n: dict(v) for n, v in times.items() if isinstance(v, dict)}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+@dataclass(frozen=True)
+class CachedManifest:
+    manifest: bytes  # the validated manifest, as JSON
+    readme: str | None
+    readme_filename: str | None
+
+
+class ManifestCache:
+    """sha1 of a tarball -> what the packuments need from it (manifest, README)."""
+
+    def __init__(self, path: Path, *, readonly: bool = False):
+        self.path = path
+        if readonly:
+            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA busy_timeout=30000")
+        else:
+            self.db = open_database(path, _CACHE_SCHEMA)
+
+    def manifest(self, shasum: str) -> bytes | None:
+        row = self.db.execute("SELECT manifest FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
+        return row[0] if row else None
+
+    def readme(self, shasum: str) -> tuple[str | None, str | None] | None:
+        row = self.db.execute("SELECT readme, readme_filename FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
+        if not items:
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?)",
+                ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
+            )
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def forget_unreferenced(self, shasums: Iterable[str] | None, state_path: Path) -> None:
+        """Drops the manifests of `shasums` (None: of all) that no archive of the committed state
+        refers to."""
+        self.db.execute("ATTACH DATABASE ? AS state", (str(state_path),))
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            if shasums is None:
+                self.db.execute(
+                    "DELETE FROM manifests WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
+                )
+            else:
+                self.db.executemany(
+                    "DELETE FROM manifests WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)",
+                    ((s,) for s in shasums),
+                )
+            self.db.execute("COMMIT")
+        finally:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            self.db.execute("DETACH DATABASE state")
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,73 @@
+"""`registry-gen watch`: a first build, then rebuilds whenever content/ changes (until Ctrl-C)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from registry_gen.cli import BaseUrlOption, ConfigOption, ContentArg, OutOption
+from registry_gen.settings import Settings
+
+
+def _echo_report(report: Any) -> None:
+    """One line per build on stdout (the counter tests and people read), problems on stderr."""
+    if report.failure:
+        typer.echo(f"build {report.number} failed: {report.failure}", err=True)
+        return
+    result = report.result
+    for issue in report.new_errors:
+        typer.echo(f"error: {issue}", err=True)
+    for issue in report.resolved_errors:
+        typer.echo(f"resolved: {issue.path}", err=True)
+    changed = ", ".join(result.rebuilt_packages[:10]) + (" ..." if len(result.rebuilt_packages) > 10 else "")
+    typer.echo(
+        f"build {report.number} ({report.reason}): {result.summary()}" + (f"; rebuilt {changed}" if changed else ""),
+    )
+
+
+def _wait_for_signal() -> None:
+    """Blocks until SIGINT or SIGTERM (a service manager's stop) arrives."""
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
+    def watch_command(
+        content_dir: ContentArg = None,
+        out: OutOption = None,
+        base_url: BaseUrlOption = None,
+        settle: Annotated[
+            float, typer.Option("--settle", min=0.05, help="Seconds a file must stay unchanged before it is read.")
+        ] = 1.0,
+        max_wait: Annotated[
+            float, typer.Option("--max-wait", min=1, help="Build anyway after this many seconds of continuous changes.")
+        ] = 30.0,
+        poll: Annotated[
+            bool, typer.Option("--poll", help="Poll the folder instead of using file system events (network shares).")
+        ] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Build, then rebuild the changed packages whenever CONTENT_DIR changes (Ctrl-C stops)."""
+        from registry_gen.watch import Watcher
+
+        settings = settings_from_options(config, content_dir=content_dir, out_dir=out, base_url=base_url)
+        watcher = Watcher(settings, settle_seconds=settle, max_wait_seconds=max_wait, poll=poll, on_build=_echo_report)
+        watcher.start()
+        typer.echo(f"watching {settings.content_dir} -> {settings.out_dir} (Ctrl-C to stop)")
+        try:
+            _wait_for_signal()
+        finally:
+            watcher.stop()
+        typer.echo(f"stopped after {watcher.stats.builds} builds")
+
+    app.command("watch")(watch_command)

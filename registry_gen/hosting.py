@@ -1,0 +1,463 @@
+"""What each kind of static host needs to serve the tree right (pure functions, no I/O).
+
+* nginx: `nginx_site()` (an http-context snippet for conf.d/) and `nginx_config()` (a complete
+  nginx.conf to run with `nginx -p DIR -c FILE`). Package documents as `application/json`, every
+  scoped-name spelling, JSON error bodies, immutable tarballs, revalidated documents,
+  precompressed `.gz` siblings, `Accept` negotiation of the abbreviated document, and writes
+  routed by method to `registry-gen api`.
+* Object stores (S3 and friends): `object_headers()` gives each file's Content-Type and
+  Cache-Control, `upload_plan()` the keys to upload and in which order.
+* Hosts without configuration (GitHub Pages): the build writes `.nojekyll` and a JSON `404.html`
+  (see `STATIC_EXTRAS`); see README "Hosting" for what such hosts can and cannot do.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DOCUMENT = "index.html"  # the build's name for a package document (RATIONALE.md §1)
+ABBREVIATED_DOCUMENT = "abbreviated.json"
+ABBREVIATED_TYPE = "application/vnd.npm.install-v1+json"
+JSON_TYPE = "application/json"
+TARBALL_TYPE = "application/octet-stream"
+IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
+ERROR_CACHE = "no-cache"
+NOT_FOUND_BODY = b'{"error":"not found"}\n'
+NOT_FOUND_DOCUMENT = "-/404.json"  # the object store's error document
+PAGES_NOT_FOUND = "404.html"  # GitHub Pages serves this one, with status 404, for any missing path
+NOJEKYLL = ".nojekyll"  # GitHub Pages: serve the files as they are, no Jekyll pass
+# Files the build writes for hosts that cannot be configured: relative path -> bytes.
+STATIC_EXTRAS: dict[str, bytes] = {NOJEKYLL: b"", NOT_FOUND_DOCUMENT: NOT_FOUND_BODY, PAGES_NOT_FOUND: NOT_FOUND_BODY}
+WEB_ROOT = "-/web"
+# GET paths whose answer depends on who asks or on the query: never files. The same lists as
+# `registry-gen serve` uses (user_api/server.py; a test keeps them equal).
+API_READ_PREFIXES = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
+USER_API_PREFIXES = ("/user/", "/-/user-api/")
+USER_API_EXACT = ("/user",)
+
+
+_TAG_FOLDER = re.compile(r"^[A-Za-z][A-Za-z0-9._~-]{0,127}$")
+
+
+def tag_documents(packument: Mapping[str, Any]) -> dict[str, Any]:
+    """`GET /<name>/<tag>` answers: tag -> the version object it points at.
+
+    pnpm 12 resolves a bare `pnpm add <name>` (with minimumReleaseAge 0) by fetching
+    `/<name>/latest` and gives up on a 404, so the tree carries `<name>/<tag>/index.html` for
+    every dist-tag that can be a folder name beside the package's own files.
+    """
+    documents: dict[str, Any] = {}
+    versions = packument.get("versions") or {}
+    for tag, version in (packument.get("dist-tags") or {}).items():
+        if not _TAG_FOLDER.match(tag) or tag in (PACKAGE_DOCUMENT, ABBREVIATED_DOCUMENT) or tag.endswith(".gz"):
+            continue
+        if version in versions:
+            documents[tag] = versions[version]
+    return documents
+
+
+def document_cache(max_age: int = 0) -> str:
+    """Package documents change on every publish: cache briefly, then revalidate with the ETag."""
+    if max_age < 0:
+        raise ValueError("max_age must not be negative")
+    return f"public, max-age={max_age}, must-revalidate"
+
+
+# ---------------------------------------------------------------- objects in the tree
+
+
+class ObjectKind(str, Enum):
+    TARBALL = "tarball"
+    PACKAGE_DOCUMENT = "package-document"
+    ABBREVIATED_DOCUMENT = "abbreviated-document"
+    REGISTRY_DOCUMENT = "registry-document"  # generator-owned JSON under -/ (dist-tags, ping, all, search, 404)
+    WEB = "web"  # the HTML site under -/web/
+    PRECOMPRESSED = "precompressed"  # .gz siblings: only a server that negotiates can use them
+    PRIVATE = "private"  # .registry-gen/, temp files, dotfiles: never published
+    OTHER = "other"  # not written by the build (robots.txt put there by hand, say)
+
+
+@dataclass(frozen=True)
+class ObjectHeaders:
+    content_type: str
+    cache_control: str
+
+
+def classify(relative: str) -> ObjectKind:
+    """The kind of a file, from its path relative to the tree's root (POSIX separators)."""
+    parts = relative.split("/")
+    if any(part.startswith(".") for part in parts) or not relative:
+        return ObjectKind.PRIVATE
+    if relative.endswith(".gz"):
+        return ObjectKind.PRECOMPRESSED
+    if parts[0] == "-":
+        return ObjectKind.WEB if relative.startswith(WEB_ROOT + "/") else ObjectKind.REGISTRY_DOCUMENT
+    if relative == PAGES_NOT_FOUND:
+        return ObjectKind.REGISTRY_DOCUMENT
+    if len(parts) >= 3 and parts[-2] == "-" and parts[-1].endswith(".tgz"):
+        return ObjectKind.TARBALL
+    if parts[-1] == ABBREVIATED_DOCUMENT:
+        return ObjectKind.ABBREVIATED_DOCUMENT
+    if parts[-1] == PACKAGE_DOCUMENT:
+        return ObjectKind.PACKAGE_DOCUMENT
+    # The build writes nothing else; a file someone added by hand is typed by its extension.
+    return ObjectKind.OTHER
+
+
+def _web_type(relative: str) -> str:
+    guessed, _ = mimetypes.guess_type(relative, strict=False)
+    if guessed is None:
+        return TARBALL_TYPE
+    if guessed.startswith("text/") or guessed in ("application/javascript", "image/svg+xml"):
+        return f"{guessed}; charset=utf-8"
+    return guessed
+
+
+def object_headers(relative: str, *, document_max_age: int = 0) -> ObjectHeaders | None:
+    """Content-Type and Cache-Control for one file, or None if it must not be published."""
+    kind = classify(relative)
+    if kind in (ObjectKind.PRIVATE, ObjectKind.PRECOMPRESSED):
+        return None
+    if kind is ObjectKind.TARBALL:
+        return ObjectHeaders(TARBALL_TYPE, IMMUTABLE_CACHE)
+    if kind in (ObjectKind.WEB, ObjectKind.OTHER):
+        return ObjectHeaders(_web_type(relative), document_cache(document_max_age))
+    if kind is ObjectKind.ABBREVIATED_DOCUMENT:
+        return ObjectHeaders(ABBREVIATED_TYPE, document_cache(document_max_age))
+    return ObjectHeaders(JSON_TYPE, document_cache(document_max_age))
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One object to put: `key` in the bucket, holding the bytes of `source` (a tree path)."""
+
+    key: str
+    source: str
+    content_type: str
+    cache_control: str
+    phase: int  # 0 tarballs, 1 package documents, 2 the rest: a document never names a missing tarball
+
+
+def _aliases(relative: str, kind: ObjectKind) -> list[str]:
+    """Extra keys for one file, so a plain object store (no index documents) answers `/<name>`.
+
+    An S3 REST endpoint (and moto, and CloudFront over a REST origin) never maps `/<name>` to
+    `<name>/index.html`; its website endpoint does, but only with a redirect. Storing each JSON
+    document under its folder's key as well makes both answer `/<name>` directly. S3 keys are
+    flat, so the object `@scope/name` and the tarballs below `@scope/name/-/` coexist.
+    """
+    folder, _, filename = relative.rpartition("/")
+    if filename != PACKAGE_DOCUMENT or not folder:
+        return []
+    if kind is ObjectKind.WEB:
+        return [folder + "/"]  # pages link with explicit index.html; this is for typed-in folder URLs
+    return [folder]
+
+
+def upload_plan(relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0) -> list[Upload]:
+    """Every object to upload for the given tree files, tarballs first, sorted within a phase."""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    uploads: list[Upload] = []
+    for relative in relatives:
+        headers = object_headers(relative, document_max_age=document_max_age)
+        if headers is None:
+            continue
+        kind = classify(relative)
+        phase = 0 if kind is ObjectKind.TARBALL else 1 if kind in (ObjectKind.PACKAGE_DOCUMENT, ObjectKind.ABBREVIATED_DOCUMENT) else 2
+        for key in [relative, *_aliases(relative, kind)]:
+            uploads.append(Upload(prefix + key, relative, headers.content_type, headers.cache_control, phase))
+    return sorted(uploads, key=lambda u: (u.phase, u.key))
+
+
+def website_configuration(prefix: str = "") -> dict[str, dict[str, str]]:
+    """The bucket website settings: folder index documents, and the JSON 404 as error document."""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return {"IndexDocument": {"Suffix": PACKAGE_DOCUMENT}, "ErrorDocument": {"Key": prefix + NOT_FOUND_DOCUMENT}}
+
+
+def public_read_policy(bucket: str, prefix: str = "") -> str:
+    """A bucket policy letting anyone GET the objects under the prefix (and nothing else)."""
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    statement = {
+        "Sid": "RegistryGenPublicRead",
+        "Effect": "Allow",
+        "Principal": "*",
+        "Action": "s3:GetObject",
+        "Resource": f"arn:aws:s3:::{bucket}/{prefix}*",
+    }
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+# ---------------------------------------------------------------- nginx
+
+
+def _quoted(value: str) -> str:
+    """An nginx string literal; refuses characters that would end or split the directive."""
+    if any(ch in value for ch in '"\\;{}\n\r$') or not value:
+        raise ValueError(f"unsafe value for an nginx config: {value!r}")
+    return f'"{value}"'
+
+
+def _plain(value: str, what: str) -> str:
+    """A bare directive argument (listen, server_name, upstream, sizes): no quoting, no injection."""
+    if not value or any(ch in value for ch in '"\';{}#$\\\n\r'):
+        raise ValueError(f"unsafe {what} for an nginx config: {value!r}")
+    return value
+
+
+def _json_error(code: int, message: str) -> str:
+    return f"""    location @registry_gen_{code} {{
+        types {{ }}
+        default_type {JSON_TYPE};
+        add_header Cache-Control "{ERROR_CACHE}" always;{'''
+        add_header Allow "GET, HEAD" always;''' if code == 405 else ''}
+        return {code} '{{"error":"{message}"}}\\n';
+    }}"""
+
+
+_ERRORS = {
+    400: "bad request",
+    403: "forbidden",
+    404: "not found",
+    405: "method not allowed: this registry is read-only",
+    413: "request body too large",
+    500: "internal server error",
+    502: "the registry API is not running",
+    503: "service unavailable",
+    504: "the registry API did not answer in time",
+}
+
+
+def nginx_site(
+    out_dir: Path | str,
+    listen: str,
+    api_upstream: str | None = None,
+    *,
+    server_name: str = "_",
+    document_max_age: int = 0,
+    max_body_size: str = "300m",
+) -> str:
+    """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
+
+    `listen` is anything nginx's `listen` takes ("8080", "127.0.0.1:8080", "[::]:80").
+    `api_upstream` ("127.0.0.1:4874") is where `registry-gen api` listens: every method but
+    GET and HEAD, and the GET endpoints that depend on the caller, go there, so one URL serves
+    reads and writes. Without it the tree is read-only and writes get a JSON 405.
+    """
+    root = Path(out_dir).resolve()
+    api = api_upstream is not None
+    listen, server_name, max_body_size = _plain(listen, "listen"), _plain(server_name, "server_name"), _plain(max_body_size, "size")
+    if api_upstream is not None:
+        _plain(api_upstream, "API address")
+    errors = " ".join(str(code) for code in _ERRORS)
+    error_pages = "\n".join(f"    error_page {code} @registry_gen_{code};" for code in _ERRORS)
+    error_locations = "\n".join(_json_error(code, message) for code, message in _ERRORS.items())
+    docs = document_cache(document_max_age)
+    upstream = (
+        f"""
+upstream registry_gen_api {{
+    server {api_upstream};
+    keepalive 8;
+}}
+"""
+        if api
+        else ""
+    )
+    # Checked inside each location (not at server level): a server-level `return` would run
+    # before nginx picks the location, and so before it enforces client_max_body_size.
+    method_guard = f"""
+        if ($request_method !~ ^(GET|HEAD)$) {{
+            return {418 if api else 405};
+        }}"""
+    method_route = (
+        """    # Every method but GET and HEAD is a write: the locations below hand it to the API
+    # (error 418 -> @registry_gen_api), with the URI as the client sent it.
+    error_page 418 = @registry_gen_api;"""
+        if api
+        else "    # No API behind this server: the tree is read-only (writes get a 405)."
+    )
+    api_locations = (
+        "\n".join(
+            f"""    location {match} {{
+        proxy_pass http://registry_gen_api;
+    }}"""
+            for match in [f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT]
+        )
+        + """
+    location @registry_gen_api {
+        proxy_pass http://registry_gen_api;
+    }"""
+        if api
+        else ""
+    )
+    proxy_settings = (
+        """    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_set_header Host $http_host;
+    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    proxy_set_header X-Forwarded-Proto $scheme;
+    proxy_set_header X-Forwarded-Host $host;
+    proxy_read_timeout 300s;  # a write rebuilds the package before it answers
+"""
+        if api
+        else ""
+    )
+    return f"""# Generated by `registry-gen host-config nginx` for {root}.
+# Regenerate rather than edit; see README "Hosting".
+
+# npm, pnpm and yarn ask for the abbreviated document with this Accept value; everyone else
+# (npm view, browsers, curl) gets the full one.
+map $http_accept $registry_gen_document {{
+    default {PACKAGE_DOCUMENT};
+    "~*application/vnd\\.npm\\.install-v1\\+json" {ABBREVIATED_DOCUMENT};
+}}
+{upstream}
+server {{
+    listen {listen};
+    server_name {server_name};
+    root {_quoted(str(root))};
+    server_tokens off;
+    absolute_redirect off;
+    charset off;
+    client_max_body_size {max_body_size};  # publishes carry the tarball, base64-encoded
+{proxy_settings}
+    # Precompressed .gz siblings written by the build; gzip on the fly only for what has none.
+    gzip_static on;
+    gzip on;
+    gzip_vary on;
+    gzip_types {JSON_TYPE} {ABBREVIATED_TYPE} text/css application/javascript image/svg+xml;
+
+    # Error bodies are JSON everywhere (clients choke on HTML error pages). Codes: {errors}.
+    # Recursive: a write is already inside error_page 418 when the API fails with a 502.
+    recursive_error_pages on;
+{error_pages}
+
+{method_route}
+
+    # Package documents, for every spelling of a scoped name: nginx decodes %2f and %2F into
+    # "/" before this runs, so /@scope%2fname, /@scope%2Fname and /@scope/name all reach
+    # @scope/name/{PACKAGE_DOCUMENT}, without the redirect a directory would cause. The file is
+    # JSON whatever its name says: an empty types map makes default_type apply to it.
+    location / {{{method_guard}
+        types {{ {ABBREVIATED_TYPE} json; }}
+        default_type {JSON_TYPE};
+        add_header Cache-Control "{docs}";
+        add_header Vary Accept;
+        try_files $uri/$registry_gen_document $uri/{PACKAGE_DOCUMENT} $uri =404;
+    }}
+
+    # Build state, caches and half-written temp files are dotfiles; npm names never start with a dot.
+    location ~ "/\\." {{
+        return 404;
+    }}
+
+    # The HTML site (after the dotfile rule: regex locations match in order).
+    location ~ "^/{WEB_ROOT}/" {{{method_guard}
+        types {{
+            text/html html;
+            text/css css;
+            application/javascript js;
+            {JSON_TYPE} json;
+            image/svg+xml svg;
+            image/png png;
+            image/x-icon ico;
+            font/woff2 woff2;
+        }}
+        default_type {TARBALL_TYPE};
+        charset utf-8;
+        charset_types text/css application/javascript image/svg+xml;
+        add_header Cache-Control "{docs}";
+        index index.html;
+        try_files $uri $uri/ =404;
+    }}
+
+    # Tarballs never change once published (a version is never reused).
+    location ~ "/-/[^/]+\\.tgz$" {{{method_guard}
+        types {{ }}
+        default_type {TARBALL_TYPE};
+        add_header Cache-Control "{IMMUTABLE_CACHE}";
+        try_files $uri =404;
+    }}
+
+    location = / {{
+        return 302 /{WEB_ROOT}/;
+    }}
+
+    # The JSON 404 bodies written for other hosts are not documents here.
+    location = /{PAGES_NOT_FOUND} {{
+        return 404;
+    }}
+    location = /{NOT_FOUND_DOCUMENT} {{
+        return 404;
+    }}
+
+{api_locations}
+{error_locations}
+}}
+"""
+
+
+def nginx_config(
+    out_dir: Path | str,
+    listen: str,
+    api_upstream: str | None = None,
+    *,
+    server_name: str = "_",
+    document_max_age: int = 0,
+    max_body_size: str = "300m",
+    worker_processes: str = "auto",
+    user: str | None = None,
+    access_log: bool = False,
+) -> str:
+    """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
+
+    pid file, error log and temp folders are relative, so they land in RUNTIME_DIR: one
+    instance per folder, no root needed (unless `listen` is a port below 1024). `user` only
+    matters when the master runs as root: workers then run as that user instead of nobody.
+    """
+    site = nginx_site(
+        out_dir,
+        listen,
+        api_upstream,
+        server_name=server_name,
+        document_max_age=document_max_age,
+        max_body_size=max_body_size,
+    )
+    indented = "\n".join(("    " + line) if line else "" for line in site.splitlines())
+    user_line = f"user {_plain(user, 'user')};\n" if user else ""
+    worker_processes = _plain(worker_processes, "worker_processes")
+    log = "access_log access.log;" if access_log else "access_log off;"
+    return f"""# Generated by `registry-gen host-config nginx --standalone`.
+# Run: nginx -p RUNTIME_DIR -c THIS_FILE   (add -g 'daemon off;' to keep it in the foreground)
+{user_line}worker_processes {worker_processes};
+pid nginx.pid;
+error_log error.log warn;
+
+events {{
+    worker_connections 1024;
+}}
+
+http {{
+    {log}
+    client_body_temp_path client_body_temp;
+    proxy_temp_path proxy_temp;
+    fastcgi_temp_path fastcgi_temp;
+    uwsgi_temp_path uwsgi_temp;
+    scgi_temp_path scgi_temp;
+    sendfile on;
+    tcp_nopush on;
+    keepalive_timeout 65;
+
+{indented}
+}}
+"""

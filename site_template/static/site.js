@@ -1,0 +1,171 @@
+// Progressive enhancement for the static site: copy buttons and client-side search.
+// Everything taken from the search index goes into the page as text (textContent), never as HTML.
+(function () {
+  "use strict";
+  var root = document.body.getAttribute("data-root") || "";
+
+  function copyText(text, button) {
+    var done = function () {
+      var label = button.textContent;
+      button.textContent = "Copied";
+      setTimeout(function () { button.textContent = label; }, 1200);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, function () {});
+      return;
+    }
+    var area = document.createElement("textarea");
+    area.value = text;
+    document.body.appendChild(area);
+    area.select();
+    try { document.execCommand("copy"); done(); } catch (e) { /* nothing to do */ }
+    document.body.removeChild(area);
+  }
+
+  document.querySelectorAll("button[data-copy]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var source = document.getElementById(button.getAttribute("data-copy"));
+      if (source) copyText(source.textContent, button);
+    });
+  });
+
+  // Not-found page: name what was asked for and offer a search for it.
+  var missing = document.getElementById("not-found");
+  if (missing) {
+    var match = /\/-\/web\/package\/(.+?)\/?(?:index\.html)?$/.exec(decodeURIComponent(location.pathname));
+    if (match) {
+      var detail = document.getElementById("not-found-detail");
+      detail.textContent = "There is no package called " + match[1] + " in this registry. ";
+      var link = document.createElement("a");
+      link.href = missing.getAttribute("data-web-root") + "index.html?q=" + encodeURIComponent(match[1]);
+      link.textContent = "Search for it";
+      detail.appendChild(link);
+    }
+  }
+
+  var form = document.getElementById("search");
+  if (!form) return;
+  var input = document.getElementById("q");
+  var topInput = document.getElementById("top-q");
+  var status = document.getElementById("search-status");
+  var results = document.getElementById("search-results");
+  var list = document.getElementById("search-list");
+  var browse = document.getElementById("browse");
+  var MAX_SHOWN = 200;
+  var index = null;
+  var loading = null;
+
+  function loadIndex() {
+    if (index) return Promise.resolve(index);
+    if (!loading) {
+      loading = fetch(form.getAttribute("data-index"))
+        .then(function (response) {
+          if (!response.ok) throw new Error("HTTP " + response.status);
+          return response.json();
+        })
+        .then(function (data) {
+          index = data.packages.map(function (p) {
+            p.haystack = [p.name, p.description, p.keywords.join(" "), p.maintainers.join(" ")].join("\n").toLowerCase();
+            p.lowerName = p.name.toLowerCase();
+            return p;
+          });
+          return index;
+        });
+      loading.catch(function () { loading = null; });
+    }
+    return loading;
+  }
+
+  function rank(p, query) {
+    if (p.lowerName === query) return 0;
+    if (p.lowerName.indexOf(query) === 0) return 1;
+    if (p.lowerName.indexOf(query) >= 0) return 2;
+    return 3;
+  }
+
+  function search(packages, text) {
+    var query = text.trim().toLowerCase();
+    var terms = query.split(/\s+/).filter(Boolean);
+    var found = packages.filter(function (p) {
+      return terms.every(function (term) { return p.haystack.indexOf(term) >= 0; });
+    });
+    found.sort(function (a, b) { return rank(a, query) - rank(b, query) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0); });
+    return found;
+  }
+
+  function entry(p) {
+    var item = document.createElement("li");
+    item.className = "package";
+    var head = document.createElement("div");
+    head.className = "package-head";
+    var link = document.createElement("a");
+    link.className = "package-name";
+    link.href = root + "package/" + p.name.split("/").map(encodeURIComponent).join("/") + "/index.html";
+    link.textContent = p.name;
+    var version = document.createElement("span");
+    version.className = "version";
+    version.textContent = p.version;
+    head.appendChild(link);
+    head.appendChild(version);
+    item.appendChild(head);
+    if (p.description) {
+      var description = document.createElement("p");
+      description.className = "description";
+      description.textContent = p.description;
+      item.appendChild(description);
+    }
+    if (p.keywords.length) {
+      var meta = document.createElement("p");
+      meta.className = "meta";
+      meta.textContent = p.keywords.join(", ");
+      item.appendChild(meta);
+    }
+    return item;
+  }
+
+  function show(text) {
+    var query = text.trim();
+    if (!query) {
+      results.hidden = true;
+      browse.hidden = false;
+      status.textContent = "";
+      return;
+    }
+    loadIndex().then(function (packages) {
+      if (input.value.trim() !== query) return; // a newer query is on its way
+      var found = search(packages, query);
+      list.textContent = "";
+      var fragment = document.createDocumentFragment();
+      found.slice(0, MAX_SHOWN).forEach(function (p) { fragment.appendChild(entry(p)); });
+      list.appendChild(fragment);
+      status.textContent = found.length === 0 ? "No package matches “" + query + "”."
+        : found.length + (found.length === 1 ? " package matches" : " packages match")
+          + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".";
+      results.hidden = found.length === 0;
+      browse.hidden = true;
+    }, function () {
+      status.textContent = "Search needs the site to be served over http(s); browse the list below instead.";
+    });
+  }
+
+  function remember(text) {
+    var url = new URL(location.href);
+    if (text.trim()) url.searchParams.set("q", text.trim()); else url.searchParams.delete("q");
+    history.replaceState(null, "", url.toString());
+  }
+
+  var timer = null;
+  input.addEventListener("input", function () {
+    clearTimeout(timer);
+    timer = setTimeout(function () { show(input.value); remember(input.value); }, 80);
+  });
+  input.addEventListener("focus", function () { loadIndex().catch(function () {}); }, { once: true });
+  form.addEventListener("submit", function (event) { event.preventDefault(); show(input.value); remember(input.value); });
+  if (topInput) topInput.closest("form").hidden = true; // the big box is right here
+
+  var initial = new URLSearchParams(location.search).get("q");
+  if (initial) {
+    input.value = initial;
+    show(initial);
+  }
+})();

@@ -1,0 +1,295 @@
+"""The HTML site in a real headless Chromium (Debian's), driven by Playwright, over plain http.server."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+
+from registry_gen import site
+from registry_gen.build import run_build
+from registry_gen.settings import Settings
+from tests.support import make_tarball, static_server
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PAGE_SIZE = 10  # small pages so that pagination shows with a lean tree
+FILLERS = 12
+
+RICH_README = """# Widget kit
+
+Build **widgets** in no time.
+
+## Usage
+
+```js
+const kit = require('@acme/widget.kit_core-x');
+kit.make({ size: 3 });
+```
+
+| option | default |
+| --- | --- |
+| size | 3 |
+| colour | blue |
+"""
+
+HOSTILE_README = """# Totally normal package
+
+<script>window.__pwned = 'script'; document.title = 'PWNED';</script>
+
+<img src="does-not-exist.png" onerror="window.__pwned = 'onerror'; document.title = 'PWNED'">
+
+[a javascript link](javascript:window.__pwned='link';document.title='PWNED')
+
+<a href="javascript:window.__pwned='anchor';document.title='PWNED'">click me</a>
+
+<a href="data:text/html,<script>parent.__pwned='data'</script>">data link</a>
+
+<svg><script>window.__pwned = 'svg'</script></svg>
+
+<iframe srcdoc="<script>parent.__pwned='iframe'</script>"></iframe>
+
+<details open ontoggle="window.__pwned='toggle'"><summary>details</summary>inside</details>
+
+<div onmouseover="window.__pwned='hover'">hover me</div>
+
+Text after the attacks.
+"""
+
+
+def build_demo_tree(content: Path) -> None:
+    """A small demo-like registry: scoped and dotted names, tags, deprecation, deps, READMEs."""
+    name = "@acme/widget.kit_core-x"
+    for version in ("1.0.0", "1.1.0", "2.0.0-beta.1"):
+        make_tarball(
+            content,
+            name,
+            version,
+            files={"README.md": RICH_README, "index.js": "module.exports = {};"},
+            description="Widgets for every occasion",
+            keywords=["widgets", "ui"],
+            license="MIT",
+            repository={"type": "git", "url": "git+https://github.com/acme/widget-kit.git"},
+            dependencies={"left.pad_x": "^1.0.0", "not-in-this-registry": "^3.0.0"},
+            maintainers=[{"name": "wanda", "email": "wanda@example.org"}],
+        )
+    (content / "registry-meta.json").write_text(
+        json.dumps({"name": name, "dist-tags": {"next": "2.0.0-beta.1"}, "deprecated": {"1.0.0": "upgrade to 1.1"}})
+    )
+    make_tarball(content, "left.pad_x", "1.0.0", description="Pads strings on the left", keywords=["strings"])
+    make_tarball(
+        content,
+        "innocent-looking",
+        "1.0.0",
+        files={"README.md": HOSTILE_README},
+        description="A README full of attacks",
+    )
+    for index in range(FILLERS):
+        make_tarball(content, f"filler-{index:02d}", "0.1.0", description=f"Filler package number {index}")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, str]]:
+    """A built tree served on 127.0.0.1 (base_url = that server), with a small page size."""
+    root = tmp_path_factory.mktemp("browser")
+    content, out = root / "content", root / "public"
+    content.mkdir()
+    out.mkdir()
+    build_demo_tree(content)
+    saved = site.PAGE_SIZE
+    site.PAGE_SIZE = PAGE_SIZE
+    try:
+        with static_server(out) as url:
+            settings = Settings(content_dir=content, out_dir=out, base_url=url, site_title="Acme packages")
+            result = run_build(settings)
+            assert not result.errors, result.errors
+            yield settings, url
+    finally:
+        site.PAGE_SIZE = saved
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("console", lambda message: _record(problems, message))
+    opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+    opened.on("dialog", lambda dialog: (problems.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    opened.problems = problems  # type: ignore[attr-defined]
+    yield opened
+    context.close()
+
+
+def _record(problems: list[str], message: ConsoleMessage) -> None:
+    if message.type in ("error", "warning"):
+        problems.append(f"console {message.type}: {message.text}")
+
+
+def screenshot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"site-{name}.png"), full_page=True)
+
+
+def web_url(base: str, relative: str) -> str:
+    return f"{base}-/web/{relative}"
+
+
+def test_front_page_lists_packages_and_paginates(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    total = FILLERS + 3
+    page.goto(web_url(url, "index.html"))
+    expect(page).to_have_title("Acme packages")
+    expect(page.locator("#package-count")).to_have_text(str(total))
+    listed = page.locator("#package-list .package-name")
+    expect(listed).to_have_count(PAGE_SIZE)
+    assert listed.first.inner_text() == "@acme/widget.kit_core-x"
+    expect(page.locator("#package-list")).to_contain_text("Widgets for every occasion")
+    expect(page.locator(".package", has_text="@acme/widget.kit_core-x")).to_contain_text("1.1.0")
+    screenshot(page, "front-page")
+    page.get_by_role("link", name="Next →").click()
+    expect(page).to_have_url(re.compile(r"/-/web/page/2/index\.html$"))
+    expect(page.locator("#package-list .package-name")).to_have_count(total - PAGE_SIZE)
+    expect(page.locator("#package-list")).to_contain_text("left.pad_x")
+    screenshot(page, "front-page-2")
+    page.get_by_role("link", name="left.pad_x").click()
+    expect(page.locator("#package-name")).to_have_text("left.pad_x")
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_search_box_filters_from_the_static_index(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    page.goto(web_url(url, "index.html"))
+    search = page.locator("#q")
+    search.fill("widget")
+    results = page.locator("#search-list .package-name")
+    expect(results).to_have_count(1)
+    expect(results.first).to_have_text("@acme/widget.kit_core-x")
+    expect(page.locator("#search-status")).to_have_text("1 package matches.")
+    expect(page.locator("#browse")).to_be_hidden()
+    screenshot(page, "search")
+    search.fill("filler number")  # every term must match, in any field
+    expect(results).to_have_count(FILLERS)
+    search.fill("wanda")  # a maintainer
+    expect(results).to_have_count(1)
+    search.fill("strings")  # a keyword
+    expect(results.first).to_have_text("left.pad_x")
+    search.fill("no such thing at all")
+    expect(page.locator("#search-status")).to_contain_text("No package matches")
+    search.fill("")
+    expect(page.locator("#browse")).to_be_visible()
+    expect(page.locator("#search-results")).to_be_hidden()
+    # A search can be linked to (keyword links on package pages do this).
+    page.goto(web_url(url, "index.html?q=pads"))
+    expect(results).to_have_count(1)
+    expect(page.locator("#q")).to_have_value("pads")
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_package_page_shows_readme_install_and_versions(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    page.goto(web_url(url, "index.html"))
+    page.locator("#package-list").get_by_role("link", name="@acme/widget.kit_core-x").click()
+    expect(page).to_have_url(re.compile(r"/-/web/package/@acme/widget\.kit_core-x/index\.html$"))
+    expect(page).to_have_title("@acme/widget.kit_core-x 1.1.0 · Acme packages")
+    readme = page.locator("#readme")
+    expect(readme.locator("h1")).to_have_text("Widget kit")
+    expect(readme.locator("h2")).to_have_text("Usage")
+    expect(readme.locator("table td").first).to_have_text("size")
+    expect(readme.locator("pre code")).to_contain_text("kit.make({ size: 3 });")
+    expect(page.locator("#install-npm")).to_have_text(f"npm install @acme/widget.kit_core-x --registry={url}")
+    expect(page.locator("#install-pnpm")).to_have_text(f"pnpm add @acme/widget.kit_core-x --registry={url}")
+    expect(page.locator("#install-yarn")).to_have_text(f"yarn add @acme/widget.kit_core-x --registry={url}")
+    expect(page.locator("#npmrc")).to_have_text(f"@acme:registry={url}")
+    rows = page.locator("table.versions tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(0)).to_contain_text("2.0.0-beta.1")
+    expect(rows.nth(0)).to_contain_text("next")
+    expect(rows.nth(1)).to_contain_text("latest")
+    expect(rows.nth(2)).to_contain_text("Deprecated: upgrade to 1.1")
+    expect(page.locator("#dist-tags")).to_contain_text("latest 1.1.0")
+    expect(page.locator("#license")).to_have_text("MIT")
+    expect(page.locator("a#repository")).to_have_attribute("href", "https://github.com/acme/widget-kit")
+    expect(page.locator("#maintainers")).to_contain_text("wanda")
+    screenshot(page, "package")
+    # The tarball link downloads the real tarball, relative to wherever the tree is served.
+    tarball = page.request.get(rows.nth(1).get_by_role("link", name=".tgz").evaluate("a => a.href"))
+    assert tarball.ok and tarball.body()[:2] == b"\x1f\x8b"
+    # Dependencies link when the package is in this registry, and only then.
+    expect(page.locator(".dep-list a")).to_have_count(1)
+    expect(page.locator(".dep-list")).to_contain_text("not-in-this-registry")
+    page.locator(".dep-list").get_by_role("link", name="left.pad_x").click()
+    expect(page.locator("#package-name")).to_have_text("left.pad_x")
+    expect(page.locator("#readme")).to_have_text("This package has no README.")
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_a_hostile_readme_runs_no_script(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(web_url(url, "package/innocent-looking/index.html"))
+    page.wait_for_load_state("networkidle")
+    expect(page.locator("#readme h1")).to_have_text("Totally normal package")
+    expect(page.locator("#readme")).to_contain_text("Text after the attacks.")
+    readme = page.locator("#readme")
+    readme.get_by_text("hover me").hover()
+    readme.locator("summary").click()
+    readme.get_by_text("click me").click()
+    readme.get_by_text("a javascript link").click()  # plain text: markdown refused to link it
+    readme.get_by_text("data link").click()
+    page.wait_for_load_state("networkidle")
+    screenshot(page, "hostile-readme")
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.title() == "innocent-looking 1.0.0 · Acme packages"
+    assert page.url.endswith("/-/web/package/innocent-looking/index.html")
+    assert page.locator("#readme script, #readme iframe, #readme svg").count() == 0
+    assert page.locator("#readme [onerror], #readme [onmouseover], #readme [ontoggle]").count() == 0
+    assert not any(u.startswith(("javascript:", "data:")) for u in requested)
+    # Only the broken image (a plain 404) may complain; no CSP violation, no page error, no dialog.
+    assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined]
+
+
+def test_links_work_from_a_sub_path_and_a_scoped_page(demo: tuple[Settings, str], page: Page) -> None:
+    """Relative links: opening a deep page first, every link still lands inside the same tree."""
+    settings, url = demo
+    page.goto(web_url(url, "package/@acme/widget.kit_core-x/index.html"))
+    page.get_by_role("link", name="ui").click()  # a keyword: back to the front page, searching
+    expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=ui$"))
+    expect(page.locator("#search-list .package-name")).to_have_count(1)
+    page.locator("#search-list").get_by_role("link", name="@acme/widget.kit_core-x").click()
+    expect(page.locator("#package-name")).to_have_text("@acme/widget.kit_core-x")
+    assert page.problems == []  # type: ignore[attr-defined]
+    page.get_by_role("link", name="Package document (JSON)").click()
+    document = json.loads(page.locator("body").inner_text())
+    assert document["name"] == "@acme/widget.kit_core-x"
+
+
+def test_the_tree_was_not_changed_by_browsing(demo: tuple[Settings, str]) -> None:
+    settings, _ = demo
+    again = run_build(dataclasses.replace(settings))
+    assert again.written == [] and again.removed == []

@@ -1,0 +1,326 @@
+"""The HTML site as the build writes it: paths, links, escaping, pagination, incremental pages."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from registry_gen import site
+from registry_gen.build import run_build
+from registry_gen.errors import ConfigError
+from registry_gen.settings import Settings
+from tests.support import make_tarball
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, dict[str, str | None]]] = []  # (url, attributes of its tag)
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        for name in ("href", "src"):
+            if attributes.get(name):
+                self.links.append((attributes[name] or "", {"tag": tag, **attributes}))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(path: Path) -> _Links:
+    parser = _Links()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def web(settings: Settings, relative: str) -> Path:
+    return settings.out_dir / "-/web" / relative
+
+
+def page_of(settings: Settings, name: str) -> Path:
+    return settings.out_dir / site.package_page_path(name)
+
+
+def resolve(page: Path, href: str, out: Path) -> Path:
+    """Where a relative link on `page` lands in the tree (a folder means its index.html)."""
+    path = unquote(urlsplit(href).path)
+    target = Path(*PurePosixPath(page.parent.relative_to(out).as_posix(), path).parts)
+    parts: list[str] = []
+    for part in target.parts:
+        if part == "..":
+            assert parts, f"{href} on {page} climbs above the tree root"
+            parts.pop()
+        elif part != ".":
+            parts.append(part)
+    landed = out.joinpath(*parts)
+    return landed / "index.html" if landed.is_dir() else landed
+
+
+def listed(front_page: Path) -> list[str]:
+    """The package names in a front page's paginated list (not the "recently updated" box)."""
+    section = re.search(r'<ol id="package-list".*?</ol>', front_page.read_text(), re.S)
+    assert section, front_page
+    return re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', section.group(0))
+
+
+def build(settings: Settings) -> None:
+    result = run_build(settings)
+    assert not result.errors, result.errors
+
+
+def test_every_relative_link_of_every_page_lands_on_a_file(settings: Settings) -> None:
+    content = settings.content_dir
+    make_tarball(content, "plain", "1.0.0", dependencies={"@scope/my.pkg_name-x": "^2.0.0", "left-pad": "^1.0.0"})
+    make_tarball(content, "@scope/my.pkg_name-x", "2.0.0", keywords=["dots", "scoped"])
+    make_tarball(content, "@scope/my.pkg_name-x", "2.1.0-beta.1")
+    build(settings)
+    pages = sorted((settings.out_dir / "-/web").rglob("index.html"))
+    assert {p.relative_to(settings.out_dir).as_posix() for p in pages} == {
+        "-/web/index.html",
+        "-/web/package/plain/index.html",
+        "-/web/package/@scope/my.pkg_name-x/index.html",
+    }
+    checked = 0
+    for page in pages:
+        for href, _ in parse(page).links:
+            if href.startswith(("http://", "https://", "mailto:", "#")):
+                continue
+            assert resolve(page, href, settings.out_dir).is_file(), f"{href} on {page} leads nowhere"
+            checked += 1
+    assert checked > 15
+
+
+def test_package_page_content(settings: Settings) -> None:
+    content = settings.content_dir
+    make_tarball(
+        content,
+        "@scope/my.pkg_name-x",
+        "1.0.0",
+        files={"README.md": "# Hello readme\n\nSome **bold** text.\n", "index.js": "x"},
+        keywords=["alpha", "beta gamma"],
+        license="Apache-2.0",
+        homepage="https://example.org/home",
+        repository={"type": "git", "url": "git+https://github.com/example/widget.git"},
+        bugs={"url": "ftp://example.org/bugs"},
+        dependencies={"in-registry": "^1.0.0", "not-here": "~2.0.0"},
+    )
+    make_tarball(content, "@scope/my.pkg_name-x", "0.9.0")
+    make_tarball(content, "in-registry", "1.0.0")
+    (content / "registry-meta.json").write_text(
+        json.dumps(
+            {
+                "name": "@scope/my.pkg_name-x",
+                "deprecated": {"1.0.0": "use something else"},
+                "time": {"0.9.0": "2021-02-03T04:05:06.000Z", "1.0.0": "2022-03-04T05:06:07.000Z"},
+                "maintainers": [{"name": "alice", "email": "alice@example.org"}],
+            }
+        )
+    )
+    build(settings)
+    page = page_of(settings, "@scope/my.pkg_name-x")
+    html = page.read_text()
+    parsed = parse(page)
+    links = {href: attrs for href, attrs in parsed.links}
+    assert "<h1>Hello readme</h1>" in html and "<strong>bold</strong>" in html
+    for command in (
+        f"npm install @scope/my.pkg_name-x --registry={settings.base_url}",
+        f"pnpm add @scope/my.pkg_name-x --registry={settings.base_url}",
+        f"yarn add @scope/my.pkg_name-x --registry={settings.base_url}",
+        f"@scope:registry={settings.base_url}",
+    ):
+        assert command in html
+    assert "Deprecated:</strong> use something else" in html
+    assert "2022-03-04 05:06 UTC" in html and "2021-02-03 04:05 UTC" in html
+    assert "../../../package/in-registry/index.html" in links
+    assert not any("not-here" in href for href in links) and "not-here" in html
+    assert "https://github.com/example/widget" in links  # git+https → browsable https
+    assert "https://example.org/home" in links
+    assert not any(href.startswith("ftp:") for href in links)
+    assert "../../../index.html?q=beta%20gamma" in links
+    assert "Apache-2.0" in html and "alice" in html
+    assert "../../../../../@scope/my.pkg_name-x/-/my.pkg_name-x-1.0.0.tgz" in links
+    tarball = settings.out_dir / "@scope/my.pkg_name-x/-/my.pkg_name-x-1.0.0.tgz"
+    assert f'id="tarball-size">{site.format_size(tarball.stat().st_size)}<' in html
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("homepage", "javascript:window.__pwned=1"),
+        ("homepage", "  JAVASCRIPT:alert(1)"),
+        ("repository", {"type": "git", "url": "javascript:alert(1)//.git"}),
+        ("repository", "data:text/html,<script>alert(1)</script>"),
+        ("homepage", 'https://example.org/" onmouseover="alert(1)'),
+    ],
+)
+def test_only_http_urls_become_links(settings: Settings, field: str, value: object) -> None:
+    make_tarball(settings.content_dir, "linky", "1.0.0", **{field: value})
+    build(settings)
+    page = page_of(settings, "linky")
+    hrefs = [href for href, _ in parse(page).links]
+    assert not any("alert" in href or "pwned" in href for href in hrefs), hrefs
+    assert "onmouseover=" not in page.read_text().replace("onmouseover=&#34;", "")
+
+
+def test_text_from_archives_is_escaped_everywhere(settings: Settings) -> None:
+    evil = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">'
+    make_tarball(settings.content_dir, "escaped", "1.0.0", description=evil, keywords=[evil], license=evil)
+    build(settings)
+    for page in (web(settings, "index.html"), page_of(settings, "escaped")):
+        html = page.read_text()
+        assert "<script>window" not in html and "<img src=x" not in html
+        assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
+    entry = json.loads(web(settings, "search-index.json").read_text())["packages"][0]
+    assert entry["description"] == evil  # the JSON keeps it as data; the page script inserts it as text
+
+
+def test_front_pages_paginate_and_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    for index in range(5):
+        make_tarball(settings.content_dir, f"pkg-{index}", "1.0.0")
+    build(settings)
+    first, second, third = web(settings, "index.html"), web(settings, "page/2/index.html"), web(settings, "page/3/index.html")
+    assert all(p.is_file() for p in (first, second, third)) and not web(settings, "page/4").exists()
+    assert listed(first) == ["pkg-0", "pkg-1"]
+    assert listed(second) == ["pkg-2", "pkg-3"] and listed(third) == ["pkg-4"]
+    second_links = [href for href, _ in parse(second).links]
+    assert "../../index.html" in second_links and "../../page/3/index.html" in second_links
+    assert "../../package/pkg-2/index.html" in second_links
+    for index in (2, 3, 4):
+        next(settings.content_dir.glob(f"pkg-{index}-*.tgz")).unlink()
+    build(settings)
+    assert first.is_file() and not web(settings, "page").exists()
+    assert "pkg-4" not in first.read_text()
+
+
+def test_page_links_mark_gaps() -> None:
+    links = site.page_links(50, 100, "../../")
+    numbers = [n for n, _ in links]
+    assert numbers == [1, None, 48, 49, 50, 51, 52, None, 100]
+    assert dict(links)[1] == "../../index.html" and dict(links)[49] == "../../page/49/index.html"
+
+
+def test_search_index_holds_what_the_search_box_filters_on(settings: Settings) -> None:
+    make_tarball(
+        settings.content_dir,
+        "@team/finder",
+        "1.2.3",
+        description="Finds things",
+        keywords=["search", "tools"],
+        maintainers=[{"name": "bob", "email": "bob@example.org"}],
+    )
+    build(settings)
+    index = json.loads(web(settings, "search-index.json").read_text())
+    assert index["packages"] == [
+        {
+            "name": "@team/finder",
+            "description": "Finds things",
+            "keywords": ["search", "tools"],
+            "maintainers": ["bob"],
+            "version": "1.2.3",
+            "modified": index["packages"][0]["modified"],
+        }
+    ]
+    assert web(settings, "search-index.json.gz").is_file()
+
+
+def test_one_changed_package_rewrites_only_its_page_and_the_front_pages(settings: Settings) -> None:
+    for name in ("aaa", "bbb", "ccc"):
+        make_tarball(settings.content_dir, name, "1.0.0")
+    build(settings)
+    untouched = {name: page_of(settings, name).stat().st_mtime_ns for name in ("aaa", "ccc")}
+    make_tarball(settings.content_dir, "bbb", "1.1.0")
+    result = run_build(settings)
+    web_written = sorted(p for p in result.written if p.startswith("-/web/"))
+    assert web_written == ["-/web/index.html", "-/web/package/bbb/index.html", "-/web/search-index.json", "-/web/search-index.json.gz"]
+    assert {name: page_of(settings, name).stat().st_mtime_ns for name in ("aaa", "ccc")} == untouched
+    assert "1.1.0" in page_of(settings, "bbb").read_text()
+
+
+def test_dependency_links_follow_packages_arriving_and_leaving(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "app", "1.0.0", dependencies={"lib": "^1.0.0"})
+    make_tarball(settings.content_dir, "other", "1.0.0")
+    build(settings)
+    link = "../../package/lib/index.html"
+    assert link not in page_of(settings, "app").read_text()
+    other_mtime = page_of(settings, "other").stat().st_mtime_ns
+    lib = make_tarball(settings.content_dir, "lib", "1.0.0")
+    result = run_build(settings)
+    assert sorted(result.rebuilt_packages) == ["app", "lib"]
+    assert link in page_of(settings, "app").read_text()
+    assert page_of(settings, "other").stat().st_mtime_ns == other_mtime
+    lib.unlink()
+    build(settings)
+    assert link not in page_of(settings, "app").read_text()
+    assert not (settings.out_dir / "-/web/package/lib").exists()
+
+
+def test_a_template_folder_overrides_single_files(settings: Settings, tmp_path: Path) -> None:
+    theme = tmp_path / "theme"
+    (theme / "static").mkdir(parents=True)
+    (theme / "index.html").write_text(
+        '{% extends "_base.html" %}{% block content %}<h1 id="brand">ACME packages: {{ total }}</h1>'
+        "{% for p in packages %}<a href=\"{{ p.href }}\">{{ p.name }}</a>{% endfor %}{% endblock %}"
+    )
+    (theme / "static/site.css").write_text("body { background: hotpink; }")
+    settings = dataclasses.replace(settings, template_dir=theme, site_title="ACME <Registry>")
+    make_tarball(settings.content_dir, "widget", "1.0.0")
+    build(settings)
+    front = web(settings, "index.html").read_text()
+    assert '<h1 id="brand">ACME packages: 1</h1>' in front and "<title>ACME &lt;Registry&gt;</title>" in front
+    assert web(settings, "static/site.css").read_text() == "body { background: hotpink; }"
+    assert web(settings, "static/site.js").is_file()  # not overridden: the default
+    assert "npm install widget" in page_of(settings, "widget").read_text()  # default package.html
+    before = page_of(settings, "widget").read_bytes()
+    (theme / "package.html").write_text('{% extends "_base.html" %}{% block content %}<p>custom {{ name }}</p>{% endblock %}')
+    build(settings)  # a template change re-renders every page
+    assert page_of(settings, "widget").read_bytes() != before
+    assert "<p>custom widget</p>" in page_of(settings, "widget").read_text()
+
+
+def test_a_broken_template_is_reported_by_file_and_line(settings: Settings, tmp_path: Path) -> None:
+    theme = tmp_path / "theme"
+    theme.mkdir()
+    (theme / "index.html").write_text("line one\n{% for x in %}\n")
+    settings = dataclasses.replace(settings, template_dir=theme)
+    with pytest.raises(ConfigError, match=r"index.html, line 2"):
+        site.index_pages([], settings)
+
+
+def test_a_missing_template_folder_is_named(settings: Settings, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="template_dir .*nowhere is not a folder"):
+        run_build(dataclasses.replace(settings, template_dir=tmp_path / "nowhere"))
+
+
+def test_not_found_page_uses_absolute_links(settings: Settings) -> None:
+    build(settings)
+    page = web(settings, "404.html")
+    hrefs = [href for href, _ in parse(page).links]
+    assert f"{settings.base_url}-/web/index.html" in hrefs
+    assert f"{settings.base_url}-/web/static/site.css" in {h.split("?")[0] for h in hrefs}
+    assert "No packages yet" in web(settings, "index.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"type": "git", "url": "git+https://github.com/a/b.git"}, "https://github.com/a/b"),
+        ("github:a/b", "https://github.com/a/b"),
+        ("a/b", "https://github.com/a/b"),
+        ("gitlab:group/proj", "https://gitlab.com/group/proj"),
+        ("https://example.org/repo", "https://example.org/repo"),
+        ("git@github.com:a/b.git", None),
+        ("git://github.com/a/b.git", None),
+        ({"url": "javascript:alert(1)"}, None),
+        (42, None),
+    ],
+)
+def test_repository_urls(value: object, expected: str | None) -> None:
+    assert site.repository_url(value) == expected
