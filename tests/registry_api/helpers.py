@@ -1,0 +1,207 @@
+"""Helpers for the write-API tests: a real `registry-gen serve` subprocess and raw HTTP."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from registry_gen.archive import build_npm_tarball
+from tests.support import Npm
+
+START_DEADLINE = 60.0
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body.decode("utf-8"))
+
+
+def http(
+    method: str,
+    url: str,
+    *,
+    body: Any = None,
+    raw: bytes | None = None,
+    token: str | None = None,
+    basic: tuple[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> Reply:
+    """One request with urllib; HTTP errors are returned, not raised."""
+    sent = dict(headers or {})
+    data = raw
+    if body is not None:
+        data = json.dumps(body).encode("utf-8")
+        sent.setdefault("Content-Type", "application/json")
+    elif raw is not None:
+        sent.setdefault("Content-Type", "application/octet-stream")
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    if basic:
+        sent["Authorization"] = "Basic " + base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
+    request = urllib.request.Request(url, data=data, method=method, headers=sent)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return Reply(response.status, {k.lower(): v for k, v in response.headers.items()}, response.read())
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, {k.lower(): v for k, v in error.headers.items()}, error.read())
+
+
+def add_user(base: str, name: str, password: str = "correct-horse-1", email: str | None = None) -> str:
+    """npm adduser's legacy request; returns the token."""
+    reply = http("PUT", f"{base}-/user/org.couchdb.user:{name}", body={
+        "_id": f"org.couchdb.user:{name}", "name": name, "password": password,
+        "email": email or f"{name}@example.com", "type": "user", "roles": [], "date": "2025-01-01T00:00:00.000Z",
+    })
+    assert reply.status == 201, (reply.status, reply.body)
+    return str(reply.json["token"])
+
+
+def tarball(name: str, version: str, **fields: Any) -> bytes:
+    manifest = {"name": name, "version": version, "description": f"{name} for tests", "main": "index.js", **fields}
+    return build_npm_tarball([
+        ("package.json", 0o644, json.dumps(manifest).encode()),
+        ("index.js", 0o644, f"module.exports = {json.dumps(name + '@' + version)};\n".encode()),
+    ])
+
+
+def publish_body(name: str, version: str, data: bytes, *, tag: str = "latest", length: int | None = None,
+                 b64: str | None = None, **extra: Any) -> dict[str, Any]:
+    """What libnpmpublish sends for `npm publish`."""
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    body = {
+        "_id": name, "name": name, "description": "test", "dist-tags": {tag: version},
+        "versions": {version: {
+            "name": name, "version": version, "main": "index.js", "_id": f"{name}@{version}",
+            "dist": {"integrity": integrity, "shasum": hashlib.sha1(data).hexdigest(),
+                     "tarball": f"http://example.invalid/{name}/-/{name}-{version}.tgz"},
+        }},
+        "access": None,
+        "_attachments": {f"{name}-{version}.tgz": {
+            "content_type": "application/octet-stream",
+            "data": b64 if b64 is not None else base64.b64encode(data).decode(),
+            "length": len(data) if length is None else length,
+        }},
+    }
+    body.update(extra)
+    return body
+
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """Every file under the roots with a digest of its bytes (and its mtime: rewrites count too)."""
+    found: dict[str, str] = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                stat = path.stat()
+                found[str(path)] = f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{stat.st_mtime_ns}"
+    return found
+
+
+@dataclass
+class RegistryProcess:
+    """`registry-gen serve --port 0` in its own folder (content/, public/, data/)."""
+
+    root: Path
+    base: str = ""
+    process: subprocess.Popen[str] | None = None
+    output: list[str] = field(default_factory=list)
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def content(self) -> Path:
+        return self.root / "content"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "public"
+
+    def start(self) -> RegistryProcess:
+        self.content.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "registry_gen", "serve", str(self.content), "--out", str(self.out),
+             "--host", "127.0.0.1", "--port", "0", "--threads", "8", *self.extra_args],
+            cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+
+        def pump() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for line in self.process.stdout:
+                self.output.append(line)
+                lines.put(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + START_DEADLINE
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    break
+                continue
+            found = re.search(r"and the API at (http://\S+/)", line)
+            if found:
+                self.base = found.group(1)
+                return self
+        self.stop()
+        raise AssertionError("registry-gen serve did not start:\n" + "".join(self.output))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def npm(self, name: str, token: str | None = None) -> Npm:
+        """An isolated npm whose user config holds `token` for this registry."""
+        client = Npm(self.root / "npm-homes" / name, self.base)
+        if token:
+            host_path = self.base.removeprefix("http:")
+            client.userconfig.write_text(f"{host_path}:_authToken={token}\n")
+        return client
+
+    def packument(self, name: str) -> dict[str, Any] | None:
+        path = self.out / name / "index.html"
+        return json.loads(path.read_bytes()) if path.exists() else None
+
+
+def write_package(folder: Path, name: str, version: str, **fields: Any) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "package.json").write_text(json.dumps({"name": name, "version": version, "main": "index.js", **fields}, indent=2))
+    (folder / "index.js").write_text(f"module.exports = {json.dumps(name + '@' + version)};\n")
+    return folder
+
+
+def gzip_json(data: Any) -> bytes:
+    import gzip
+
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb") as handle:
+        handle.write(json.dumps(data).encode())
+    return buffer.getvalue()

@@ -1,0 +1,220 @@
+"""The combined WSGI app in-process (WebTest): policies, limits, static headers, rollback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import webtest
+
+from registry_gen.build import run_build
+from registry_gen.settings import Limits, Settings
+from user_api.credentials import PasswordHasher
+from user_api.registry_routes import RegistryLimits, WebLogins, create_registry_app
+from user_api.server import StaticTree, create_server_app
+from user_api.store import UserStore, open_user_store
+from tests.registry_api.helpers import http, publish_body, tarball
+from tests.support import make_tarball
+
+FAST_HASHER = PasswordHasher(time_cost=1, memory_kib=8, parallelism=1)
+
+
+def _settings(tmp_path: Path, **changes: Any) -> Settings:
+    (tmp_path / "content").mkdir(exist_ok=True)
+    return Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
+        base_url="http://registry.test/", **changes,
+    )
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return _settings(tmp_path)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[UserStore]:
+    opened = open_user_store(settings, hasher=FAST_HASHER)
+    yield opened
+    opened.close()
+
+
+def _app(settings: Settings, store: UserStore) -> webtest.TestApp:
+    run_build(settings)
+    return webtest.TestApp(create_server_app(settings, store))
+
+
+def _adduser(app: webtest.TestApp, name: str, password: str = "password-123", status: int = 201, **extra: Any) -> Any:
+    body = {"name": name, "password": password, "email": f"{name}@example.com", **extra}
+    return app.put_json(f"/-/user/org.couchdb.user:{name}", body, status=status).json
+
+
+def _basic(name: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()}
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(("signup", "words"), [("closed", "sign-up is closed"), ("admin", "created by an administrator")])
+def test_signup_policy_refuses_new_accounts_but_not_logins(tmp_path: Path, signup: str, words: str) -> None:
+    settings = _settings(tmp_path, signup=signup)
+    store = open_user_store(settings, hasher=FAST_HASHER)
+    try:
+        store.create_user("existing", "password-123", "existing@example.com")
+        app = _app(settings, store)
+        assert words in _adduser(app, "newcomer", status=403)["error"]
+        assert _adduser(app, "existing")["token"]
+        wrong = app.put_json("/-/user/org.couchdb.user:existing", {"name": "existing", "password": "nope-nope-1"}, status=401)
+        assert wrong.headers["WWW-Authenticate"].startswith("Basic")
+        # A login (no email) for an unknown name answers like a wrong password: names are not probed.
+        missing = app.put_json("/-/user/org.couchdb.user:nobody", {"name": "nobody", "password": "whatever-1"}, status=401)
+        assert missing.json == wrong.json
+    finally:
+        store.close()
+
+
+def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -> None:
+    run_build(settings)
+    tight = RegistryLimits(login_per_account_per_minute=1, login_per_account_burst=2)
+    app = webtest.TestApp(create_registry_app(settings, store, limits=tight))
+    _adduser(app, "target")
+    app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "bad-guess-1"}, status=401)
+    limited = app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "password-123"}, status=429)
+    assert int(limited.headers["Retry-After"]) >= 1 and "too many" in limited.json["error"]
+    # Basic-authenticated writes count as attempts too.
+    app.get("/-/whoami", headers=_basic("target", "password-123"), status=429)
+
+
+def test_the_legacy_409_path_and_basic_auth(settings: Settings, store: UserStore) -> None:
+    app = _app(settings, store)
+    _adduser(app, "olduser")
+    document = app.get("/-/user/org.couchdb.user:olduser").json
+    assert document["name"] == "olduser" and re.match(r"^\d+-[0-9a-f]+$", document["_rev"])
+    body = {"name": "olduser", "password": "password-123", "_rev": document["_rev"]}
+    again = app.put_json(f"/-/user/org.couchdb.user:olduser/-rev/{document['_rev']}", body,
+                         headers=_basic("olduser", "password-123"), status=201)
+    assert again.json["token"] and again.json["ok"]
+    assert app.get("/-/whoami", headers=_basic("olduser", "password-123")).json == {"username": "olduser"}
+    assert app.get("/-/whoami", headers=_basic("olduser", "wrong-pass"), status=401).json["error"]
+    assert app.get("/-/whoami", status=401).headers["WWW-Authenticate"].startswith("Bearer")
+
+
+def test_publish_body_cap_scoped_names_and_routing(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, limits=Limits(max_archive_bytes=64 * 1024))
+    store = open_user_store(settings, hasher=FAST_HASHER)
+    try:
+        app = _app(settings, store)
+        token = _adduser(app, "scoper")["token"]
+        name = "@team/widget"
+        app.put_json("/@team%2fwidget", publish_body(name, "1.0.0", tarball(name, "1.0.0")), headers=_bearer(token), status=201)
+        assert (settings.out_dir / "@team/widget/-/widget-1.0.0.tgz").is_file()
+        assert (settings.content_dir / "@team/widget/widget-1.0.0.tgz").is_file()
+        for spelling in ("/@team%2fwidget", "/@team%2Fwidget", "/@team/widget"):
+            assert app.get(spelling).json["versions"]["1.0.0"]["dist"]["tarball"] == "http://registry.test/@team/widget/-/widget-1.0.0.tgz"
+        app.put_json("/-/package/@team%2fwidget/dist-tags/stable", "1.0.0", headers=_bearer(token), status=201)
+        assert app.get("/-/package/@team/widget/dist-tags").json == {"latest": "1.0.0", "stable": "1.0.0"}
+
+        over_cap = publish_body(name, "2.0.0", os.urandom(200 * 1024))  # a body under the body cap
+        assert "limit of 65536 bytes" in app.put_json("/@team%2fwidget", over_cap, headers=_bearer(token), status=413).json["error"]
+        huge = publish_body(name, "2.0.0", os.urandom(2 * 1024 * 1024))  # refused before it is read
+        assert "limited" in app.put_json("/@team%2fwidget", huge, headers=_bearer(token), status=413).json["error"]
+        assert app.put("/-/nothing-here", b"{}", headers=_bearer(token), status=404).json == {"error": "not found"}
+        assert "Allow" in app.delete("/-/v1/search", status=405).headers
+        assert app.get("/-/v1/done/unknown-session", status=404).json["error"]
+    finally:
+        store.close()
+
+
+def test_a_build_conflict_rolls_the_publish_back(settings: Settings, store: UserStore) -> None:
+    # Two different archives of clash@1.0.0 dropped by hand: the build refuses both, so the version
+    # is not served; publishing a third copy must not make things worse.
+    make_tarball(settings.content_dir / "a", "clash", "1.0.0", description="one")
+    make_tarball(settings.content_dir / "b", "clash", "1.0.0", description="two")
+    make_tarball(settings.content_dir / "c", "clash", "0.9.0")
+    app = _app(settings, store)
+    token = _adduser(app, "admin-ish")["token"]
+    store.update_user(store.get_by_username("admin-ish").id, role="admin")  # type: ignore[union-attr]
+    assert list(app.get("/clash").json["versions"]) == ["0.9.0"]
+    refused = app.put_json("/clash", publish_body("clash", "1.0.0", tarball("clash", "1.0.0")), headers=_bearer(token), status=409)
+    assert "different bytes" in refused.json["error"]
+    assert not (settings.content_dir / "clash").exists()
+    assert list(app.get("/clash").json["versions"]) == ["0.9.0"]
+
+
+def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
+    make_tarball(settings.content_dir, "statics", "1.0.0")
+    run_build(settings)
+    tree = webtest.TestApp(StaticTree(settings.out_dir))
+    full = tree.get("/statics")
+    assert full.content_type == "application/json" and full.headers["Vary"] == "Accept, Accept-Encoding"
+    assert tree.get("/statics", headers={"If-Modified-Since": full.headers["Last-Modified"]}, status=304).body == b""
+    zipped = tree.get("/statics", headers={"Accept-Encoding": "gzip"})  # WebTest decodes the body again
+    assert zipped.headers["ETag"].endswith('-gz"') and zipped.json == full.json
+    head = tree.head("/statics/-/statics-1.0.0.tgz")
+    assert head.body == b"" and int(head.headers["Content-Length"]) > 0 and "immutable" in head.headers["Cache-Control"]
+    corgi = tree.get("/statics", headers={"Accept": "application/vnd.npm.install-v1+json"})
+    assert corgi.content_type == "application/vnd.npm.install-v1+json"
+    assert tree.get("/statics", headers={"Accept": "application/vnd.npm.install-v1+json;q=0, application/json"}).content_type == "application/json"
+    assert tree.get("/-/web/package/statics", status=301).headers["Location"] == "/-/web/package/statics/"
+    assert tree.get("/-/web/package/statics/").content_type == "text/html"
+    assert tree.get("/-/package/statics/dist-tags").json == {"latest": "1.0.0"}
+    assert tree.get("/", status=302).headers["Location"] == "/-/web/"
+    for hidden in ("/.registry-gen/state.sqlite3", "/statics/../.registry-gen"):
+        assert tree.get(hidden, status=404).json == {"error": "not found"}
+
+
+def test_registry_gen_api_runs_alone(tmp_path: Path) -> None:
+    """`registry-gen api`: writes land in content/ and the tree; GETs of files are the static host's."""
+    (tmp_path / "content").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "registry_gen", "api", "--out", str(tmp_path / "public"), "--port", "0",
+         "--base-url", "http://files.test/"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        base = None
+        deadline = time.monotonic() + 60
+        while base is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            found = re.search(r"API listening on (http://\S+/)", line)
+            base = found.group(1) if found else None
+        assert base is not None, "registry-gen api did not start"
+        token = http("PUT", f"{base}-/user/org.couchdb.user:solo", body={"name": "solo", "password": "solo-password", "email": "s@example.com"}).json["token"]
+        assert http("PUT", f"{base}alone", token=token, body=publish_body("alone", "1.0.0", tarball("alone", "1.0.0"))).status == 201
+        packument = json.loads((tmp_path / "public" / "alone" / "index.html").read_bytes())
+        assert packument["versions"]["1.0.0"]["dist"]["tarball"] == "http://files.test/alone/-/alone-1.0.0.tgz"
+        assert http("GET", f"{base}alone").status == 404  # files are the static host's job
+        assert http("GET", f"{base}-/whoami", token=token).json == {"username": "solo"}
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_web_login_sessions_expire_and_hand_out_a_token_once() -> None:
+    now = [1000.0]
+    logins = WebLogins(RegistryLimits(web_login_seconds=60), clock=lambda: now[0])
+    session = logins.start(create=False)
+    assert session.login_id != session.done_id  # the browser's link cannot be used to poll for the token
+    assert logins.poll(session.done_id) == (True, None)
+    assert logins.complete(session.login_id, "tok") and not logins.complete(session.login_id, "again")
+    assert logins.poll(session.done_id) == (True, "tok")
+    assert logins.poll(session.done_id) == (False, None)
+    stale = logins.start(create=True)
+    now[0] += 61
+    assert logins.by_login(stale.login_id) is None and logins.poll(stale.done_id) == (False, None)

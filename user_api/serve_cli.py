@@ -1,0 +1,158 @@
+"""`registry-gen serve` and `registry-gen api`: thin typer commands around waitress.
+
+`serve` is the one-process registry (`make run`): it binds first (so `--port 0` works and the
+real port is known), builds content/ into the tree for that address, then serves the tree for
+GET/HEAD and the APIs for everything else. `api` serves only the APIs, for a static host (nginx)
+that routes GET/HEAD to the files and every other method here.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from registry_gen.settings import Settings
+
+DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
+DEFAULT_THREADS = 8
+
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
+]
+HostOption = Annotated[str | None, typer.Option("--host", help="Address to listen on (default from config, else 127.0.0.1).")]
+PortOption = Annotated[int | None, typer.Option("--port", help="Port (0 picks a free one; default from config, else 4873).")]
+BaseUrlOption = Annotated[
+    str | None, typer.Option("--base-url", help="Public URL clients use (default: from config, else http://<host>:<port>/).")
+]
+ThreadsOption = Annotated[int, typer.Option("--threads", min=1, max=64, help="Worker threads.")]
+
+
+def _public_url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("", "0.0.0.0") else "[::1]" if host == "::" else host
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}/"
+
+
+def _example_package(out_dir: Path) -> str:
+    """A package the tree holds, for the "try" line (the built search document lists them)."""
+    try:
+        document = json.loads((out_dir / "-/v1/search/index.html").read_bytes())
+        return str(document["objects"][0]["package"]["name"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return "<package>"
+
+
+def _stop_on_sigterm() -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _run(
+    settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
+) -> None:
+    import waitress
+
+    from registry_gen.build import run_build
+    from user_api.registry_routes import publish_body_limit
+    from user_api.server import create_server_app
+    from user_api.store import open_user_store
+
+    holder: dict[str, Any] = {}
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        return holder["app"](environ, start_response)
+
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "threads": threads,
+        "max_request_body_size": publish_body_limit(settings),
+        "ident": "registry-gen",
+        "clear_untrusted_proxy_headers": True,
+    }
+    if trusted_proxy:
+        options.update(trusted_proxy=trusted_proxy, trusted_proxy_headers={"x-forwarded-for"})
+    server = waitress.create_server(application, **options)  # binds now: the real port is known
+    port = int(getattr(server, "effective_port", settings.port))
+    if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
+        settings = settings.with_updates(base_url=_public_url(settings.host, port))
+    if static:
+        result = run_build(settings)
+        for issue in result.errors:
+            typer.echo(f"error: {issue}", err=True)
+        typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    store = open_user_store(settings)
+    holder["app"] = create_server_app(settings, store, static=static)
+    listening = _public_url(settings.host, port)
+    if static:
+        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
+        typer.echo(f"listening on {listening} ({threads} threads); try:")
+        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
+        typer.echo(f"  npm adduser --registry {settings.base_url}")
+    else:
+        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
+        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+    watcher = None
+    if watch:
+        from registry_gen.watch import start_watcher
+
+        # Development mode: archives dropped into content/ show up without a restart.
+        watcher = start_watcher(settings, initial_build=False)
+        typer.echo(f"  watching {settings.content_dir} for new, changed and removed archives")
+    sys.stdout.flush()
+    _stop_on_sigterm()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        server.close()
+        store.close()
+
+
+def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
+    """Adds `serve` and `api` to the registry-gen CLI (entry point user_api_server)."""
+
+    @app.command("serve")
+    def serve(
+        content_dir: Annotated[Path | None, typer.Argument(help="Folder of archives (default from config, else ./content).")] = None,
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")] = None,
+        host: HostOption = None,
+        port: PortOption = None,
+        base_url: BaseUrlOption = None,
+        threads: ThreadsOption = DEFAULT_THREADS,
+        watch: Annotated[bool, typer.Option("--watch", help="Also rebuild when archives are dropped into or removed from CONTENT_DIR.")] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Build content/ and serve the registry (files and API) on one address."""
+        settings = settings_from_options(config, content_dir=content_dir, out_dir=out, host=host, port=port, base_url=base_url)
+        _run(settings, static=True, threads=threads, explicit_base_url=base_url is not None, trusted_proxy=None, watch=watch)
+
+    @app.command("api")
+    def api(
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder the static host serves.")] = None,
+        host: HostOption = None,
+        port: PortOption = None,
+        base_url: BaseUrlOption = None,
+        threads: ThreadsOption = DEFAULT_THREADS,
+        trusted_proxy: Annotated[
+            str | None,
+            typer.Option("--trusted-proxy", help="Address of the reverse proxy whose X-Forwarded-For is believed (rate limits, token CIDRs)."),
+        ] = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """Serve only the write/user API (behind a static host that serves the tree)."""
+        settings = settings_from_options(config, out_dir=out, host=host, port=port, base_url=base_url)
+        _run(settings, static=False, threads=threads, explicit_base_url=base_url is not None, trusted_proxy=trusted_proxy)

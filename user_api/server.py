@@ -1,0 +1,217 @@
+"""One WSGI app for `registry-gen serve`: the static tree for reads, the APIs for the rest.
+
+GET/HEAD are answered from OUT as a static host would (npm's paths map to files; see
+registry_gen.build for the layout), with the headers clients rely on: content types, strong
+ETag + Last-Modified + 304, explicit Cache-Control (tarballs immutable, documents revalidated),
+the abbreviated document for `Accept: application/vnd.npm.install-v1+json` (with Vary: Accept),
+and the `.gz` siblings for gzip-capable clients. A few GET paths are dynamic (whoami, search, the
+web login, user documents, tokens) and go to the registry app, like every other method;
+`/user*` and `/-/user-api/*` go to the user app. `registry-gen api` uses the same dispatcher
+without the static part, for deployments where nginx serves the files.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import os
+from collections.abc import Callable, Iterable
+from email.utils import formatdate, parsedate_to_datetime
+from pathlib import Path
+from typing import Any, Final
+
+from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
+from registry_gen.settings import Settings
+from user_api.app import create_user_app
+from user_api.registry_routes import create_registry_app
+from user_api.store import UserStore
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+ABBREVIATED_TYPE: Final = "application/vnd.npm.install-v1+json"
+JSON_TYPE: Final = "application/json"
+TARBALL_CACHE: Final = "public, max-age=31536000, immutable"  # a name@version is never reused
+DOCUMENT_CACHE: Final = "public, max-age=0, must-revalidate"  # new versions show up at once
+# GET paths whose answer depends on the caller or the query: never files.
+DYNAMIC_GET_PREFIXES: Final = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
+USER_APP_PREFIXES: Final = ("/user/", "/-/user-api/")
+STREAM_THRESHOLD: Final = 256 * 1024
+
+
+def is_user_app_path(path: str) -> bool:
+    return path == "/user" or path.startswith(USER_APP_PREFIXES)
+
+
+def is_dynamic_get(path: str) -> bool:
+    return path.startswith(DYNAMIC_GET_PREFIXES)
+
+
+def _json_reply(start_response: StartResponse, status: str, data: Any, head: bool = False) -> list[bytes]:
+    body = json.dumps(data).encode("utf-8")
+    start_response(status, [
+        ("Content-Type", JSON_TYPE), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+    ])
+    return [] if head else [body]
+
+
+def _wsgi_path(environ: dict[str, Any]) -> str:
+    """PATH_INFO arrives as latin-1-decoded bytes (PEP 3333); names are UTF-8."""
+    raw = str(environ.get("PATH_INFO") or "/")
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return raw
+
+
+def _wants_abbreviated(accept: str) -> bool:
+    for part in accept.split(","):
+        media, *params = [p.strip() for p in part.split(";")]
+        if media.lower() != ABBREVIATED_TYPE:
+            continue
+        for param in params:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    return float(value) > 0
+                except ValueError:
+                    return False
+        return True
+    return False
+
+
+def _etag_match(header: str, etag: str) -> bool:
+    """If-None-Match uses the weak comparison (RFC 9110 §13.1.2)."""
+    if header.strip() == "*":
+        return True
+    bare = etag.removeprefix("W/")
+    return any(candidate.strip().removeprefix("W/") == bare for candidate in header.split(","))
+
+
+class StaticTree:
+    """Serves OUT like a careful static host (the same rules the nginx config encodes)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _locate(self, path: str) -> list[str] | None:
+        segments = [s for s in path.split("/") if s]
+        # Hidden names (the build's .registry-gen/ state, temp files) and climbing out are never served.
+        if any(s.startswith(".") or "\\" in s or "\x00" in s for s in segments):
+            return None
+        return segments
+
+    def _pick(self, segments: list[str], environ: dict[str, Any]) -> tuple[Path, str, bool] | None:
+        """(file, content type, varies by Accept) for a request, or None."""
+        target = self.root.joinpath(*segments) if segments else self.root
+        is_web = segments[:2] == ["-", "web"]
+        if target.is_dir():
+            abbreviated = target / ABBREVIATED_FILE
+            if not is_web and abbreviated.is_file():
+                if _wants_abbreviated(str(environ.get("HTTP_ACCEPT") or "")):
+                    return abbreviated, ABBREVIATED_TYPE, True
+                return target / PACKUMENT_FILE, JSON_TYPE, True
+            target = target / PACKUMENT_FILE
+            if not target.is_file():
+                return None
+            return target, ("text/html; charset=utf-8" if is_web else JSON_TYPE), False
+        if not target.is_file():
+            return None
+        name = target.name
+        if name.endswith(".tgz"):
+            return target, "application/octet-stream", False
+        if is_web or ("." in name and not name.endswith((".html", ".json"))):
+            guessed = mimetypes.guess_type(name)[0] or "application/octet-stream"
+            if guessed.startswith("text/") or guessed in ("application/javascript", "image/svg+xml"):
+                guessed += "; charset=utf-8"
+            return target, guessed, False
+        return target, (ABBREVIATED_TYPE if name == ABBREVIATED_FILE else JSON_TYPE), False
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        head = environ.get("REQUEST_METHOD") == "HEAD"
+        path = _wsgi_path(environ)
+        if path == "/":
+            start_response("302 Found", [("Location", "/-/web/"), ("Content-Length", "0")])
+            return []
+        segments = self._locate(path)
+        picked = None if segments is None else self._pick(segments, environ)
+        if picked is None or segments is None:
+            return _json_reply(start_response, "404 Not Found", {"error": "not found"}, head)
+        target, content_type, varies = picked
+        if segments[:2] == ["-", "web"] and target.name == PACKUMENT_FILE and not path.endswith("/"):
+            # HTML pages use relative links: give them their folder URL, as static hosts do.
+            query = environ.get("QUERY_STRING")
+            start_response("301 Moved Permanently", [("Location", path + "/" + ("?" + query if query else "")), ("Content-Length", "0")])
+            return []
+        return self._send(environ, start_response, target, content_type, varies, head)
+
+    def _send(
+        self, environ: dict[str, Any], start_response: StartResponse, target: Path, content_type: str, varies: bool, head: bool
+    ) -> Iterable[bytes]:
+        vary = ["Accept"] if varies else []
+        encoding = None
+        compressed = target.with_name(target.name + ".gz")
+        if not target.name.endswith((".tgz", ".gz")) and compressed.is_file():
+            vary.append("Accept-Encoding")
+            if "gzip" in str(environ.get("HTTP_ACCEPT_ENCODING") or "").lower():
+                target, encoding = compressed, "gzip"
+        try:
+            handle = open(target, "rb")
+        except (FileNotFoundError, IsADirectoryError):
+            return _json_reply(start_response, "404 Not Found", {"error": "not found"}, head)
+        stat = os.fstat(handle.fileno())
+        etag = f'"{stat.st_size:x}-{stat.st_mtime_ns:x}{"-gz" if encoding else ""}"'
+        headers = [
+            ("ETag", etag),
+            ("Last-Modified", formatdate(stat.st_mtime, usegmt=True)),
+            ("Cache-Control", TARBALL_CACHE if target.name.endswith(".tgz") else DOCUMENT_CACHE),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        if vary:
+            headers.append(("Vary", ", ".join(vary)))
+        if self._not_modified(environ, etag, stat.st_mtime):
+            handle.close()
+            start_response("304 Not Modified", headers)
+            return []
+        headers += [("Content-Type", content_type), ("Content-Length", str(stat.st_size))]
+        if encoding:
+            headers.append(("Content-Encoding", encoding))
+        start_response("200 OK", headers)
+        if head:
+            handle.close()
+            return []
+        if stat.st_size > STREAM_THRESHOLD and "wsgi.file_wrapper" in environ:
+            return environ["wsgi.file_wrapper"](handle, 64 * 1024)  # type: ignore[no-any-return]
+        with handle:
+            return [handle.read()]
+
+    @staticmethod
+    def _not_modified(environ: dict[str, Any], etag: str, mtime: float) -> bool:
+        if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+        if if_none_match is not None:
+            return _etag_match(str(if_none_match), etag)  # If-Modified-Since is ignored then (RFC 9110)
+        since = environ.get("HTTP_IF_MODIFIED_SINCE")
+        if not since:
+            return False
+        try:
+            return int(mtime) <= parsedate_to_datetime(str(since)).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return False
+
+
+def create_server_app(settings: Settings, store: UserStore, *, static: bool = True) -> WsgiApp:
+    """The combined app; `static=False` for `registry-gen api` behind a static host."""
+    user_app = create_user_app(settings, store)
+    registry_app = create_registry_app(settings, store)
+    tree = StaticTree(settings.out_dir) if static else None
+
+    def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = _wsgi_path(environ)
+        if is_user_app_path(path):
+            return user_app(environ, start_response)  # type: ignore[no-any-return]
+        method = environ.get("REQUEST_METHOD")
+        if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
+            return tree(environ, start_response)
+        return registry_app(environ, start_response)  # type: ignore[no-any-return]
+
+    return application
