@@ -1,0 +1,166 @@
+"""`registry-gen host-config …` (configuration for the host serving the tree) and `registry-gen deploy`.
+
+Thin typer layers over `registry_gen.hosting` (pure generators) and `registry_gen.deploy`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+import typer
+
+from registry_gen.errors import ConfigError
+from registry_gen.settings import Settings
+
+SettingsFactory = Callable[..., Settings]
+ConfigOption = Annotated[
+    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
+]
+TreeOption = Annotated[Path | None, typer.Option("--tree", help="The built tree (default: out_dir from the config, else ./public).")]
+MaxAgeOption = Annotated[
+    int, typer.Option("--document-max-age", min=0, help="Seconds clients may reuse a package document before revalidating.")
+]
+
+
+def default_listen(base_url: str) -> str:
+    """'http://127.0.0.1:4873/' -> '127.0.0.1:4873'; anything without an explicit http port -> '80'."""
+    parts = urlsplit(base_url)
+    if parts.scheme == "http" and parts.port:
+        return f"{parts.hostname}:{parts.port}"
+    return "80"
+
+
+def default_max_body_size(settings: Settings) -> str:
+    """A publish body is the tarball in base64 (4/3 of its size) plus the JSON around it."""
+    megabytes = settings.limits.max_archive_bytes * 4 // 3 // (1024 * 1024) + 2
+    return f"{megabytes}m"
+
+
+def _write_text(text: str, out: Path | None) -> None:
+    if out is None or str(out) == "-":
+        sys.stdout.write(text)
+        return
+    from registry_gen.writer import atomic_write_bytes
+
+    atomic_write_bytes(out, text.encode("utf-8"))
+    typer.echo(f"wrote {out}", err=True)
+
+
+def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
+    host = typer.Typer(help="Configuration for the web server or object store that serves the tree.", no_args_is_help=True)
+
+    @host.command("nginx")
+    def nginx_command(
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the config here (default: stdout).")] = None,
+        listen: Annotated[str | None, typer.Option("--listen", help="nginx `listen` value (default: from base_url, else 80).")] = None,
+        api_upstream: Annotated[
+            str | None,
+            typer.Option("--api-upstream", help="HOST:PORT of `registry-gen api`; writes go there. Without it the tree is read-only."),
+        ] = None,
+        server_name: Annotated[str, typer.Option("--server-name", help="nginx `server_name`.")] = "_",
+        standalone: Annotated[
+            bool, typer.Option("--standalone", help="A complete nginx.conf for `nginx -p RUNTIME_DIR -c FILE` (default: a conf.d/ snippet).")
+        ] = False,
+        user: Annotated[str | None, typer.Option("--user", help="With --standalone under root: the workers' user.")] = None,
+        workers: Annotated[str, typer.Option("--workers", help="With --standalone: worker_processes.")] = "auto",
+        document_max_age: MaxAgeOption = 0,
+        tree: TreeOption = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """nginx config: JSON documents for every scoped-name spelling, JSON errors, caching, gzip, writes to the API."""
+        from registry_gen.hosting import nginx_config, nginx_site
+
+        settings = settings_from_options(config, out_dir=tree)
+        if urlsplit(settings.base_url).path not in ("", "/"):
+            typer.echo(
+                f"note: base_url {settings.base_url} has a path; this config serves the tree at /, so put it behind a proxy that strips the path",
+                err=True,
+            )
+        common: dict[str, Any] = {
+            "server_name": server_name,
+            "document_max_age": document_max_age,
+            "max_body_size": default_max_body_size(settings),
+        }
+        listen_value = listen or default_listen(settings.base_url)
+        try:
+            if standalone:
+                text = nginx_config(settings.out_dir, listen_value, api_upstream, worker_processes=workers, user=user, **common)
+            else:
+                text = nginx_site(settings.out_dir, listen_value, api_upstream, **common)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        _write_text(text, out)
+
+    @host.command("object-store")
+    def object_store_command(
+        out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the list here (default: stdout).")] = None,
+        prefix: Annotated[str, typer.Option("--prefix", help="Key prefix in the bucket.")] = "",
+        document_max_age: MaxAgeOption = 0,
+        tree: TreeOption = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """JSON lines {key, source, content_type, cache_control} for uploading the tree with any tool."""
+        from registry_gen.deploy import tree_files
+        from registry_gen.hosting import upload_plan
+
+        settings = settings_from_options(config, out_dir=tree)
+        plan = upload_plan(tree_files(settings.out_dir), prefix=prefix, document_max_age=document_max_age)
+        lines = [
+            json.dumps({"key": u.key, "source": u.source, "content_type": u.content_type, "cache_control": u.cache_control})
+            for u in plan
+        ]
+        _write_text("".join(line + "\n" for line in lines), out)
+
+    app.add_typer(host, name="host-config")
+
+    @app.command("deploy")
+    def deploy_command(
+        url: Annotated[str, typer.Argument(help="s3://BUCKET or s3://BUCKET/PREFIX")],
+        endpoint_url: Annotated[
+            str | None, typer.Option("--endpoint-url", help="S3-compatible endpoint (MinIO, R2, moto…); default AWS.")
+        ] = None,
+        region: Annotated[str | None, typer.Option("--region", help="Bucket region (default from the AWS config).")] = None,
+        delete: Annotated[bool, typer.Option("--delete", help="Delete objects under the prefix that the tree no longer has.")] = False,
+        force: Annotated[bool, typer.Option("--force", help="Upload every object, even unchanged ones (refreshes headers).")] = False,
+        website: Annotated[
+            bool, typer.Option("--website/--no-website", help="Configure static website hosting (index and JSON error document).")
+        ] = True,
+        public_read: Annotated[
+            bool,
+            typer.Option("--public-read", help="Set a bucket policy letting anyone read the objects (the bucket must allow public policies)."),
+        ] = False,
+        jobs: Annotated[int, typer.Option("--jobs", min=1, max=64, help="Parallel uploads.")] = 8,
+        document_max_age: MaxAgeOption = 0,
+        tree: TreeOption = None,
+        config: ConfigOption = None,
+    ) -> None:
+        """Upload the built tree to an S3-style bucket with the right Content-Type and Cache-Control per object."""
+        from registry_gen.build import build_lock
+        from registry_gen.deploy import deploy_tree, make_client, parse_s3_url
+        from registry_gen.errors import LockTimeout
+
+        settings = settings_from_options(config, out_dir=tree)
+        target = parse_s3_url(url)
+        client = make_client(endpoint_url=endpoint_url, region=region)
+        lock = build_lock(settings)
+        try:
+            with lock.acquire(timeout=600):  # a build or a publish must not change the tree mid-upload
+                result = deploy_tree(
+                    settings.out_dir,
+                    target,
+                    client,
+                    delete=delete,
+                    force=force,
+                    website=website,
+                    public_read=public_read,
+                    document_max_age=document_max_age,
+                    jobs=jobs,
+                )
+        except TimeoutError as exc:
+            raise LockTimeout(f"another build holds {settings.lock_file}") from exc
+        typer.echo(f"deployed {settings.out_dir} to {target}: {result.summary()}")

@@ -1,0 +1,192 @@
+"""Real hosts for the tests: nginx (config from `registry-gen host-config nginx`), a moto S3
+server (filled by `registry-gen deploy`), and a GitHub-Pages-like static server."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from registry_gen.cli import main as registry_gen
+from tests.support import static_server
+
+NGINX = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def free_port() -> int:
+    """A port nobody listens on right now (the OS picks it; the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[Any] | None = None, deadline: float = 20.0) -> None:
+    """Polls until something accepts on 127.0.0.1:port (or the process died, or time ran out)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before listening on {port}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {deadline}s")
+
+
+def generate_nginx_config(
+    tree: Path, runtime: Path, port: int, api_upstream: str | None = None, extra_args: Sequence[str] = ()
+) -> Path:
+    """The project's own config, through the real CLI; tests never write nginx config by hand."""
+    runtime.mkdir(parents=True, exist_ok=True)
+    conf = runtime / "nginx.conf"
+    args = ["host-config", "nginx", "--standalone", "--tree", str(tree), "--listen", f"127.0.0.1:{port}",
+            "--workers", "1", "--out", str(conf)]  # fmt: skip
+    if api_upstream:
+        args += ["--api-upstream", api_upstream]
+    args += list(extra_args)
+    if os.geteuid() == 0:
+        # Workers would drop to `nobody`, who cannot enter pytest's 0700 temp folders.
+        args += ["--user", pwd.getpwuid(os.geteuid()).pw_name]
+    assert registry_gen(args) == 0
+    return conf
+
+
+@contextlib.contextmanager
+def nginx_server(
+    tree: Path, runtime: Path, port: int, api_upstream: str | None = None, extra_args: Sequence[str] = ()
+) -> Iterator[str]:
+    """A real nginx in the foreground on 127.0.0.1:port serving `tree`; yields its base URL."""
+    conf = generate_nginx_config(tree, runtime, port, api_upstream, extra_args)
+    check = subprocess.run([NGINX, "-t", "-p", str(runtime), "-c", str(conf)], capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+    stderr = open(runtime / "stderr.log", "wb")  # noqa: SIM115 - closed below, after the process
+    process = subprocess.Popen(
+        [NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=stderr
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        process.send_signal(signal.SIGQUIT)  # graceful: the master waits for its workers
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+        stderr.close()
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's S3 in server mode on 127.0.0.1 (ephemeral port); yields the endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def aws_test_credentials() -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in AWS_ENV}
+    os.environ.update(AWS_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+
+class _PagesHandler(http.server.SimpleHTTPRequestHandler):
+    """What GitHub Pages does that matters here: decodes %2f, redirects a folder to its trailing
+    slash, serves index.html (as text/html) and, for anything missing, /404.html with status 404;
+    every response carries its fixed `Cache-Control: max-age=600`."""
+
+    def end_headers(self) -> None:
+        self.send_header("Cache-Control", "max-age=600")
+        super().end_headers()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        page = Path(self.directory) / "404.html"
+        if code != 404 or not page.is_file():
+            super().send_error(code, message, explain)
+            return
+        body = page.read_bytes()
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+def pages_like_server(root: Path) -> contextlib.AbstractContextManager[str]:
+    return static_server(root, _PagesHandler)
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str  # as it arrived, percent-encoding untouched
+    headers: dict[str, str]
+    body: bytes
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    records: list[Recorded]
+
+    def _record(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        self.records.append(Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+        reply = json.dumps({"ok": True, "method": self.command, "path": self.path}).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = _record  # noqa: N815 - stdlib naming
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+@contextlib.contextmanager
+def recording_upstream() -> Iterator[tuple[int, list[Recorded]]]:
+    """A stand-in for `registry-gen api` that records what nginx forwards (routing tests only)."""
+    records: list[Recorded] = []
+    handler = type("Handler", (_RecordingHandler,), {"records": records})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1]), records
+    finally:
+        server.shutdown()
+        server.server_close()
