@@ -1,0 +1,33 @@
+"""`registry-gen verify [OUT_DIR]`: one line per problem of a built tree; exit 1 when there are any."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from registry_gen.settings import Settings
+
+
+def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
+    def verify_command(
+        out_dir: Annotated[Path | None, typer.Argument(metavar="OUT_DIR", help="The built tree (default from config, else ./public).")] = None,
+        config: Annotated[
+            Path | None,
+            typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG"),
+        ] = None,
+    ) -> Any:
+        """Check a built tree: tarballs present and matching their hashes, dist-tags, twins, spellings."""
+        from registry_gen.verify import verify_tree
+
+        settings = settings_from_options(config, out_dir=out_dir)
+        report = verify_tree(settings.out_dir)
+        for problem in report.problems:
+            typer.echo(str(problem))
+        typer.echo(f"verified {settings.out_dir}: {report.summary()}", err=True)
+        if not report.ok:
+            raise typer.Exit(1)
+
+    app.command("verify")(verify_command)

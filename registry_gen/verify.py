@@ -1,0 +1,288 @@
+"""`registry-gen verify`: is a built tree whole and self-consistent? Reads the tree, nothing else.
+
+It needs neither content/ nor the build state, so it also checks a tree after a crash, a copy,
+or a deploy. Each problem names the file and the rule it breaks:
+
+  packument-missing, packument-json, packument-name   the package document itself
+  latest-missing, latest-dangling, dist-tag-dangling  dist-tags point at published versions
+  tarball-url, tarball-missing, tarball-shasum, tarball-integrity, tarball-orphan
+  abbreviated-missing, abbreviated-json, abbreviated-mismatch   the install-only twin
+  dist-tags-missing, dist-tags-json, dist-tags-mismatch   -/package/<name>/dist-tags
+  spelling-unresolved                                 every URL spelling of a name reaches the document
+  web-page-missing                                    the package's HTML page
+  index-missing, index-json, index-mismatch, gzip-mismatch       indexes and .gz siblings
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from registry_gen.errors import InvalidName, InvalidVersion
+from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
+from registry_gen.packument import abbreviate
+from registry_gen.site import package_folder
+from registry_gen.versions import validate_version
+
+PACKUMENT_FILE = "index.html"
+ABBREVIATED_FILE = "abbreviated.json"
+STATE_FOLDER = ".registry-gen"
+HASH_CHUNK = 1024 * 1024
+SRI_ALGORITHMS = ("sha512", "sha384", "sha256", "sha1")
+
+
+@dataclass(frozen=True, order=True)
+class TreeProblem:
+    path: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message} [{self.rule}]"
+
+
+@dataclass
+class VerifyReport:
+    packages: int = 0
+    tarballs: int = 0
+    problems: list[TreeProblem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        return f"{self.packages} packages, {self.tarballs} tarballs, {len(self.problems)} problems"
+
+
+def verify_tree(out_dir: Path) -> VerifyReport:
+    """Every problem of the tree at out_dir, sorted by path."""
+    report = VerifyReport()
+    if not out_dir.is_dir():
+        report.problems.append(TreeProblem(str(out_dir), "tree-missing", "no such folder"))
+        return report
+    names = sorted(find_package_names(out_dir))
+    for name in names:
+        problems, tarballs = check_package(out_dir, name)
+        report.problems += problems
+        report.tarballs += tarballs
+    report.packages = len(names)
+    report.problems += check_indexes(out_dir, names)
+    report.problems += check_gzip_siblings(out_dir)
+    report.problems.sort()
+    return report
+
+
+def find_package_names(out_dir: Path) -> Iterator[str]:
+    """Package folders: top-level folders, and folders inside `@scope` folders (never `-/` or dot folders)."""
+    for entry in _folders(out_dir):
+        if entry.name.startswith("@"):
+            for inner in _folders(entry):
+                yield f"{entry.name}/{inner.name}"
+        elif entry.name != "-":
+            yield entry.name
+
+
+def _folders(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+
+
+# ---------------------------------------------------------------- one package
+
+
+def check_package(out_dir: Path, name: str) -> tuple[list[TreeProblem], int]:
+    """The problems of one package folder, and how many tarballs it lists."""
+    base = f"{name}/{PACKUMENT_FILE}"
+    try:
+        validate_name(name)
+    except InvalidName as exc:
+        return [TreeProblem(name, "packument-name", f"folder is not a valid package name: {exc}")], 0
+    document, problem = _load_json(out_dir, base, "packument")
+    if problem:
+        return [problem], 0
+    if not isinstance(document, dict) or not isinstance(document.get("versions"), dict):
+        return [TreeProblem(base, "packument-json", "not a package document (no versions object)")], 0
+    problems: list[TreeProblem] = []
+    if document.get("name") != name or document.get("_id") != name:
+        problems.append(TreeProblem(base, "packument-name", f"document is for {document.get('name')!r}, folder is {name!r}"))
+    versions: dict[str, Any] = document["versions"]
+    problems += _check_dist_tags(base, document)
+    for version, manifest in sorted(versions.items()):
+        problems += _check_tarball(out_dir, name, version, manifest)
+    problems += _check_orphans(out_dir, name, versions)
+    problems += _check_twins(out_dir, name, document)
+    problems += _check_spellings(out_dir, name)
+    if not (out_dir / package_folder(name) / "index.html").is_file():
+        problems.append(TreeProblem(f"{package_folder(name)}/index.html", "web-page-missing", "no HTML page for the package"))
+    return problems, len(versions)
+
+
+def _check_dist_tags(base: str, document: dict[str, Any]) -> list[TreeProblem]:
+    tags = document.get("dist-tags")
+    if not isinstance(tags, dict):
+        return [TreeProblem(base, "latest-missing", "no dist-tags object")]
+    problems = []
+    if "latest" not in tags:
+        problems.append(TreeProblem(base, "latest-missing", "dist-tags has no latest"))
+    for tag, version in sorted(tags.items()):
+        if version not in document["versions"]:
+            rule = "latest-dangling" if tag == "latest" else "dist-tag-dangling"
+            problems.append(TreeProblem(base, rule, f"dist-tag {tag} points at {version!r}, which is not a published version"))
+    return problems
+
+
+def _check_tarball(out_dir: Path, name: str, version: str, manifest: Any) -> list[TreeProblem]:
+    base = f"{name}/{PACKUMENT_FILE}"
+    try:
+        validate_version(version)
+        relative = tarball_path(name, version)
+    except (InvalidVersion, InvalidName) as exc:
+        return [TreeProblem(base, "tarball-url", f"version {version!r} cannot have a tarball: {exc}")]
+    dist = manifest.get("dist") if isinstance(manifest, dict) else None
+    if not isinstance(dist, dict):
+        return [TreeProblem(base, "tarball-url", f"{version} has no dist object")]
+    problems = []
+    url_path = unquote(urlsplit(str(dist.get("tarball", ""))).path)
+    if not url_path.endswith("/" + relative):
+        problems.append(TreeProblem(base, "tarball-url", f"{version}: dist.tarball does not end with /{relative}"))
+    target = out_dir / relative
+    if not target.is_file():
+        return [*problems, TreeProblem(relative, "tarball-missing", f"{name}@{version} lists this tarball; it is not there")]
+    sha1, digests = hash_file(target)
+    if dist.get("shasum") != sha1:
+        problems.append(TreeProblem(relative, "tarball-shasum", f"sha1 {sha1} differs from dist.shasum {dist.get('shasum')}"))
+    problems += _check_integrity(relative, str(dist.get("integrity", "")), digests)
+    return problems
+
+
+def hash_file(path: Path) -> tuple[str, dict[str, str]]:
+    """sha1 hex, and base64 digests per SRI algorithm, reading the file in chunks."""
+    hashes = {algorithm: hashlib.new(algorithm) for algorithm in SRI_ALGORITHMS}
+    with open(path, "rb") as handle:
+        while block := handle.read(HASH_CHUNK):
+            for digest in hashes.values():
+                digest.update(block)
+    return hashes["sha1"].hexdigest(), {a: base64.b64encode(h.digest()).decode("ascii") for a, h in hashes.items()}
+
+
+def _check_integrity(relative: str, integrity: str, digests: dict[str, str]) -> list[TreeProblem]:
+    """Every hash of the SRI string that we can check must match; at least one must be there."""
+    checked = 0
+    for item in integrity.split():
+        algorithm, _, value = item.partition("-")
+        if algorithm in digests:
+            checked += 1
+            if value.split("?")[0] != digests[algorithm]:
+                return [TreeProblem(relative, "tarball-integrity", f"{algorithm} digest differs from dist.integrity")]
+    if not checked:
+        return [TreeProblem(relative, "tarball-integrity", f"dist.integrity {integrity!r} has no checkable hash")]
+    return []
+
+
+def _check_orphans(out_dir: Path, name: str, versions: dict[str, Any]) -> list[TreeProblem]:
+    folder = out_dir / name / "-"
+    if not folder.is_dir():
+        return []
+    listed = set()
+    for version in versions:
+        try:
+            listed.add(tarball_path(name, version).rsplit("/", 1)[1])
+        except (InvalidName, InvalidVersion):
+            continue
+    return [
+        TreeProblem(f"{name}/-/{path.name}", "tarball-orphan", "tarball no published version lists")
+        for path in sorted(folder.iterdir())
+        if not path.name.startswith(".") and path.name not in listed  # dot files: a writer's temp files
+    ]
+
+
+def _check_twins(out_dir: Path, name: str, document: dict[str, Any]) -> list[TreeProblem]:
+    """abbreviated.json and the dist-tags file say what the full document says."""
+    problems = []
+    relative = f"{name}/{ABBREVIATED_FILE}"
+    abbreviated, problem = _load_json(out_dir, relative, "abbreviated")
+    if problem:
+        problems.append(problem)
+    elif abbreviated != _json_roundtrip(abbreviate(document)):
+        problems.append(TreeProblem(relative, "abbreviated-mismatch", "differs from the full document"))
+    relative = f"-/package/{package_dir(name)}/dist-tags"
+    tags, problem = _load_json(out_dir, relative, "dist-tags")
+    if problem:
+        problems.append(problem)
+    elif tags != document.get("dist-tags"):
+        problems.append(TreeProblem(relative, "dist-tags-mismatch", f"says {tags}, the document says {document.get('dist-tags')}"))
+    return problems
+
+
+def _check_spellings(out_dir: Path, name: str) -> list[TreeProblem]:
+    """A static server decodes %2f/%2F to '/': each spelling must reach this very file."""
+    document = out_dir / name / PACKUMENT_FILE
+    problems = []
+    for spelling in url_spellings(name):
+        target = out_dir / unquote(spelling).lstrip("/") / PACKUMENT_FILE
+        if not (target.is_file() and os.path.samefile(target, document)):
+            problems.append(TreeProblem(f"{name}/{PACKUMENT_FILE}", "spelling-unresolved", f"{spelling} does not reach the document"))
+    return problems
+
+
+# ---------------------------------------------------------------- the whole tree
+
+
+def check_indexes(out_dir: Path, names: list[str]) -> list[TreeProblem]:
+    problems = []
+    if not (out_dir / "-/ping").is_file():
+        problems.append(TreeProblem("-/ping", "index-missing", "no ping file"))
+    everything, problem = _load_json(out_dir, "-/all/index.html", "index")
+    if problem:
+        problems.append(problem)
+    elif not isinstance(everything, dict) or sorted(k for k in everything if k != "_updated") != names:
+        listed = sorted(k for k in everything if k != "_updated") if isinstance(everything, dict) else []
+        missing = sorted(set(names) - set(listed))
+        extra = sorted(set(listed) - set(names))
+        problems.append(TreeProblem("-/all/index.html", "index-mismatch", f"missing {missing}, extra {extra}"))
+    _, problem = _load_json(out_dir, "-/v1/search/index.html", "index")
+    if problem:
+        problems.append(problem)
+    return problems
+
+
+def check_gzip_siblings(out_dir: Path) -> list[TreeProblem]:
+    """Every X.gz holds exactly X (nginx's gzip_static serves it instead of X)."""
+    problems = []
+    for root, folders, files in os.walk(out_dir):
+        folders[:] = [f for f in folders if not (root == str(out_dir) and f == STATE_FOLDER)]
+        for filename in files:
+            if not filename.endswith(".gz") or filename.startswith("."):
+                continue
+            packed = Path(root) / filename
+            plain = packed.with_name(filename[:-3])
+            relative = packed.relative_to(out_dir).as_posix()
+            try:
+                same = plain.is_file() and gzip.decompress(packed.read_bytes()) == plain.read_bytes()
+            except (OSError, EOFError, zlib.error):
+                same = False
+            if not same:
+                problems.append(TreeProblem(relative, "gzip-mismatch", f"does not hold exactly {plain.name}"))
+    return problems
+
+
+def _load_json(out_dir: Path, relative: str, kind: str) -> tuple[Any, TreeProblem | None]:
+    try:
+        return json.loads((out_dir / relative).read_bytes()), None
+    except FileNotFoundError:
+        return None, TreeProblem(relative, f"{kind}-missing", "file is missing")
+    except (OSError, ValueError) as exc:
+        return None, TreeProblem(relative, f"{kind}-json", f"not readable JSON: {exc}")
+
+
+def _json_roundtrip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
