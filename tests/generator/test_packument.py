@@ -169,7 +169,7 @@ def test_indexes_and_search() -> None:
     hit = search_object(summary, BASE)
     assert hit["package"]["name"] == "demo-pkg"
     assert hit["package"]["maintainers"] == [{"username": "Ada Lovelace", "email": "ada@example.org"}]
-    assert hit["package"]["links"]["npm"] == BASE + "-/web/package/demo-pkg/"
+    assert hit["package"]["links"]["npm"] == BASE + "-/web/package/demo-pkg/index.html"
 
 
 def test_dumps_is_compact_utf8_json() -> None:

@@ -1,0 +1,21 @@
+"""Every test module on disk is collected by `make test` (pytest skips folders named `build`,
+`dist`, `venv`... by default; a test folder with such a name would silently never run)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_test_module_is_collected() -> None:
+    listing = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    collected = {line.split("::", 1)[0] for line in listing.splitlines() if "::" in line}
+    on_disk = {p.relative_to(REPO).as_posix() for p in (REPO / "tests").rglob("test_*.py")}
+    assert len(collected) > 30
+    assert on_disk - collected == set()
