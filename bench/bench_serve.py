@@ -1,0 +1,93 @@
+"""Reads through the embedded `registry-gen serve` (issue 7, figure 7): GET of a package
+document, keep-alive, 32 connections, loopback, wrk; baseline nginx serving the same file.
+
+`registry-gen serve` builds its content/ at start and then serves the tree; nginx is pointed at
+that same tree, so both answer the same bytes for the same URL.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from bench import servers
+from bench.synthetic import CACHE_DIR, SCALES, ensure_registry, package_name
+
+GOAL_RPS = 1500.0
+CONNECTIONS = 32
+
+
+def _row(figure: str, note: str) -> dict[str, Any]:
+    return {"figure": figure, "value": None, "unit": "req/s", "baseline": None, "ratio": None, "goal": f"≥ {GOAL_RPS:,.0f} req/s on 2 cores", "met": None, "note": note}
+
+
+def _document_name() -> str:
+    spec = SCALES[1_000]
+    for index in range(spec.packages):
+        name = package_name(spec, index)
+        if not name.startswith("@"):
+            return name
+    return package_name(spec, 0)
+
+
+def _check(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body = response.read()
+        if response.status != 200 or not body.startswith(b"{"):
+            raise RuntimeError(f"GET {url}: status {response.status}, body starts {body[:60]!r}")
+        return len(body)
+
+
+def run(quick: bool) -> list[dict[str, Any]]:
+    figure = "registry-gen serve: package document GET, keep-alive, 32 connections"
+    if not Path(servers.WRK).exists():
+        return [_row(figure, f"not measured: wrk is not installed at {servers.WRK} (`make system-deps`)")]
+    command = servers.registry_gen_command()
+    if command is None:
+        return [_row(figure, "not available yet: `registry-gen serve` does not exist in this checkout")]
+    content = ensure_registry(SCALES[1_000])
+    name = _document_name()
+    seconds = 5 if quick else 15
+    with tempfile.TemporaryDirectory(prefix="bench-serve-", dir=CACHE_DIR) as folder:
+        scratch = Path(folder)
+        os.chmod(scratch, 0o755)
+        with servers.registry_gen_serve(command, content, scratch / "serve") as (serve_url, out):
+            size = _check(serve_url + name)
+            servers.wrk(serve_url + name, seconds=1, connections=CONNECTIONS)  # warm-up
+            served = servers.wrk(serve_url + name, seconds=seconds, connections=CONNECTIONS)
+            with servers.nginx(out, scratch / "nginx") as nginx_url:
+                _check(nginx_url + name)
+                servers.wrk(nginx_url + name, seconds=1, connections=CONNECTIONS)
+                static = servers.wrk(nginx_url + name, seconds=seconds, connections=CONNECTIONS)
+        shutil.rmtree(scratch / "serve", ignore_errors=True)
+    rps = served["rps"]
+    errors = served["non_2xx"] + served["socket_errors"]
+    note = (
+        f"GET /{name} ({size / 1024:.1f} KB full document, no Accept header), wrk -t2 -c{CONNECTIONS} -d{seconds}s; "
+        f"p99 latency serve {served.get('p99_ms', 0):.1f} ms, nginx {static.get('p99_ms', 0):.1f} ms; "
+        f"errors serve {errors:.0f}, nginx {static['non_2xx'] + static['socket_errors']:.0f}; "
+        "wrk, the server and everything else on the machine share its cores"
+    )
+    if rps < GOAL_RPS:
+        load = os.getloadavg()[0]
+        note += (
+            f"; below the goal in this run (1-minute load average {load:.1f} on {os.cpu_count()} cores at the end): "
+            "every request runs Python in waitress's threads under one GIL, while nginx answers from C; "
+            "for read-heavy use put nginx in front (registry-gen host-config)"
+        )
+    return [
+        {
+            "figure": figure,
+            "value": round(rps),
+            "unit": "req/s",
+            "baseline": round(static["rps"]),
+            "ratio": round(rps / static["rps"], 3) if static["rps"] else None,
+            "goal": f"≥ {GOAL_RPS:,.0f} req/s on 2 cores",
+            "met": rps >= GOAL_RPS and errors == 0,
+            "note": note,
+        }
+    ]

@@ -1,0 +1,192 @@
+"""Servers the benchmarks start and stop: nginx, `python -m http.server`, `registry-gen serve`.
+
+All on 127.0.0.1, ephemeral ports, temp runtime folders; every process started here is stopped
+here (by its own pid, never by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
+WRK = os.environ.get("WRK", "/usr/bin/wrk")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, deadline: float = 60.0) -> None:
+    """Polls until something accepts connections on 127.0.0.1:port (or the process dies)."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with status {process.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {deadline:.0f} s")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+def nginx_available() -> bool:
+    return Path(NGINX).exists()
+
+
+def nginx_conf(root: Path, port: int) -> str:
+    """The generator's own nginx config (registry_gen.hosting) when present, else a minimal one."""
+    user = "root" if os.geteuid() == 0 else None  # temp folders are 0700: workers must be able to read them
+    try:
+        from registry_gen.hosting import nginx_config
+
+        return nginx_config(root, f"127.0.0.1:{port}", user=user, worker_processes="auto", access_log=False)
+    except ImportError:
+        user_line = f"user {user};\n" if user else ""
+        return f"""{user_line}worker_processes auto;
+pid nginx.pid;
+error_log error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    client_body_temp_path client_body_temp;
+    proxy_temp_path proxy_temp;
+    fastcgi_temp_path fastcgi_temp;
+    uwsgi_temp_path uwsgi_temp;
+    scgi_temp_path scgi_temp;
+    sendfile on;
+    server {{
+        listen 127.0.0.1:{port};
+        root "{root}";
+        location / {{
+            default_type application/json;
+            try_files $uri/index.html $uri =404;
+        }}
+    }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def nginx(root: Path, runtime: Path, port: int | None = None) -> Iterator[str]:
+    """nginx serving `root`; yields its base URL (trailing slash)."""
+    port = port or free_port()
+    runtime.mkdir(parents=True, exist_ok=True)
+    conf = runtime / "nginx.conf"
+    conf.write_text(nginx_conf(root, port))
+    process = subprocess.Popen(
+        [NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop(process)
+
+
+@contextlib.contextmanager
+def http_server(root: Path, port: int | None = None) -> Iterator[str]:
+    """The stdlib's `python -m http.server` serving `root`."""
+    port = port or free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop(process)
+
+
+def registry_gen_command() -> list[str] | None:
+    """How to run `registry-gen` from this checkout, or None when `serve` is not there yet."""
+    script = Path(sys.executable).with_name("registry-gen")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "registry_gen"]
+    try:
+        proc = subprocess.run([*command, "serve", "--help"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return command if proc.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def registry_gen_serve(command: list[str], content: Path, workdir: Path, deadline: float = 1800.0) -> Iterator[tuple[str, Path]]:
+    """`registry-gen serve` (builds content/ first, then serves); yields (base URL, out dir)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "public"
+    config = workdir / "registry.yaml"
+    config.write_text(f"content_dir: {content}\nout_dir: {out}\ndata_dir: {workdir / 'data'}\n")
+    log = workdir / "serve.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(
+            [*command, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", "0"],
+            cwd=workdir,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        end = time.monotonic() + deadline
+        port = None
+        while time.monotonic() < end and port is None:
+            if process.poll() is not None:
+                raise RuntimeError(f"registry-gen serve exited ({process.returncode}): {log.read_text()[-2000:]}")
+            found = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", log.read_text(errors="replace"))
+            if found:
+                port = int(found.group(1))
+            else:
+                time.sleep(0.1)
+        if port is None:
+            raise RuntimeError(f"registry-gen serve did not start within {deadline:.0f} s")
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/", out
+    finally:
+        stop(process)
+        shutil.rmtree(workdir / "data", ignore_errors=True)
+
+
+def wrk(url: str, *, seconds: int, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None) -> dict[str, float]:
+    """Runs wrk (keep-alive) against one URL; requests/s, errors and latency percentiles."""
+    command = [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    for key, value in (headers or {}).items():
+        command += ["-H", f"{key}: {value}"]
+    proc = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60)
+    if proc.returncode != 0:
+        raise RuntimeError(f"wrk failed: {proc.stderr or proc.stdout}")
+    text = proc.stdout
+    rate = re.search(r"Requests/sec:\s*([\d.]+)", text)
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", text)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)\b", text)
+    result = {
+        "rps": float(rate.group(1)) if rate else 0.0,
+        "non_2xx": float(non_2xx.group(1)) if non_2xx else 0.0,
+        "socket_errors": float(sum(int(x) for x in socket_errors.groups())) if socket_errors else 0.0,
+    }
+    if p99:
+        scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
+        result["p99_ms"] = float(p99.group(1)) * scale
+    return result
