@@ -138,8 +138,10 @@ class StaticTree:
         if picked is None or segments is None:
             return _json_reply(start_response, "404 Not Found", {"error": "not found"}, head)
         target, content_type, varies = picked
-        if segments[:2] == ["-", "web"] and target.name == PACKUMENT_FILE and not path.endswith("/"):
-            # HTML pages use relative links: give them their folder URL, as static hosts do.
+        asked_for_folder = self.root.joinpath(*segments).is_dir()
+        if segments[:2] == ["-", "web"] and asked_for_folder and not path.endswith("/"):
+            # HTML pages use relative links: give a folder its trailing slash, as static hosts do
+            # (a request naming the file itself, .../index.html, is served as it is).
             query = environ.get("QUERY_STRING")
             start_response("301 Moved Permanently", [("Location", path + "/" + ("?" + query if query else "")), ("Content-Length", "0")])
             return []

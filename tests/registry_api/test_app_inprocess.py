@@ -168,6 +168,10 @@ def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
     assert tree.get("/statics", headers={"Accept": "application/vnd.npm.install-v1+json;q=0, application/json"}).content_type == "application/json"
     assert tree.get("/-/web/package/statics", status=301).headers["Location"] == "/-/web/package/statics/"
     assert tree.get("/-/web/package/statics/").content_type == "text/html"
+    # The site's own links name index.html files: served as they are, never redirected deeper.
+    page = tree.get("/-/web/package/statics/index.html", status=200)
+    assert page.content_type == "text/html" and page.body == tree.get("/-/web/package/statics/").body
+    assert tree.get("/-/web/index.html", status=200).content_type == "text/html"
     assert tree.get("/-/package/statics/dist-tags").json == {"latest": "1.0.0"}
     assert tree.get("/", status=302).headers["Location"] == "/-/web/"
     for hidden in ("/.registry-gen/state.sqlite3", "/statics/../.registry-gen"):
