@@ -119,28 +119,14 @@ def _kind(name: str) -> str | None:
     return None
 
 
-def scan_content(content_dir: Path) -> tuple[dict[str, os.stat_result], dict[str, os.stat_result]]:
-    """Every archive and every registry-meta.json below content_dir (hidden and temp files skipped)."""
-    archives: dict[str, os.stat_result] = {}
-    metas: dict[str, os.stat_result] = {}
-    if not content_dir.is_dir():
-        return archives, metas
-    stack = [content_dir]
-    while stack:
-        folder = stack.pop()
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if not _is_candidate(entry.name):
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    relative = Path(entry.path).relative_to(content_dir).as_posix()
-                    lowered = entry.name.lower()
-                    if lowered.endswith(ARCHIVE_SUFFIXES):
-                        archives[relative] = entry.stat(follow_symlinks=False)
-                    elif entry.name == META_FILENAME:
-                        metas[relative] = entry.stat(follow_symlinks=False)
+def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+    """(size, mtime_ns) of every archive and every registry-meta.json below content_dir, by
+    relative path (hidden and temp files skipped), from the same walk the build uses."""
+    archives: dict[str, tuple[int, int]] = {}
+    metas: dict[str, tuple[int, int]] = {}
+    for folder, listing in _walk_listings(content_dir):
+        for name, size, mtime_ns in listing:
+            (archives if _kind(name) == "archive" else metas)[_join(folder, name)] = (size, mtime_ns)
     return archives, metas
 
 

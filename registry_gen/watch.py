@@ -88,7 +88,7 @@ def is_relevant_path(path: Path, root: Path, *, is_directory: bool = False) -> b
 def content_snapshot(content_dir: Path) -> Snapshot:
     """Size and mtime of every archive and meta file: two equal snapshots mean nothing is moving."""
     archives, metas = scan_content(content_dir)
-    return {path: (stat.st_size, stat.st_mtime_ns) for path, stat in {**archives, **metas}.items()}
+    return {**archives, **metas}
 
 
 def wait_until_settled(
