@@ -101,31 +101,31 @@ class StaticTree:
             return None
         return segments
 
-    def _pick(self, segments: list[str], environ: dict[str, Any]) -> tuple[Path, str, bool] | None:
-        """(file, content type, varies by Accept) for a request, or None."""
+    def _pick(self, segments: list[str], environ: dict[str, Any]) -> tuple[Path, str, bool, bool] | None:
+        """(file, content type, varies by Accept, the request named a folder) for a request, or None."""
         target = self.root.joinpath(*segments) if segments else self.root
         is_web = segments[:2] == ["-", "web"]
         if target.is_dir():
             abbreviated = target / ABBREVIATED_FILE
             if not is_web and abbreviated.is_file():
                 if _wants_abbreviated(str(environ.get("HTTP_ACCEPT") or "")):
-                    return abbreviated, ABBREVIATED_TYPE, True
-                return target / PACKUMENT_FILE, JSON_TYPE, True
+                    return abbreviated, ABBREVIATED_TYPE, True, True
+                return target / PACKUMENT_FILE, JSON_TYPE, True, True
             target = target / PACKUMENT_FILE
             if not target.is_file():
                 return None
-            return target, ("text/html; charset=utf-8" if is_web else JSON_TYPE), False
+            return target, ("text/html; charset=utf-8" if is_web else JSON_TYPE), False, True
         if not target.is_file():
             return None
         name = target.name
         if name.endswith(".tgz"):
-            return target, "application/octet-stream", False
+            return target, "application/octet-stream", False, False
         if is_web or ("." in name and not name.endswith((".html", ".json"))):
             guessed = mimetypes.guess_type(name)[0] or "application/octet-stream"
             if guessed.startswith("text/") or guessed in ("application/javascript", "image/svg+xml"):
                 guessed += "; charset=utf-8"
-            return target, guessed, False
-        return target, (ABBREVIATED_TYPE if name == ABBREVIATED_FILE else JSON_TYPE), False
+            return target, guessed, False, False
+        return target, (ABBREVIATED_TYPE if name == ABBREVIATED_FILE else JSON_TYPE), False, False
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         head = environ.get("REQUEST_METHOD") == "HEAD"
@@ -137,8 +137,7 @@ class StaticTree:
         picked = None if segments is None else self._pick(segments, environ)
         if picked is None or segments is None:
             return _json_reply(start_response, "404 Not Found", {"error": "not found"}, head)
-        target, content_type, varies = picked
-        asked_for_folder = self.root.joinpath(*segments).is_dir()
+        target, content_type, varies, asked_for_folder = picked
         if segments[:2] == ["-", "web"] and asked_for_folder and not path.endswith("/"):
             # HTML pages use relative links: give a folder its trailing slash, as static hosts do
             # (a request naming the file itself, .../index.html, is served as it is).
