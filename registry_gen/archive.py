@@ -211,16 +211,30 @@ class _Budget:
         self.limits = limits
         self.members = 0
         self.unpacked = 0
-        self.seen: set[str] = set()
+        self.files: set[str] = set()
+        self.folders: set[str] = set()
         self.size_hint = archive_size_hint
 
-    def member(self, path: str) -> None:
+    def member(self, path: str) -> bool:
+        """Counts a file member; True when its path came before (the caller decides what that means)."""
         self.members += 1
         if self.members > self.limits.max_members:
             raise InvalidArchive("max-members", f"archive has more than {self.limits.max_members} members")
-        if path in self.seen:
-            raise InvalidArchive("duplicate-member", f"member {path!r} appears twice")
-        self.seen.add(path)
+        if path in self.folders:
+            raise InvalidArchive("path-conflict", f"member {path!r} is both a file and a folder")
+        parents = _parents(path)
+        if any(parent in self.files for parent in parents):
+            raise InvalidArchive("path-conflict", f"member {path!r} lies below a file of the same name")
+        self.folders.update(parents)
+        repeated = path in self.files
+        self.files.add(path)
+        return repeated
+
+    def folder(self, path: str) -> None:
+        """A folder entry: a file of the same path would change that path's type."""
+        if path in self.files:
+            raise InvalidArchive("path-conflict", f"member {path!r} is both a file and a folder")
+        self.folders.add(path)
 
     def bytes(self, count: int, compressed_so_far: int) -> None:
         self.unpacked += count
@@ -241,6 +255,30 @@ class _Member:
     path: str
     mode: int
     data: bytes | None  # kept only for package.json, README and (when converting) every file
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _refuse_ambiguous_duplicate(previous: _Member, member: _Member) -> None:
+    """A repeated tar member: node-tar (npm, pnpm, yarn) extracts the last one over the first,
+    and the public registry serves such tarballs (agent-base@7). Only a second package.json
+    that says something else is refused: the build and the client would read different manifests."""
+    if posixpath.basename(member.path).lower() == "package.json" and previous.data != member.data:
+        raise InvalidArchive("duplicate-member", f"member {member.path!r} appears twice with different contents")
+
+
+def _last_wins(members: Iterator[_Member]) -> dict[str, _Member]:
+    """Members by path, a repeated path holding its last copy, as node-tar extracts it."""
+    by_path: dict[str, _Member] = {}
+    for member in members:
+        previous = by_path.pop(member.path, None)
+        if previous is not None:
+            _refuse_ambiguous_duplicate(previous, member)
+        by_path[member.path] = member
+    return by_path
 
 
 def _read_capped(stream: IO[bytes], size: int, budget: _Budget, compressed: Any, keep: int | None) -> bytes | None:
@@ -274,6 +312,8 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
             for info in tar:
                 path = _clean_member_path(info.name)
                 if info.isdir():
+                    if path:
+                        budget.folder(path)
                     continue
                 if info.issym() or info.islnk():
                     raise InvalidArchive("member-type", f"member {info.name!r} is a link")
@@ -316,6 +356,8 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
                 compressed_total += info.compress_size
                 path = _clean_member_path(info.filename)
                 if info.is_dir():
+                    if path:
+                        budget.folder(path)
                     continue
                 unix_mode = info.external_attr >> 16
                 # Python's zipfile (and some other tools) store bare permission bits (0o600) with
@@ -330,7 +372,9 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
                     raise InvalidArchive(
                         "zip-compression", f"member {info.filename!r} uses compression method {info.compress_type}"
                     )
-                budget.member(path)
+                if budget.member(path):
+                    # Unzip tools disagree on which copy wins: a repeated zip member is ambiguous.
+                    raise InvalidArchive("duplicate-member", f"member {path!r} appears twice")
                 with archive.open(info) as stream:
                     # Declared sizes can lie (overlapping entries share bytes): the budget counts the
                     # bytes actually inflated, against no more than the archive's real size.
@@ -453,9 +497,9 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     budget = _Budget(limits, None)
     hashing = _HashingReader(source, limits.max_archive_bytes)
     if kind == "tgz":
-        members = {m.path: m for m in _iter_tar(hashing, budget, keep_all=False)}
+        members = _last_wins(_iter_tar(hashing, budget, keep_all=False))
     else:
-        members = {m.path: m for m in _iter_zip(source, budget, limits)}
+        members = _last_wins(_iter_zip(source, budget, limits))
     root = _package_root(list(members))
     manifest_member = members.get(root + "package.json")
     if manifest_member is None or manifest_member.data is None:
@@ -469,7 +513,7 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
         # Files at the root: npm strips one folder when unpacking, so repack under package/.
         source.seek(0)
         rebudget = _Budget(limits, None)
-        members = {m.path: m for m in _iter_tar(_HashingReader(source, limits.max_archive_bytes), rebudget, True)}
+        members = _last_wins(_iter_tar(_HashingReader(source, limits.max_archive_bytes), rebudget, True))
     files = [(m.path[len(root):], m.mode, m.data or b"") for m in members.values()]
     tarball = build_npm_tarball(files)
     return ArchiveContents(

@@ -72,7 +72,7 @@ def parse_meta(raw: bytes) -> PackageMeta:
     problems: list[FieldProblem] = []
     name = data.get("name")
     try:
-        validate_name(name)
+        validate_name(name, legacy=True)
     except Exception as exc:
         problems.append(FieldProblem("name", "name-valid", str(exc)))
     maintainers = data.get("maintainers", [])

@@ -15,10 +15,18 @@ MAX_TARBALL_FILENAME = 240
 RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico", "404.html", "user"})
 # npm's rule for new packages: URL-safe, lowercase, no leading dot or underscore.
 _PART = re.compile(r"^[a-z0-9\-~][a-z0-9\-._~]*$")
+# What the public registry still hosts from before that rule (validate-npm-package-name's
+# "valid for old packages"): capitals and the characters encodeURIComponent leaves alone.
+_LEGACY_PART = re.compile(r"^[A-Za-z0-9\-~!*'()][A-Za-z0-9\-._~!*'()]*$")
 
 
-def validate_name(name: object) -> str:
-    """Return `name` if npm and the static layout can both carry it, else raise InvalidName."""
+def validate_name(name: object, *, legacy: bool = False) -> str:
+    """Return `name` if npm and the static layout can both carry it, else raise InvalidName.
+
+    The default is npm's rule for new packages (what the write API accepts for a new name);
+    `legacy=True` is what the public registry still hosts from older packages (`JSONStream`,
+    `Base64`), which the build serves as written.
+    """
     if not isinstance(name, str):
         raise InvalidName("name must be a string")
     if not name:
@@ -27,18 +35,26 @@ def validate_name(name: object) -> str:
         raise InvalidName(f"name is longer than {MAX_NAME_LENGTH} characters")
     if name != name.strip():
         raise InvalidName("name must not have leading or trailing spaces")
-    if name.lower() != name:
-        raise InvalidName("name must be lowercase")
-    if name in RESERVED_NAMES:
+    if not legacy and name.lower() != name:
+        raise InvalidName("name must be lowercase (npm's rule for new packages)")
+    if name.lower() in RESERVED_NAMES:
         raise InvalidName(f"name {name!r} is reserved")
     scope, bare = split_name(name)
-    if scope is not None and not _PART.match(scope[1:]):
+    part = _LEGACY_PART if legacy else _PART
+    if scope is not None and not part.match(scope[1:]):
         raise InvalidName(f"scope {scope!r} contains characters that are not URL-safe")
     if bare.startswith((".", "_")):
         raise InvalidName("name must not start with a dot or an underscore")
-    if not _PART.match(bare) or bare in (".", ".."):
+    if not part.match(bare) or bare in (".", ".."):
+        if legacy:
+            raise InvalidName("name may only contain letters, digits and - . _ ~ ! * ' ( )")
         raise InvalidName("name may only contain lowercase letters, digits and - . _ ~")
     return name
+
+
+def validate_hosted_name(name: object) -> str:
+    """A name the build serves: anything the public registry hosts (see validate_name)."""
+    return validate_name(name, legacy=True)
 
 
 def split_name(name: str) -> tuple[str | None, str]:
@@ -53,9 +69,9 @@ def split_name(name: str) -> tuple[str | None, str]:
     return None, name
 
 
-def is_valid_name(name: object) -> bool:
+def is_valid_name(name: object, *, legacy: bool = False) -> bool:
     try:
-        validate_name(name)
+        validate_name(name, legacy=legacy)
     except InvalidName:
         return False
     return True
@@ -63,7 +79,7 @@ def is_valid_name(name: object) -> bool:
 
 def package_dir(name: str) -> str:
     """Relative folder of a package in the tree: 'pkg' or '@scope/pkg' (a real slash)."""
-    validate_name(name)
+    validate_hosted_name(name)
     return name
 
 

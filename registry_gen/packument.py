@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from registry_gen.manifest import has_install_script
+from registry_gen.manifest import has_install_script, keyword_list
 from registry_gen.meta import PackageMeta
 from registry_gen.names import tarball_path
 from registry_gen.versions import choose_dist_tags, sort_versions
@@ -188,10 +188,10 @@ def summarize(packument: Mapping[str, Any]) -> dict[str, Any]:
     latest = packument["versions"].get(latest_version, {})
     return {
         "name": packument["name"],
-        "description": packument.get("description") or "",
+        "description": packument["description"] if isinstance(packument.get("description"), str) else "",
         "version": latest_version,
         "dist-tags": packument["dist-tags"],
-        "keywords": [k for k in packument.get("keywords") or [] if isinstance(k, str)],
+        "keywords": keyword_list(packument.get("keywords")),
         "maintainers": packument.get("maintainers", []),
         "modified": packument.get("modified", ""),
         "date": packument.get("time", {}).get(latest_version, packument.get("modified", "")),

@@ -222,8 +222,9 @@ def check_body_name(name: str, body: Mapping[str, Any]) -> None:
 
 
 def decode_publish(name: str, body: Mapping[str, Any], limits: Limits) -> Upload:
-    """Checks a modern publish body (`PUT /<name>` with `_attachments`) and its tarball."""
-    validate_name(name)
+    """Checks a modern publish body (`PUT /<name>` with `_attachments`) and its tarball.
+    A legacy name passes here; `apply_*` hold a name nobody holds yet to the rule for new ones."""
+    validate_name(name, legacy=True)
     check_body_name(name, body)
     _check_access(body)
     versions = body.get("versions")
@@ -259,7 +260,7 @@ def decode_publish(name: str, body: Mapping[str, Any], limits: Limits) -> Upload
 
 def decode_upload(name: str, filename: str, data: bytes, limits: Limits) -> Upload:
     """Checks a legacy raw tarball upload (`PUT /<name>/-/<file>.tgz/-rev/<rev>`)."""
-    validate_name(name)
+    validate_name(name, legacy=True)
     manifest, digests = check_tarball(name, None, data, limits)
     version = manifest["version"]
     if filename.rsplit("/", 1)[-1] not in {n.rsplit("/", 1)[-1] for n in _attachment_names(name, version)}:
@@ -284,9 +285,17 @@ def _refuse_reuse(state: PackageState, version: str) -> None:
         raise VersionConflict(f"you cannot publish over the previously published version {state.name}@{version}")
 
 
+def _check_new_name(state: PackageState) -> None:
+    """A name nobody holds yet follows npm's rule for new packages (no capitals...); a legacy
+    name the registry already holds (`JSONStream`) keeps getting new versions, as on npm."""
+    if not state.is_held:
+        validate_name(state.name)
+
+
 def apply_publish(state: PackageState, upload: Upload, actor: Actor, now: str) -> PackageMeta:
     """A new version: refused when the number was ever used; the first publisher becomes maintainer."""
     authorize(state, actor, "publish")
+    _check_new_name(state)
     _refuse_reuse(state, upload.version)
     meta = state.meta
     tags = dict(meta.dist_tags)
@@ -309,6 +318,7 @@ def apply_publish(state: PackageState, upload: Upload, actor: Actor, now: str) -
 def apply_create(state: PackageState, actor: Actor, now: str) -> PackageMeta | None:
     """Legacy step 1 (`PUT /<name>` with no versions): makes an empty entry; never touches a held one."""
     authorize(state, actor, "publish")
+    _check_new_name(state)
     if state.published:
         return None
     # A fresh entry, or one whose versions were all unpublished: (re)open it, so the version-less
@@ -320,6 +330,7 @@ def apply_stage(state: PackageState, version: str, tag: str, document: Any, acto
     """Legacy step 3 (`PUT /<name>/<version>/-tag/<tag>`): tags a published version, or stages an
     unpublished one in `pending` (invisible to installers) until its tarball arrives."""
     authorize(state, actor, "publish")
+    _check_new_name(state)
     version = checked_version(version)
     tag = validate_tag(tag)
     meta = state.meta

@@ -103,7 +103,7 @@ def check_package(out_dir: Path, name: str) -> tuple[list[TreeProblem], int]:
     """The problems of one package folder, and how many tarballs it lists."""
     base = f"{name}/{PACKUMENT_FILE}"
     try:
-        validate_name(name)
+        validate_name(name, legacy=True)
     except InvalidName as exc:
         return [TreeProblem(name, "packument-name", f"folder is not a valid package name: {exc}")], 0
     document, problem = _load_json(out_dir, base, "packument")

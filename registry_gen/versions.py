@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import re
+
 import semver
 
 from registry_gen.errors import InvalidVersion
 
 MAX_VERSION_LENGTH = 256
+MAX_SAFE_INTEGER = 2**53 - 1  # node-semver refuses larger numbers: JavaScript cannot hold them
+# node-semver's loose form, which npm cleans every version with before publishing: an optional
+# leading "v" or "=", numbers with leading zeros, a prerelease without its hyphen ("1.0.0beta").
+_LOOSE_ID = r"(?:\d+|\d*[A-Za-z-][A-Za-z0-9-]*)"
+_LOOSE = re.compile(
+    r"^[v=\s]*(\d+)\.(\d+)\.(\d+)"
+    rf"(?:-?({_LOOSE_ID}(?:\.{_LOOSE_ID})*))?"
+    r"(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?\s*$"
+)
 
 
 def parse_version(text: object) -> semver.Version:
@@ -28,6 +39,31 @@ def validate_version(text: object) -> str:
     if version.build:
         raise InvalidVersion(f"{text!r} carries build metadata, which npm discards")
     return str(version)
+
+
+def clean_version(text: object) -> str:
+    """The version npm publishes for `text` (node-semver's `clean(text, {loose: true})`).
+
+    Archives from the public registry carry whatever their package.json said ("v1.2.3",
+    "1.0.0beta", "1.2.3+build"); the registry's documents carry the cleaned form, and so do ours.
+    """
+    if not isinstance(text, str):
+        raise InvalidVersion("version must be a string")
+    if len(text) > MAX_VERSION_LENGTH:
+        raise InvalidVersion("version is too long")
+    match = _LOOSE.match(text.strip())
+    if match is None:
+        raise InvalidVersion(f"{text!r} is not a semantic version (major.minor.patch)")
+    numbers = [int(part) for part in match.group(1, 2, 3)]
+    if any(n > MAX_SAFE_INTEGER for n in numbers):
+        raise InvalidVersion(f"{text!r} has a number larger than clients can hold")
+    cleaned = ".".join(map(str, numbers))
+    if match.group(4):
+        identifiers = [str(int(i)) if i.isdigit() else i for i in match.group(4).split(".")]
+        if any(i.isdigit() and int(i) > MAX_SAFE_INTEGER for i in identifiers):
+            raise InvalidVersion(f"{text!r} has a number larger than clients can hold")
+        cleaned += "-" + ".".join(identifiers)
+    return str(parse_version(cleaned))
 
 
 def is_valid_version(text: object) -> bool:

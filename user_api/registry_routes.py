@@ -255,7 +255,7 @@ class RegistryWriter:
     def read_state(self, name: str) -> tuple[PackageState, str, bytes | None]:
         """Call with the lock held: the package as the registry holds it, where its meta lives,
         and the meta's current bytes (for a rollback)."""
-        validate_name(name)
+        validate_name(name, legacy=True)
         if name in SERVER_PATHS:
             raise BadRequest(f"the name {name!r} is taken by this registry's own endpoints (/{name}); choose another")
         key = self._meta_location(name)

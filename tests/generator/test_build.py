@@ -149,7 +149,8 @@ def test_errors_are_collected_and_never_stop_the_rest(settings: Settings) -> Non
     (content / "truncated.tgz").write_bytes(make_tarball(content / "x", "demo-trunc", "1.0.0").read_bytes()[:-30])
     (content / "x" / "demo-trunc-1.0.0.tgz").unlink()
     (content / "notes.zip").write_bytes(b"this is not a zip")
-    make_tarball(content, "Demo-Upper", "1.0.0", filename="upper.tgz")
+    make_tarball(content, "de mo", "1.0.0", filename="space.tgz")  # no URL can carry it
+    make_tarball(content, "Demo-Upper", "1.0.0", filename="upper.tgz")  # legacy capitals: hosted
     make_tarball(content / "one", "demo-twin", "1.0.0", files={"index.js": "1"})
     make_tarball(content / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
     make_tarball(content / "same", "demo-good", "1.0.0")  # identical bytes twice is not a conflict
@@ -160,17 +161,18 @@ def test_errors_are_collected_and_never_stop_the_rest(settings: Settings) -> Non
     assert set(by_path) == {
         "truncated.tgz",
         "notes.zip",
-        "upper.tgz",
+        "space.tgz",
         "one/demo-twin-1.0.0.tgz",
         "two/demo-twin-1.0.0.tgz",
         "broken-meta/registry-meta.json",
     }
     assert "corrupt" in by_path["truncated.tgz"]
-    assert "lowercase" in by_path["upper.tgz"]
+    assert "may only contain" in by_path["space.tgz"]
     assert "different bytes" in by_path["one/demo-twin-1.0.0.tgz"]
     assert "two/demo-twin-1.0.0.tgz" in by_path["one/demo-twin-1.0.0.tgz"]
-    assert result.packages == 1
+    assert result.packages == 2
     assert _doc(settings, "demo-good")["dist-tags"] == {"latest": "1.0.0"}
+    assert _doc(settings, "Demo-Upper")["name"] == "Demo-Upper"
     assert not (settings.out_dir / "demo-twin").exists()
 
 

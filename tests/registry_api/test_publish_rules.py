@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from registry_gen import publish
-from registry_gen.errors import Forbidden, InvalidArchive, InvalidManifest, NotFound, VersionConflict
+from registry_gen.errors import Forbidden, InvalidArchive, InvalidManifest, InvalidName, NotFound, VersionConflict
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.publish import Actor, BadRequest, PackageState
 from registry_gen.settings import Limits
@@ -84,7 +84,10 @@ def test_decode_publish_checks_the_tarball_like_the_build() -> None:
     with pytest.raises(BadRequest, match="says version 1.2.0"):
         publish.decode_publish("pkg", bad_version, Limits())
     with pytest.raises(InvalidManifest):
-        publish.decode_publish("pkg", publish_body("pkg", "1.1.0", tarball("pkg", "1.1.0", bin=5)), Limits())
+        publish.decode_publish("pkg", publish_body("pkg", "1.1.0", tarball("pkg", "one.one")), Limits())
+    # What npm 11 publishes, the registry takes as written (dunder-proto@1.0.1 has "main": false).
+    odd = publish.decode_publish("pkg", publish_body("pkg", "1.1.0", tarball("pkg", "1.1.0", main=False)), Limits())
+    assert odd.manifest["main"] is False
     with pytest.raises(InvalidArchive):
         publish.decode_publish("pkg", publish_body("pkg", "1.1.0", tarball("pkg", "1.1.0")[:40]), Limits())
     damaged = publish_body("pkg", "1.1.0", tarball("pkg", "1.1.0"))
@@ -175,3 +178,14 @@ def test_storage_creates_once_replaces_and_removes(kind: str, tmp_path: Path) ->
         storage.remove(meta_key("@scope/pkg"))
         assert not (tmp_path / "content" / "@scope").exists()  # emptied folders go
         assert not list((tmp_path / "content").rglob(".*"))  # no temp files left behind
+
+
+def test_a_new_name_follows_npms_rule_for_new_packages_but_a_held_legacy_name_takes_new_versions() -> None:
+    upload = publish.decode_publish("LegacyName", publish_body("LegacyName", "1.1.0", tarball("LegacyName", "1.1.0")), Limits())
+    fresh = PackageState("LegacyName", PackageMeta(name="LegacyName"), frozenset())
+    with pytest.raises(InvalidName, match="lowercase"):
+        publish.apply_publish(fresh, upload, ALICE, NOW)
+    with pytest.raises(InvalidName, match="lowercase"):
+        publish.apply_create(fresh, ALICE, NOW)
+    held_legacy = PackageState("LegacyName", PackageMeta(name="LegacyName", maintainers=[{"name": "alice"}]), frozenset({"1.0.0"}))
+    assert publish.apply_publish(held_legacy, upload, ALICE, NOW).time["1.1.0"] == NOW
