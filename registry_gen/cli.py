@@ -6,9 +6,11 @@ group `registry_gen.commands`, so this package never imports them.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from enum import Enum
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
@@ -76,20 +78,37 @@ def build_command(
         raise typer.Exit(1)
 
 
+class CheckFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
 def check_command(
     content_dir: ContentArg = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit non-zero on lint findings too.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit non-zero on warnings too (errors always do).")] = False,
+    profile: Annotated[
+        str | None, typer.Option("--profile", help="npm (default: npm's documented rules) or commonjs (the specification's too).")
+    ] = None,
+    ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Rule id to leave out (repeatable).")] = None,
+    output_format: Annotated[CheckFormat, typer.Option("--format", help="text, or json for tools.")] = CheckFormat.text,
     config: ConfigOption = None,
 ) -> None:
-    """Lint every archive's package.json against the specification's descriptor rules."""
+    """Lint every archive's package.json: errors, warnings and info, with a summary by rule."""
     from registry_gen.check import check_content
 
-    settings = settings_from_options(config, content_dir=content_dir)
-    report = check_content(settings)
-    for finding in report.findings:
-        typer.echo(str(finding))
-    typer.echo(f"checked {report.archives} archives: {report.errors} errors, {report.warnings} lint findings")
-    if report.errors or (strict and report.warnings):
+    settings = settings_from_options(config, content_dir=content_dir, check_profile=profile)
+    report = check_content(settings, ignore=ignore or ())
+    if output_format is CheckFormat.json:
+        typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        for finding in report.findings:
+            typer.echo(str(finding))
+        if report.findings:
+            typer.echo("by rule:")
+        for row in report.by_rule():
+            typer.echo(f"{row.count:>7}  {row.severity:<7}  {row.rule}")
+        typer.echo(report.summary())
+    if report.failed(strict):
         raise typer.Exit(1)
 
 
