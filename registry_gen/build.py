@@ -11,6 +11,7 @@ package that appeared or went. Big builds read archives and write packages in wo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -40,7 +41,7 @@ from registry_gen.buildstate import (
     ManifestCache,
     read_legacy_times,
 )
-from registry_gen.errors import InvalidArchive, InvalidManifest, LockTimeout, RegistryError
+from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
 from registry_gen.hosting import STATIC_EXTRAS, tag_documents
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
@@ -95,12 +96,14 @@ class BuildResult:
     rebuilt_packages: list[str] = field(default_factory=list)
     archives_read: int = 0
     errors: list[BuildIssue] = field(default_factory=list)
+    refused: int = 0  # archives of content/ not served: unreadable, unaddressable, or in conflict
     seconds: float = 0.0
 
     def summary(self) -> str:
         return (
             f"{self.packages} packages, {self.versions} versions, {len(self.written)} files written, "
-            f"{self.skipped} packages unchanged, {len(self.errors)} errors, {self.seconds:.2f}s"
+            f"{self.skipped} packages unchanged, {self.refused} archives refused, "
+            f"{len(self.errors)} errors, {self.seconds:.2f}s"
         )
 
 
@@ -378,6 +381,8 @@ def _load_cached(cache: ManifestCache, record: ArchiveRecord, settings: Settings
     """{"manifest": ...} of one archive, plus "readme" and "readmeFilename" when asked."""
     body = cache.manifest(record.shasum or "")
     stored = cache.readme(record.shasum or "") if readme and body is not None else None
+    if (body is None or (readme and stored is None)) and not record.path:
+        raise RegistryError(f"the manifest cache lost a published version ({record.integrity}); put its archive back into content/")
     if body is None or (readme and stored is None):
         # The cache went missing (a cleaned tree): read this one archive again.
         fresh, cached = inspect_archive(settings.content_dir, settings.out_dir, record.path, settings.limits)
@@ -446,9 +451,14 @@ def _meta_of(settings: Settings, state: BuildState, name: str) -> PackageMeta | 
     return None
 
 
-def _choose_releases(name: str, records: list[ArchiveRecord]) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
-    """version -> record for one package (records by path), refusing a version that comes with
-    two different tarballs; the refusals as (path, reason)."""
+def _choose_releases(
+    name: str, records: list[ArchiveRecord], live: dict[str, ArchiveRecord]
+) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
+    """version -> record for one package (records by path), and the refusals as (path, reason).
+
+    A version already served (`live`) keeps the bytes it was published with: an archive with
+    other bytes for it is refused by path, whether it came beside the original or over it. A
+    version never served that comes with two different tarballs is refused altogether."""
     by_version: dict[str, list[ArchiveRecord]] = defaultdict(list)
     for record in records:
         if record.version:
@@ -456,12 +466,32 @@ def _choose_releases(name: str, records: list[ArchiveRecord]) -> tuple[dict[str,
     chosen: dict[str, ArchiveRecord] = {}
     issues: list[tuple[str, str]] = []
     for version, candidates in by_version.items():
-        if len({c.shasum for c in candidates}) > 1:
+        published = live.get(version)
+        if published is not None:
+            same = [c for c in candidates if c.shasum == published.shasum]
+            # Over the original (same path, new bytes) nothing in content/ holds the published
+            # bytes any more: an empty path says "serve the tree's copy, never copy it again".
+            chosen[version] = same[0] if same else dataclasses.replace(published, path="")
+            issues.extend((c.path, _newcomer_reason(name, version, published)) for c in candidates if c.shasum != published.shasum)
+        elif len({c.shasum for c in candidates}) > 1:
             paths = ", ".join(c.path for c in candidates)
             issues.extend((c.path, f"{name}@{version} comes from archives with different bytes: {paths}") for c in candidates)
-            continue
-        chosen[version] = candidates[0]
+        else:
+            chosen[version] = candidates[0]
     return chosen, issues
+
+
+def _seed_live(state: BuildState) -> None:
+    for name in state.present_names():
+        releases, _ = _choose_releases(name, state.archives_of(name), {})
+        state.put_live(name, releases)
+
+
+def _newcomer_reason(name: str, version: str, published: ArchiveRecord) -> str:
+    return (
+        f"{name}@{version} is already published with other bytes ({published.integrity}); the published "
+        "version is kept and this archive is refused: remove it, or give it a new version number"
+    )
 
 
 def _package_digest(name: str, releases: dict[str, ArchiveRecord], times: dict[str, str], meta: PackageMeta | None) -> str:
@@ -470,6 +500,15 @@ def _package_digest(name: str, releases: dict[str, ArchiveRecord], times: dict[s
     ]
     body = json.dumps([name, parts, meta.to_json() if meta else None], sort_keys=True)
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _tarball_source(settings: Settings, name: str, version: str, record: ArchiveRecord) -> Path:
+    if not record.path:
+        raise RegistryError(
+            f"{name}@{version}: its published tarball is gone from {settings.out_dir} and content/ no longer "
+            "holds its bytes; put the original archive back into content/"
+        )
+    return _converted_cache(settings.out_dir, record.shasum or "") if record.converted else settings.content_dir / record.path
 
 
 def _write_json_pair(
@@ -521,8 +560,7 @@ def _write_package(
         target = out / relative
         unchanged = previous_tarballs.get(relative) == record.shasum
         if not (unchanged and target.exists() and target.stat().st_size == record.tarball_size):
-            source = _converted_cache(out, record.shasum or "") if record.converted else settings.content_dir / record.path
-            atomic_copy(source, target)
+            atomic_copy(_tarball_source(settings, name, version, record), target)
             result.written.append(relative)
     tags = choose_dist_tags(releases, meta.dist_tags)
     latest = _load_cached(cache, releases[tags["latest"]], settings, readme=True) if tags else {}
@@ -623,6 +661,30 @@ def _resolve_times(
     return times
 
 
+def _refuse_mass_removal(settings: Settings, state: BuildState, plans: dict[str, tuple[str, bool]]) -> None:
+    """Stops a build that would take most of the tree's packages away when content/ does not say
+    they went (a wrong folder, a half-finished copy, an unmounted disk): only `--prune` does that.
+    A package whose registry-meta.json records its unpublishing went on purpose."""
+    if settings.prune:
+        return
+    present = state.present_names()
+    going = [name for name, (_, stays) in plans.items() if name in present and not stays and not _unpublished(settings, state, name)]
+    if len(going) > 1 and 2 * len(going) > len(present):
+        raise PruneRefused(
+            f"this build would remove {len(going)} of the {len(present)} packages in {settings.out_dir} because "
+            f"{settings.content_dir} no longer holds their archives; nothing was changed. If that is intended, "
+            "run again with --prune"
+        )
+
+
+def _unpublished(settings: Settings, state: BuildState, name: str) -> bool:
+    try:
+        meta = _meta_of(settings, state, name)
+    except (InvalidManifest, OSError):
+        return False
+    return bool(meta and meta.unpublished)
+
+
 def is_open_entry(meta: PackageMeta) -> bool:
     """A name created before its first upload (the legacy publish's first step, PUT /<name>) gets
     a version-less packument, so the client's next GET succeeds; a fully unpublished one does not."""
@@ -651,6 +713,7 @@ class PackageOutcome:
     error: str | None = None
     fragments: tuple[bytes, bytes] = (b"", b"")  # the package's -/all and -/v1/search pieces
     new: bool = False  # the package was not in the tree before
+    releases: dict[str, ArchiveRecord] = field(default_factory=dict)  # what it now serves
 
 
 @dataclass
@@ -698,7 +761,9 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
         "links": site.linked_names(packument),
     }
     fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
-    return PackageOutcome(job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous)
+    return PackageOutcome(
+        job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous, releases=job.releases
+    )
 
 
 def _write_packages(
@@ -748,6 +813,11 @@ def run_build(
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
     """
+    if not settings.content_dir.is_dir():
+        raise ContentMissing(
+            f"content folder {settings.content_dir} does not exist; nothing in {settings.out_dir} was changed "
+            "(check the path, or create the folder first)"
+        )
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(settings.lock_file))
     try:
@@ -804,6 +874,8 @@ def _build_in_transaction(
     fingerprint = settings_fingerprint(settings)
     if state.is_empty():
         state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
+    elif not state.has_live():
+        _seed_live(state)  # a tree built before versions were pinned: pin what it serves now
     full = state.get_setting("fingerprint") != fingerprint
     if full:
         state.forget_content()  # a new generator or new settings: read every archive again
@@ -860,7 +932,7 @@ def _build_in_transaction(
         if name in broken:
             plans[name] = ("keep", was_present)
             return
-        releases, issues = _choose_releases(name, state.archives_of(name))
+        releases, issues = _choose_releases(name, state.archives_of(name), state.live_of(name))
         state.set_issues(name, issues)
         try:
             meta = _meta_of(settings, state, name)
@@ -885,6 +957,7 @@ def _build_in_transaction(
     registry_names = {n for n in state.present_names() if n not in plans} if plans else set()
     registry_names.update(n for n, (_, present) in plans.items() if present)
 
+    _refuse_mass_removal(settings, state, plans)
     package_set_changed = False
     for name, (action, _) in sorted(plans.items()):
         if action == "remove":
@@ -900,7 +973,7 @@ def _build_in_transaction(
         that memory does not grow with the registry."""
         for name in names:
             previous = state.package(name)
-            releases, _ = _choose_releases(name, state.archives_of(name))
+            releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
             meta = _meta_of(settings, state, name)
             times = _resolve_times(name, releases, meta, state)
             digest = _package_digest(name, releases, times, meta)
@@ -917,6 +990,7 @@ def _build_in_transaction(
             continue
         package_set_changed = package_set_changed or outcome.new
         state.put_package(outcome.name, outcome.record, present=plans[outcome.name][1], fragments=outcome.fragments)
+        state.put_live(outcome.name, outcome.releases)
         result.rebuilt_packages.append(outcome.name)
 
     if result.rebuilt_packages or package_set_changed or full:
@@ -925,6 +999,7 @@ def _build_in_transaction(
     result.packages, result.versions = state.totals()
     result.skipped = result.packages - len(result.rebuilt_packages)
     archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r) for p, r in state.all_issues()]
+    result.refused = len({issue.path for issue in archive_issues})
     result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + build_errors
     state.set_setting("fingerprint", fingerprint)
     return result, dropped

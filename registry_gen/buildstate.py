@@ -16,6 +16,7 @@ rewrite 100,000 records; here it touches only the rows of what changed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -53,6 +54,13 @@ CREATE INDEX IF NOT EXISTS links_by_target ON links (target);
 -- kept so every build reports them, not only the one that found them.
 CREATE TABLE IF NOT EXISTS issues (name TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS issues_by_name ON issues (name);
+-- The archive each served version was published from: a later archive with other bytes for the
+-- same name@version never replaces it (a published version keeps its bytes forever).
+CREATE TABLE IF NOT EXISTS live (
+    name TEXT NOT NULL, version TEXT NOT NULL, shasum TEXT NOT NULL, record TEXT NOT NULL,
+    PRIMARY KEY (name, version)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS live_by_shasum ON live (shasum);
 """
 
 # The README sits apart from the manifest: a package document needs every version's manifest but
@@ -291,6 +299,7 @@ class BuildState:
     def delete_package(self, name: str) -> None:
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
+        self.db.execute("DELETE FROM live WHERE name = ?", (name,))
 
     def package_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM packages ORDER BY name")]
@@ -316,6 +325,24 @@ class BuildState:
         return int(packages), int(versions)
 
     # -- issues
+
+    def live_of(self, name: str) -> dict[str, ArchiveRecord]:
+        """version -> the archive record each served version of `name` was published from."""
+        rows = self.db.execute("SELECT version, record FROM live WHERE name = ?", (name,))
+        return {version: ArchiveRecord(**json.loads(record)) for version, record in rows}
+
+    def has_live(self) -> bool:
+        return self.db.execute("SELECT 1 FROM live LIMIT 1").fetchone() is not None
+
+    def put_live(self, name: str, releases: dict[str, ArchiveRecord]) -> None:
+        self.db.execute("DELETE FROM live WHERE name = ?", (name,))
+        self.db.executemany(
+            "INSERT INTO live (name, version, shasum, record) VALUES (?, ?, ?, ?)",
+            (
+                (name, version, record.shasum or "", json.dumps(dataclasses.asdict(record), separators=(",", ":")))
+                for version, record in releases.items()
+            ),
+        )
 
     def set_issues(self, name: str, issues: list[tuple[str, str]]) -> None:
         self.db.execute("DELETE FROM issues WHERE name = ?", (name,))
@@ -384,10 +411,12 @@ class ManifestCache:
             if shasums is None:
                 self.db.execute(
                     "DELETE FROM manifests WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
+                    " AND shasum NOT IN (SELECT shasum FROM state.live)"
                 )
             else:
                 self.db.executemany(
-                    "DELETE FROM manifests WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)",
+                    "DELETE FROM manifests WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)"
+                    " AND NOT EXISTS (SELECT 1 FROM state.live WHERE shasum = ?1)",
                     ((s,) for s in shasums),
                 )
             self.db.execute("COMMIT")

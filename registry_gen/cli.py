@@ -59,13 +59,23 @@ def build_command(
     content_dir: ContentArg = None,
     out: OutOption = None,
     base_url: BaseUrlOption = None,
-    strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Exit non-zero when any archive fails.")] = None,
+    strict: Annotated[
+        bool | None, typer.Option("--strict/--no-strict", help="Also exit non-zero on lint findings of the archives read.")
+    ] = None,
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Allow a build that removes most of the tree's packages (content/ really lost them).")
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Build the static registry tree from a folder of archives (incremental)."""
+    """Build the static registry tree from a folder of archives (incremental).
+
+    Exits 1 when any archive was refused, any version is in conflict or a registry-meta.json is
+    invalid (the rest of the tree is still built); see README, "Exit codes"."""
     from registry_gen.build import run_build
 
-    settings = settings_from_options(config, content_dir=content_dir, out_dir=out, base_url=base_url, strict=strict)
+    settings = settings_from_options(
+        config, content_dir=content_dir, out_dir=out, base_url=base_url, strict=strict, prune=prune or None
+    )
     report, stop = _progress_reporter()
     try:
         result = run_build(settings, progress=report)
@@ -74,7 +84,7 @@ def build_command(
     for issue in result.errors:
         typer.echo(f"error: {issue}", err=True)
     typer.echo(f"built {settings.out_dir}: {result.summary()}")
-    if settings.strict and result.errors:
+    if result.errors:
         raise typer.Exit(1)
 
 

@@ -62,5 +62,13 @@ class Forbidden(RegistryError):
     """The caller may not do this."""
 
 
+class ContentMissing(RegistryError):
+    """The content folder does not exist: a typo must not empty a published tree."""
+
+
+class PruneRefused(RegistryError):
+    """A build would remove most of the tree's packages though content/ does not say they went."""
+
+
 class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""

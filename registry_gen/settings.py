@@ -39,6 +39,7 @@ class Settings:
     site_title: str = "Private npm registry"
     template_dir: Path | None = None
     strict: bool = False
+    prune: bool = False
     gzip: bool = True
     data_dir: Path = Path("data")
     database_url: str | None = None

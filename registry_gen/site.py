@@ -22,6 +22,7 @@ from urllib.parse import quote, urlsplit
 import jinja2
 
 from registry_gen.errors import ConfigError
+from registry_gen.manifest import keyword_list
 from registry_gen.markdown import render_readme
 from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.settings import Settings
@@ -381,7 +382,7 @@ def package_context(
     versions = _versions(packument, tree_root, tarball_sizes)
     latest_version = packument.get("dist-tags", {}).get("latest", "")
     latest_row = next((row for row in versions if row["version"] == latest_version), None)
-    keywords = [k for k in packument.get("keywords") or [] if isinstance(k, str)]
+    keywords = keyword_list(packument.get("keywords"))
     return {
         "pkg": packument,
         "name": name,

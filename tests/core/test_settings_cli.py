@@ -60,13 +60,16 @@ def test_cli_reports_config_errors_without_a_traceback(tmp_path: Path, capsys: p
     assert "unknown key 'colour'" in err and str(config) in err and "Traceback" not in err
 
 
-def test_cli_build_summary_and_strict_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_build_exits_non_zero_and_counts_what_it_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     content = tmp_path / "content"
     make_tarball(content, "good", "1.0.0")
     (content / "bad.tgz").write_bytes(b"not an archive")
     args = ["build", str(content), "--out", str(tmp_path / "out"), "--base-url", "http://127.0.0.1:1/"]
-    assert main(args) == 0
+    assert main(args) == 1  # the good package is still published
     captured = capsys.readouterr()
-    assert "1 packages, 1 versions" in captured.out and "1 errors" in captured.out
+    assert "1 packages, 1 versions" in captured.out and "1 archives refused" in captured.out
     assert "bad.tgz" in captured.err and "archive-format" in captured.err
-    assert main([*args, "--strict"]) == 1
+    assert (tmp_path / "out" / "good" / "index.html").is_file()
+    (content / "bad.tgz").unlink()
+    assert main(args) == 0
+    assert "0 archives refused" in capsys.readouterr().out

@@ -293,3 +293,30 @@ def test_a_tampered_tarball_is_refused_with_eintegrity(tmp_path: Path, damaged: 
     assert refused.returncode != 0
     assert "EINTEGRITY" in refused.stdout + refused.stderr
     assert not (project / "node_modules" / "demo-zipped").exists()
+
+
+def test_a_conflicting_archive_never_replaces_a_live_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`registry-gen build` itself: the live version still installs with its original integrity."""
+    from registry_gen.cli import main
+
+    content, out = tmp_path / "content", tmp_path / "public"
+    content.mkdir()
+    out.mkdir()
+    original = npm_tarball({"name": "kept", "version": "1.0.0"}, {"index.js": "exports.v = 'original'"})
+    (content / "kept-1.0.0.tgz").write_bytes(original)
+    with static_server(out) as url:
+        args = ["build", str(content), "--out", str(out), "--base-url", url]
+        assert main(args) == 0
+        integrity = json.loads((out / "kept" / "index.html").read_bytes())["versions"]["1.0.0"]["dist"]["integrity"]
+        (content / "copied-by-hand.tgz").write_bytes(
+            npm_tarball({"name": "kept", "version": "1.0.0"}, {"index.js": "exports.v = 'impostor'"})
+        )
+        capsys.readouterr()
+        assert main(args) == 1
+        captured = capsys.readouterr()
+        assert "error: copied-by-hand.tgz: kept@1.0.0 is already published" in captured.err
+        assert "1 archives refused" in captured.out
+        project = _project(tmp_path)
+        Npm(tmp_path / "npm-home", url).run("install", "kept@1.0.0", cwd=project)
+    assert _lock(project)["packages"]["node_modules/kept"]["integrity"] == integrity
+    assert "original" in (project / "node_modules/kept/index.js").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -176,15 +177,55 @@ def test_errors_are_collected_and_never_stop_the_rest(settings: Settings) -> Non
     assert not (settings.out_dir / "demo-twin").exists()
 
 
-def test_a_conflict_appearing_later_keeps_no_half_state(settings: Settings) -> None:
+def _served(settings: Settings, name: str, version: str) -> tuple[dict, bytes]:
+    doc = _doc(settings, name)
+    tarball = (settings.out_dir / name / "-" / f"{name}-{version}.tgz").read_bytes()
+    return doc["versions"][version]["dist"], tarball
+
+
+def test_a_later_archive_with_other_bytes_never_replaces_a_published_version(settings: Settings) -> None:
     make_tarball(settings.content_dir / "one", "demo-twin", "1.0.0", files={"index.js": "1"})
     make_tarball(settings.content_dir / "one", "demo-twin", "1.1.0")
     run_build(settings)
+    dist, tarball = _served(settings, "demo-twin", "1.0.0")
+    document = (settings.out_dir / "demo-twin" / "index.html").read_bytes()
     make_tarball(settings.content_dir / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
     result = run_build(settings)
-    assert {e.path for e in result.errors} == {"one/demo-twin-1.0.0.tgz", "two/demo-twin-1.0.0.tgz"}
-    # The conflicting version is withheld; the rest of the package stays served.
-    assert list(_doc(settings, "demo-twin")["versions"]) == ["1.1.0"]
+    assert [e.path for e in result.errors] == ["two/demo-twin-1.0.0.tgz"]
+    assert "already published" in result.errors[0].reason and dist["integrity"] in result.errors[0].reason
+    assert result.refused == 1
+    assert _served(settings, "demo-twin", "1.0.0") == (dist, tarball)
+    assert (settings.out_dir / "demo-twin" / "index.html").read_bytes() == document
+    # Reported by every build until it is removed; removing it clears the report.
+    assert [e.path for e in run_build(settings).errors] == ["two/demo-twin-1.0.0.tgz"]
+    (settings.content_dir / "two" / "demo-twin-1.0.0.tgz").unlink()
+    assert run_build(settings).errors == []
+
+
+def test_an_archive_copied_over_the_published_one_is_refused_and_the_tree_keeps_the_original(settings: Settings) -> None:
+    original = make_tarball(settings.content_dir, "demo-twin", "1.0.0", files={"index.js": "1"})
+    run_build(settings)
+    dist, tarball = _served(settings, "demo-twin", "1.0.0")
+    replacement = make_tarball(settings.content_dir / "elsewhere", "demo-twin", "1.0.0", files={"index.js": "2"})
+    replacement.replace(original)  # `cp new.tgz content/demo-twin-1.0.0.tgz`
+    result = run_build(settings)
+    assert [e.path for e in result.errors] == [original.relative_to(settings.content_dir).as_posix()]
+    assert _served(settings, "demo-twin", "1.0.0") == (dist, tarball)
+    # A full rebuild (new settings) still serves the published bytes, not the newcomer's.
+    rebuilt = run_build(settings.with_updates(site_title="Renamed"))
+    assert [e.path for e in rebuilt.errors] == [original.relative_to(settings.content_dir).as_posix()]
+    assert _served(settings, "demo-twin", "1.0.0") == (dist, tarball)
+
+
+def test_a_tree_built_before_pinning_pins_what_it_serves(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "demo-twin", "1.0.0", files={"index.js": "1"})
+    run_build(settings)
+    served = _served(settings, "demo-twin", "1.0.0")
+    with sqlite3.connect(settings.state_file) as db:  # what an older registry-gen left behind
+        db.execute("DELETE FROM live")
+    make_tarball(settings.content_dir / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
+    assert [e.path for e in run_build(settings).errors] == ["two/demo-twin-1.0.0.tgz"]
+    assert _served(settings, "demo-twin", "1.0.0") == served
 
 
 def test_meta_file_drives_tags_deprecations_and_maintainers(settings: Settings) -> None:

@@ -170,7 +170,7 @@ def test_adding_one_archive_rewrites_only_that_package_and_the_indexes(tmp_path:
     assert doc["dist-tags"]["latest"] == "1.1.0"
 
 
-def test_broken_and_conflicting_archives_are_reported_by_path_and_strict_fails(
+def test_broken_and_conflicting_archives_are_reported_by_path_and_the_build_fails(
     tmp_path: Path, isolated_cwd: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     content = tmp_path / "content"
@@ -185,8 +185,9 @@ def test_broken_and_conflicting_archives_are_reported_by_path_and_strict_fails(
     )
     out = tmp_path / "public"
     args = ["build", str(content), "--out", str(out), "--base-url", BASE]
-    assert main(args) == 0
+    assert main(args) == 1  # the rest of the tree is built, and the exit code says what was refused
     captured = capsys.readouterr()
+    assert "3 archives refused" in captured.out
     errors = [line for line in captured.err.splitlines() if line.startswith("error: ")]
     assert any(line.startswith("error: broken/half.tgz: ") and "corrupt" in line for line in errors)
     assert any(line.startswith("error: broken/demo-nomain-twin.tgz: ") and "different bytes" in line for line in errors)

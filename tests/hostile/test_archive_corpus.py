@@ -137,7 +137,7 @@ def test_build_refuses_each_hostile_archive_by_name_and_rule_and_builds_the_rest
     code = main(["build", str(content), "--out", str(out), "--config", str(config), "--base-url", "http://127.0.0.1:9/"])
 
     errors = capsys.readouterr().err
-    assert code == 0  # not strict: the good packages are published
+    assert code == 1  # every refusal makes the exit code say so; the good packages are published
     for case in cases:
         lines = [line for line in errors.splitlines() if f"{case.filename}:" in line]
         assert lines and f"[{case.rule}]" in lines[0], f"{case.filename}: {lines}"

@@ -101,6 +101,34 @@ def test_a_dropped_archive_becomes_installable_with_npm(watcher: Watcher, stagin
     assert installed["version"] == "1.0.0"
 
 
+def _installed_integrity(npm: Npm, project: Path, spec: str) -> str:
+    project.mkdir()
+    npm.run("install", spec, cwd=project)
+    lock = json.loads((project / "package-lock.json").read_text())
+    return lock["packages"][f"node_modules/{spec.rsplit('@', 1)[0]}"]["integrity"]
+
+
+@pytest.mark.slow
+def test_a_conflicting_archive_dropped_while_watching_never_replaces_the_live_version(
+    watcher: Watcher, staging: Path, tmp_path: Path
+) -> None:
+    settings = watcher.settings
+    original = settings.content_dir / "live-1.0.0.tgz"
+    shutil.copy(make_tarball(staging, "live", "1.0.0", files={"index.js": "exports.v = 'original'"}), original)
+    settled(watcher, lambda: has_version(settings, "live", "1.0.0"), "live@1.0.0")
+    integrity = packument(settings, "live")["versions"]["1.0.0"]["dist"]["integrity"]
+    impostor = make_tarball(staging / "other", "live", "1.0.0", files={"index.js": "exports.v = 'impostor'"})
+    shutil.copy(impostor, settings.content_dir / "dropped-copy.tgz")  # beside the original
+    settled(watcher, lambda: errors_for(watcher, "dropped-copy.tgz"), "the newcomer to be named")
+    assert "already published" in errors_for(watcher, "dropped-copy.tgz")[0]
+    shutil.copy(impostor, original)  # and over it
+    settled(watcher, lambda: errors_for(watcher, "live-1.0.0.tgz"), "the overwritten archive to be named")
+    assert packument(settings, "live")["versions"]["1.0.0"]["dist"]["integrity"] == integrity
+    npm = Npm(tmp_path / "npm-home", settings.base_url)
+    assert _installed_integrity(npm, tmp_path / "project", "live@1.0.0") == integrity
+    assert "original" in (tmp_path / "project/node_modules/live/index.js").read_text()
+
+
 def test_a_hundred_archives_at_once_are_a_few_builds(watcher: Watcher, staging: Path) -> None:
     settings = watcher.settings
     archives = [make_tarball(staging, f"bulk-{index:03d}", "1.0.0") for index in range(100)]
