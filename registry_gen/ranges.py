@@ -119,4 +119,7 @@ def resolves(spec: Spec, versions: Collection[str], dist_tags: Mapping[str, str]
         return False
     if spec.selector in _ANY and dist_tags.get("latest") in versions:
         return True
-    return any(satisfies(version, spec.selector) for version in versions)
+    try:
+        return nodesemver.max_satisfying(list(versions), spec.selector, loose=True) is not None  # parses the range once
+    except (ValueError, TypeError):
+        return False

@@ -15,8 +15,8 @@ or a deploy. Each problem names the file and the rule it breaks:
 
 The dependency closure: every `dependencies`, `optionalDependencies` and `peerDependencies` spec of
 every package's `latest` version must resolve inside the tree (node-semver ranges, dist-tags, `npm:`
-aliases). Git, URL, file and workspace specs never come from a registry: they are listed as
-external, never a problem. A miss is a problem, except: an optional dependency (or a peer marked
+aliases). Bundled dependencies ship inside the tarball and are not looked up. Git, URL, file and
+workspace specs never come from a registry: they are listed as external, never a problem. A miss is a problem, except: an optional dependency (or a peer marked
 optional in peerDependenciesMeta) is a note, since clients install without it; and with
 `allow_external` a package absent from the tree is listed as external (clients fetch it from
 another registry through scoped config), while a package the tree has in no matching version
@@ -304,12 +304,24 @@ def check_dependency_closure(out_dir: Path, names: list[str], *, allow_external:
 
 
 def _dependency_entries(manifest: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(field, dependency, spec) to resolve; bundled dependencies ship inside the tarball itself."""
+    bundled = _bundled(manifest)
     for field_name in CLOSURE_FIELDS:
         entries = manifest.get(field_name)
         if isinstance(entries, dict):
             for dependency, spec_text in sorted(entries.items()):
-                if isinstance(spec_text, str):
+                if isinstance(spec_text, str) and not (field_name != "peerDependencies" and dependency in bundled):
                     yield field_name, dependency, spec_text
+
+
+def _bundled(manifest: dict[str, Any]) -> set[str]:
+    for field_name in ("bundleDependencies", "bundledDependencies"):
+        value = manifest.get(field_name)
+        if value is True:
+            return set(manifest.get("dependencies") or {}) | set(manifest.get("optionalDependencies") or {})
+        if isinstance(value, list):
+            return {name for name in value if isinstance(name, str)}
+    return set()
 
 
 def _miss_kind(manifest: dict[str, Any], field_name: str, dependency: str, target: PublishedPackage | None, allow_external: bool) -> str:

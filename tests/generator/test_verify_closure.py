@@ -95,3 +95,16 @@ def test_optional_misses_are_notes_and_non_registry_specs_are_external(tmp_path:
     assert "external: native/index.html: native@1.0.0 -> fork@github:someone/fork#v2 (dependencies; not checked) [dependency-git]" in output
     assert "[dependency-file]" in output and "[dependency-url]" in output
     assert "0 problems, 2 notes, 3 external dependencies" in output
+
+
+def test_bundled_dependencies_ship_inside_the_tarball(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    content = tmp_path / "content"
+    files = {"index.js": "module.exports = require('inner');\n", "node_modules/inner/package.json": '{"name":"inner","version":"1.0.0"}'}
+    make_tarball(content, "bundler", "1.0.0", files=files, dependencies={"inner": "^1.0.0"}, bundleDependencies=["inner"])
+    make_tarball(content, "all-bundled", "1.0.0", dependencies={"inner": "^1.0.0", "other": "2"}, bundleDependencies=True)
+    make_tarball(content, "half-bundled", "1.0.0", dependencies={"inner": "^1.0.0", "other": "2"}, bundledDependencies=["inner"])
+    _build(content, tmp_path / "public")
+    code, output = _verify(tmp_path / "public", capsys)
+    assert code == 1
+    assert "half-bundled@1.0.0 -> other@2 (dependencies): not in this tree [dependency-missing]" in output
+    assert "inner@" not in output and "1 problems" in output
