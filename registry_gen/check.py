@@ -44,6 +44,12 @@ class CheckReport:
     profile: str = "npm"
     findings: list[Finding] = field(default_factory=list)
     ignored: Counter[str] = field(default_factory=Counter)
+    ignore_rules: frozenset[str] = frozenset()
+
+    @property
+    def unmatched_ignores(self) -> list[str]:
+        """Rules asked to be ignored that no finding had (a misspelt rule id, or a clean tree)."""
+        return sorted(self.ignore_rules - set(self.ignored))
 
     def count(self, severity: str) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -92,7 +98,7 @@ def check_content(settings: Settings, *, profile: str | None = None, ignore: Ite
     if not settings.content_dir.is_dir():
         raise ConfigError(f"{settings.content_dir}: no such content folder (pass the folder of archives to check)")
     archives, _ = scan_content(settings.content_dir)
-    report = CheckReport(archives=len(archives), profile=profile)
+    report = CheckReport(archives=len(archives), profile=profile, ignore_rules=frozenset(ignored_rules))
     for relative in sorted(archives):
         for finding in check_archive(settings.content_dir / relative, relative, settings, profile):
             if finding.rule in ignored_rules:

@@ -118,6 +118,8 @@ def check_command(
         for row in report.by_rule():
             typer.echo(f"{row.count:>7}  {row.severity:<7}  {row.rule}")
         typer.echo(report.summary())
+    for rule in report.unmatched_ignores:
+        typer.echo(f"note: ignored rule {rule!r} matched no finding (is the rule id spelt right?)", err=True)
     if report.failed(strict):
         raise typer.Exit(1)
 

@@ -78,6 +78,8 @@ def test_ignore_drops_a_rule_from_the_option_and_from_the_config(
     assert code == 0
     assert "[engines-array]" not in output and "[main-type]" not in output and "[keywords-string]" in output
     assert output.rstrip().endswith("0 errors, 0 warnings, 2 info; 4 ignored")
+    assert main(["check", str(real_sample), "--ignore", "engines-arrays"]) == 0
+    assert "note: ignored rule 'engines-arrays' matched no finding" in capsys.readouterr().err
     config = tmp_path / "registry.yaml"
     config.write_text(f"content_dir: {real_sample}\ncheck_ignore: [keywords-string]\n")
     code, output = _run(["--config", str(config), "--format", "json"], capsys)
