@@ -93,11 +93,17 @@ class CheckFormat(str, Enum):
     json = "json"
 
 
+class CheckProfile(str, Enum):
+    npm = "npm"
+    commonjs = "commonjs"
+
+
 def check_command(
     content_dir: ContentArg = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit non-zero on warnings too (errors always do).")] = False,
     profile: Annotated[
-        str | None, typer.Option("--profile", help="npm (default: npm's documented rules) or commonjs (the specification's too).")
+        CheckProfile | None,
+        typer.Option("--profile", help="npm (default: npm's documented rules) or commonjs (the specification's too)."),
     ] = None,
     ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Rule id to leave out (repeatable).")] = None,
     output_format: Annotated[CheckFormat, typer.Option("--format", help="text, or json for tools.")] = CheckFormat.text,
@@ -106,7 +112,7 @@ def check_command(
     """Lint every archive's package.json: errors, warnings and info, with a summary by rule."""
     from registry_gen.check import check_content
 
-    settings = settings_from_options(config, content_dir=content_dir, check_profile=profile)
+    settings = settings_from_options(config, content_dir=content_dir, check_profile=profile.value if profile else None)
     report = check_content(settings, ignore=ignore or ())
     if output_format is CheckFormat.json:
         typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))

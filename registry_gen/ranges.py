@@ -114,12 +114,17 @@ def resolves(spec: Spec, versions: Collection[str], dist_tags: Mapping[str, str]
     published version.
     """
     if spec.kind == TAG:
-        return dist_tags.get(spec.selector) in versions
+        return _tagged(dist_tags, spec.selector, versions)
     if spec.kind != RANGE:
         return False
-    if spec.selector in _ANY and dist_tags.get("latest") in versions:
+    if spec.selector in _ANY and _tagged(dist_tags, "latest", versions):
         return True
     try:
         return nodesemver.max_satisfying(list(versions), spec.selector, loose=True) is not None  # parses the range once
     except (ValueError, TypeError):
         return False
+
+
+def _tagged(dist_tags: Mapping[str, str], tag: str, versions: Collection[str]) -> bool:
+    version = dist_tags.get(tag)
+    return isinstance(version, str) and version in versions

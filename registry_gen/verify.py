@@ -13,14 +13,15 @@ or a deploy. Each problem names the file and the rule it breaks:
   index-missing, index-json, index-mismatch, gzip-mismatch       indexes and .gz siblings
   dependency-missing                                  a dependency of a `latest` version the tree cannot satisfy
 
-The dependency closure: every `dependencies`, `optionalDependencies` and `peerDependencies` spec of
-every package's `latest` version must resolve inside the tree (node-semver ranges, dist-tags, `npm:`
-aliases). Bundled dependencies ship inside the tarball and are not looked up. Git, URL, file and
-workspace specs never come from a registry: they are listed as external, never a problem. A miss is a problem, except: an optional dependency (or a peer marked
-optional in peerDependenciesMeta) is a note, since clients install without it; and with
-`allow_external` a package absent from the tree is listed as external (clients fetch it from
-another registry through scoped config), while a package the tree has in no matching version
-stays a problem (no client falls back for one version).
+The dependency closure (dependency-missing): every `dependencies`, `optionalDependencies` and
+`peerDependencies` spec of every package's `latest` version must resolve inside the tree
+(node-semver ranges, dist-tags, `npm:` aliases). Bundled dependencies ship inside the tarball and
+are not looked up. Git, URL, file and workspace specs never come from a registry: they are listed
+as external, never a problem. A miss, or a spec npm cannot read, is a problem, except: an optional
+dependency (or a peer marked optional in peerDependenciesMeta) is a note, since clients install
+without it; and with `allow_external` a package absent from the tree is listed as external
+(clients fetch it from another registry through scoped config), while a package the tree has in
+no matching version stays a problem (no client falls back for one version).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from urllib.parse import unquote, urlsplit
 from registry_gen.errors import InvalidName, InvalidVersion
 from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
 from registry_gen.packument import abbreviate
-from registry_gen.ranges import parse_spec, resolves
+from registry_gen.ranges import INVALID, parse_spec, resolves
 from registry_gen.site import package_folder
 from registry_gen.versions import validate_version
 
@@ -154,7 +155,7 @@ def _check_dist_tags(base: str, document: dict[str, Any]) -> list[TreeProblem]:
     if "latest" not in tags:
         problems.append(TreeProblem(base, "latest-missing", "dist-tags has no latest"))
     for tag, version in sorted(tags.items()):
-        if version not in document["versions"]:
+        if not isinstance(version, str) or version not in document["versions"]:
             rule = "latest-dangling" if tag == "latest" else "dist-tag-dangling"
             problems.append(TreeProblem(base, rule, f"dist-tag {tag} points at {version!r}, which is not a published version"))
     return problems
@@ -274,7 +275,8 @@ def load_published(out_dir: Path, names: list[str]) -> dict[str, PublishedPackag
         if problem or not isinstance(document, dict) or not isinstance(document.get("versions"), dict):
             continue  # reported by check_package
         tags = document.get("dist-tags") if isinstance(document.get("dist-tags"), dict) else {}
-        latest = document["versions"].get(tags.get("latest"))
+        tags = {tag: version for tag, version in tags.items() if isinstance(version, str)}
+        latest = document["versions"].get(tags.get("latest", ""))
         published[name] = PublishedPackage(frozenset(document["versions"]), tags, latest if isinstance(latest, dict) else None)
     return published
 
@@ -291,14 +293,16 @@ def check_dependency_closure(out_dir: Path, names: list[str], *, allow_external:
         for field_name, dependency, spec_text in _dependency_entries(package.latest):
             spec = parse_spec(dependency, spec_text)
             wanted = f"{requester} -> {dependency}@{spec_text}"
-            if not spec.from_registry:
+            if not spec.from_registry and spec.kind != INVALID:
                 report.external.append(TreeProblem(where, f"dependency-{spec.kind}", f"{wanted} ({field_name}; not checked)"))
                 continue
             target = published.get(spec.name)
             if target is not None and resolves(spec, target.versions, target.dist_tags):
                 continue
             reason = "not in this tree" if target is None else "no version in this tree satisfies it"
-            kind = _miss_kind(package.latest, field_name, dependency, target, allow_external)
+            if spec.kind == INVALID:
+                reason = "not a range, tag, alias, git, URL or file spec npm can read"
+            kind = _miss_kind(package.latest, field_name, dependency, target, allow_external and spec.kind != INVALID)
             _record_miss(report, where, f"{wanted} ({field_name}): {reason}", kind)
     return report
 

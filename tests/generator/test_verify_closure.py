@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,29 @@ def test_bundled_dependencies_ship_inside_the_tarball(tmp_path: Path, capsys: py
     assert code == 1
     assert "half-bundled@1.0.0 -> other@2 (dependencies): not in this tree [dependency-missing]" in output
     assert "inner@" not in output and "1 problems" in output
+
+
+def test_a_spec_npm_cannot_read_is_a_problem_even_with_allow_external(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    content = tmp_path / "content"
+    make_tarball(content, "odd", "1.0.0", dependencies={"lib": "one point oh"}, optionalDependencies={"extra": "??? maybe"})
+    _build(content, tmp_path / "public")
+    code, output = _verify(tmp_path / "public", capsys, "--allow-external")
+    assert code == 1
+    assert "odd@1.0.0 -> lib@one point oh (dependencies): not a range, tag, alias, git, URL or file spec npm can read [dependency-missing]" in output
+    assert "note: odd/index.html: odd@1.0.0 -> extra@??? maybe (optionalDependencies)" in output
+    assert "1 problems, 1 notes, 0 external" in output
+
+
+def test_a_dist_tag_that_is_no_string_is_reported_not_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    content = tmp_path / "content"
+    make_tarball(content, "app", "1.0.0", dependencies={"lib": "latest"})
+    make_tarball(content, "lib", "1.0.0")
+    _build(content, tmp_path / "public")
+    document_path = tmp_path / "public" / "lib" / "index.html"
+    document = json.loads(document_path.read_text())
+    document["dist-tags"]["latest"] = ["1.0.0"]
+    document_path.write_text(json.dumps(document))
+    code, output = _verify(tmp_path / "public", capsys)
+    assert code == 1
+    assert "[latest-dangling]" in output
+    assert "app@1.0.0 -> lib@latest (dependencies): no version in this tree satisfies it [dependency-missing]" in output
