@@ -6,10 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry_gen.cli import main
 from registry_gen.lint import lint_manifest
-from registry_gen.lint_npm import is_spdx_expression
+from registry_gen.lint_npm import RULES, is_spdx_expression
+from registry_gen.ranges import parse_spec
 
 BASE = {"name": "pkg", "version": "1.0.0"}
 
@@ -130,3 +133,24 @@ def test_config_keys_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_a_missing_content_folder_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(tmp_path / "contnet")]) == 1
     assert "contnet: no such content folder" in capsys.readouterr().err
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+FIELDS = st.sampled_from(sorted({*RULES, "name", "version", "engine", "builtin", "implements", "repositories", "licenses"}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(FIELDS, JSON_VALUES, max_size=6), st.sampled_from(["npm", "commonjs"]))
+def test_any_json_descriptor_gives_findings_never_an_exception(raw: dict[str, Any], profile: str) -> None:
+    for lint in lint_manifest(raw, profile):
+        assert lint.severity in ("error", "warning", "info") and lint.rule
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40))
+def test_any_spec_text_is_classified(spec: str) -> None:
+    assert parse_spec("pkg", spec).kind
