@@ -60,7 +60,7 @@ def build_command(
     out: OutOption = None,
     base_url: BaseUrlOption = None,
     strict: Annotated[
-        bool | None, typer.Option("--strict/--no-strict", help="Also exit non-zero on lint findings of the archives read.")
+        bool | None, typer.Option("--strict/--no-strict", help="Also lint content/ as `check --strict` does; exit 1 on warnings.")
     ] = None,
     prune: Annotated[
         bool, typer.Option("--prune", help="Allow a build that removes most of the tree's packages (content/ really lost them).")
@@ -84,8 +84,22 @@ def build_command(
     for issue in result.errors:
         typer.echo(f"error: {issue}", err=True)
     typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    if settings.strict and _lint_fails(settings):
+        raise typer.Exit(1)
     if result.errors:
         raise typer.Exit(1)
+
+
+def _lint_fails(settings: Settings) -> bool:
+    """`build --strict`: `registry-gen check --strict` over content/, its findings on stderr."""
+    from registry_gen.check import check_content
+
+    report = check_content(settings)
+    for finding in report.findings:
+        if finding.severity != "info":
+            typer.echo(f"lint: {finding}", err=True)
+    typer.echo(f"lint: {report.summary()}", err=True)
+    return report.failed(strict=True)
 
 
 class CheckFormat(str, Enum):
