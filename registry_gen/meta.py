@@ -17,6 +17,11 @@ from registry_gen.names import validate_name
 META_FILENAME = "registry-meta.json"
 
 
+# "account" is the immutable id of the registry account a maintainer entry is bound to. Only the
+# API (or `registry-gen owner claim`) writes it; an entry without it grants no rights.
+MAINTAINER_KEYS = ("name", "email", "account")
+
+
 @dataclass(frozen=True)
 class PackageMeta:
     name: str
@@ -92,7 +97,7 @@ def parse_meta(raw: bytes) -> PackageMeta:
     meta = PackageMeta(
         name=str(name),
         dist_tags=_string_map(data, "dist-tags", problems),
-        maintainers=[{k: str(v) for k, v in m.items() if k in ("name", "email")} for m in maintainers],
+        maintainers=[{k: str(v) for k, v in m.items() if k in MAINTAINER_KEYS} for m in maintainers],
         deprecated=_string_map(data, "deprecated", problems),
         time=_string_map(data, "time", problems),
         unpublished=_string_map(data, "unpublished", problems),

@@ -13,6 +13,11 @@ MAX_TARBALL_FILENAME = 240
 # Names that would collide with the generator's own `/-/` tree or with files clients never fetch.
 # 404.html is GitHub Pages' error page; /user belongs to the user API in `serve` and behind nginx.
 RESERVED_NAMES = frozenset({"-", "node_modules", "favicon.ico", "404.html", "user"})
+# The tree's own file names: `index.html` at the root is an S3 website's index document, and a
+# package folder holding these would shadow its documents (and their .gz siblings).
+TREE_FILE_NAMES = frozenset({"index.html", "abbreviated.json", "index.html.gz", "abbreviated.json.gz"})
+# Windows device names: a folder called so cannot be created or copied there (case-insensitive).
+DEVICE_NAMES = frozenset({"con", "nul", "aux", "prn"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)})
 # npm's rule for new packages: URL-safe, lowercase, no leading dot or underscore.
 _PART = re.compile(r"^[a-z0-9\-~][a-z0-9\-._~]*$")
 # What the public registry still hosts from before that rule (validate-npm-package-name's
@@ -40,6 +45,8 @@ def validate_name(name: object, *, legacy: bool = False) -> str:
     if name.lower() in RESERVED_NAMES:
         raise InvalidName(f"name {name!r} is reserved")
     scope, bare = split_name(name)
+    if bare.lower() in TREE_FILE_NAMES or bare.lower() in DEVICE_NAMES:
+        raise InvalidName(f"name {name!r} is reserved ({bare!r} is a file name of the tree or a Windows device)")
     part = _LEGACY_PART if legacy else _PART
     if scope is not None and not part.match(scope[1:]):
         raise InvalidName(f"scope {scope!r} contains characters that are not URL-safe")

@@ -69,7 +69,8 @@ def dumps(document: Any) -> bytes:
 
 def _maintainers(meta: PackageMeta, latest: Mapping[str, Any]) -> list[dict[str, str]]:
     if meta.maintainers:
-        return [dict(m) for m in meta.maintainers]
+        # The account binding is the registry's own record, never part of a public document.
+        return [{k: v for k, v in m.items() if k != "account"} for m in meta.maintainers]
     people = latest.get("maintainers")
     if isinstance(people, list):
         found = [_person(p) for p in people]

@@ -61,9 +61,32 @@ class Actor:
     name: str
     email: str | None = None
     is_admin: bool = False
+    # The account's immutable id. None only from a caller that predates account binding: it is
+    # then matched by name (the route hook passes it; see the issue-13 report).
+    account_id: str | None = None
 
     def person(self) -> dict[str, str]:
-        return {"name": self.name, "email": self.email} if self.email else {"name": self.name}
+        entry = {"name": self.name, "email": self.email} if self.email else {"name": self.name}
+        if self.account_id:
+            entry["account"] = self.account_id
+        return entry
+
+
+def maintainer_entry(name: str, email: str | None, account_id: str) -> dict[str, str]:
+    """The meta's record of a maintainer bound to an account."""
+    entry = {"name": name, "email": email} if email else {"name": name}
+    entry["account"] = account_id
+    return entry
+
+
+def grants(entry: Mapping[str, str], actor: Actor) -> bool:
+    """Whether a maintainer entry gives `actor` rights: only through the account it is bound to.
+
+    An entry with no bound account (hand-edited meta, names from a package.json, from another
+    user database) grants nothing, whoever registers that name later."""
+    if actor.account_id is None:
+        return entry.get("name") == actor.name
+    return bool(entry.get("account")) and entry.get("account") == actor.account_id
 
 
 @dataclass(frozen=True)
@@ -113,8 +136,13 @@ def authorize(state: PackageState, actor: Actor, action: str) -> None:
     if actor.is_admin or not state.is_held:
         return
     owners = state.maintainer_names
-    if actor.name in owners:
+    if any(grants(entry, actor) for entry in state.meta.maintainers):
         return
+    if actor.name in owners:
+        raise Forbidden(
+            f"the maintainer entry {actor.name!r} of {state.name} is not bound to your account; an administrator "
+            f"can bind it with `registry-gen owner claim {state.name} {actor.name}`"
+        )
     if not owners:
         raise Forbidden(
             f"{state.name} has no maintainers on record (its archives were added to content/ by hand); "
@@ -485,3 +513,24 @@ def apply_dist_tag_removal(state: PackageState, tag: str, actor: Actor, now: str
     if tag not in state.meta.dist_tags:
         raise NotFound(f"{tag} is not a dist-tag of {state.name}")
     return _bump(state.meta, now, dist_tags={t: v for t, v in state.meta.dist_tags.items() if t != tag})
+
+
+def apply_claim(state: PackageState, entry: Mapping[str, str], now: str) -> PackageMeta | None:
+    """An administrator binds `entry` (a maintainer bound to an account) to the package.
+
+    An existing entry with the same name is replaced (it keeps its place), otherwise the entry is
+    added. This is the only way a name recorded without an account (a hand-edited meta, a
+    package.json's maintainers, a previous user database) becomes a right again."""
+    if not state.is_held:
+        raise NotFound(f"{state.name} is not in this registry")
+    if not entry.get("account"):
+        raise BadRequest("a claimed maintainer must be bound to an account")
+    current = [dict(m) for m in state.meta.maintainers]
+    names = [m.get("name") for m in current]
+    if entry["name"] in names:
+        current[names.index(entry["name"])] = dict(entry)
+    else:
+        current.append(dict(entry))
+    if current == state.meta.maintainers:
+        return None
+    return _bump(state.meta, now, maintainers=current)

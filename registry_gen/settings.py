@@ -43,7 +43,9 @@ class Settings:
     gzip: bool = True
     data_dir: Path = Path("data")
     database_url: str | None = None
-    signup: str = "open"
+    # Who may create accounts. `admin` by default: on a registry that hosts a team's code, open
+    # sign-up is a choice the operator makes knowingly (registry.yaml `signup: open`).
+    signup: str = "admin"
     host: str = "127.0.0.1"
     port: int = 4873
     limits: Limits = field(default_factory=Limits)

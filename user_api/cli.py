@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from registry_gen.errors import RegistryError
+from registry_gen.errors import NotFound, RegistryError
+from registry_gen.ownership import claim_package
 from registry_gen.settings import Settings
 from user_api.errors import UserApiError
 from user_api.store import UserStore, open_user_store
@@ -91,3 +92,31 @@ def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) 
         typer.echo(f"{len(result.items)} of {result.total} users")
 
     app.add_typer(users, name="user")
+    register_owner(app, opened_store, load_settings_callable)
+
+
+def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_settings_callable: Callable[..., Settings]) -> None:
+    """`registry-gen owner claim PACKAGE USER`: bind a maintainer name to an account (admin action)."""
+    owners = typer.Typer(help="Bind package maintainers to accounts.", no_args_is_help=True)
+
+    @owners.command("claim")
+    def claim(
+        package: Annotated[str, typer.Argument(help="Package name.")],
+        username: Annotated[str, typer.Argument(help="The account that becomes (or is confirmed as) a maintainer.")],
+        config: ConfigOption = None,
+    ) -> None:
+        """Make USER a maintainer of PACKAGE, bound to USER's account (names without one grant nothing)."""
+        with opened_store(config) as store:
+            settings = load_settings_callable(config) if config else load_settings_callable()
+            changed = claim_for(settings, store, package, username)
+        typer.echo(f"{username} is {'now' if changed else 'already'} a bound maintainer of {package}")
+
+    app.add_typer(owners, name="owner")
+
+
+def claim_for(settings: Settings, store: UserStore, package: str, username: str) -> bool:
+    """The admin action behind the CLI (and the admin API function in user_api.admin_owner)."""
+    user = store.get_by_username(username)
+    if user is None or user.status != "active":
+        raise NotFound(f"there is no active user named {username!r} on this registry")
+    return claim_package(settings, package, user.username, user.email, user.id)

@@ -101,7 +101,8 @@ class Server:
         self.content.mkdir(parents=True, exist_ok=True)
         config = self.root / "registry.yaml"
         if not config.exists():
-            config.write_text((limits_yaml(self.limits) if self.limits else "") + self.extra_config)
+            signup = "" if "signup:" in self.extra_config else "signup: open\n"  # these tests sign users up
+            config.write_text(signup + (limits_yaml(self.limits) if self.limits else "") + self.extra_config)
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         env["PYTHONUNBUFFERED"] = "1"
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -71,7 +71,7 @@ class Registry:
 def registry(tmp_path: Path) -> Iterator[Registry]:
     settings = Settings(
         content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
-        base_url="http://registry.test/", limits=LIMITS,
+        base_url="http://registry.test/", limits=LIMITS, signup="open",
     )
     settings.content_dir.mkdir()
     run_build(settings)

@@ -138,6 +138,9 @@ class RegistryProcess:
 
     def start(self) -> RegistryProcess:
         self.content.mkdir(parents=True, exist_ok=True)
+        config = self.root / "registry.yaml"
+        if not config.exists():
+            config.write_text("signup: open\n")  # these tests sign users up with npm adduser
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         env["PYTHONUNBUFFERED"] = "1"
         self.process = subprocess.Popen(

@@ -30,6 +30,7 @@ FAST_HASHER = PasswordHasher(time_cost=1, memory_kib=8, parallelism=1)
 
 def _settings(tmp_path: Path, **changes: Any) -> Settings:
     (tmp_path / "content").mkdir(exist_ok=True)
+    changes.setdefault("signup", "open")
     return Settings(
         content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
         base_url="http://registry.test/", **changes,
@@ -181,6 +182,7 @@ def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
 def test_registry_gen_api_runs_alone(tmp_path: Path) -> None:
     """`registry-gen api`: writes land in content/ and the tree; GETs of files are the static host's."""
     (tmp_path / "content").mkdir()
+    (tmp_path / "registry.yaml").write_text("signup: open\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     env["PYTHONUNBUFFERED"] = "1"
     process = subprocess.Popen(

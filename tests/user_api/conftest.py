@@ -53,13 +53,13 @@ def _postgres_settings(server: PostgresServer, tmp_path: Path) -> Settings:
     schema = f"test_{next(_schemas)}"
     with psycopg.connect(server.url(PG_DATABASE), autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    return Settings(data_dir=tmp_path / "data", database_url=server.url(PG_DATABASE, schema=schema))
+    return Settings(data_dir=tmp_path / "data", database_url=server.url(PG_DATABASE, schema=schema), signup="open")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     if request.param == "sqlite":
-        return Settings(data_dir=tmp_path / "data")
+        return Settings(data_dir=tmp_path / "data", signup="open")
     return _postgres_settings(request.getfixturevalue("postgres_server"), tmp_path)
 
 

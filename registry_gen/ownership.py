@@ -1,0 +1,61 @@
+"""`registry-gen owner claim`: an administrator binds a maintainer name of a package to an account.
+
+The orchestrator of that one job: under the shared build lock it reads the package's meta from
+content/, applies the pure rule (registry_gen.publish.apply_claim), writes the meta atomically, and
+rebuilds that package. The account itself is looked up by the caller (the user store lives in
+user_api); this module only receives its name, email and immutable id.
+"""
+
+from __future__ import annotations
+
+import json
+
+from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build
+from registry_gen.buildstate import BuildState
+from registry_gen.errors import NotFound
+from registry_gen.meta import PackageMeta, parse_meta
+from registry_gen.names import package_dir, validate_name
+from registry_gen.publish import PackageState, apply_claim, maintainer_entry, now_iso
+from registry_gen.settings import Settings
+from registry_gen.storage import FolderStorage, meta_key, write_meta
+
+
+def published_versions(settings: Settings, name: str) -> frozenset[str]:
+    """The versions the tree serves for `name` (from its built abbreviated document)."""
+    path = settings.out_dir / package_dir(name) / ABBREVIATED_FILE
+    try:
+        return frozenset(json.loads(path.read_bytes()).get("versions", {}))
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+
+
+def meta_location(settings: Settings, storage: FolderStorage, name: str) -> str:
+    """The package's meta file: the API's own place, unless the build found it elsewhere in content/."""
+    canonical = meta_key(name)
+    if storage.exists(canonical):
+        return canonical
+    state = BuildState(settings.state_file)
+    try:
+        found = [path for path, error in state.metas_of(name) if error is None and storage.exists(path)]
+    finally:
+        state.close()
+    return found[0] if found else canonical
+
+
+def claim_package(settings: Settings, name: str, username: str, email: str | None, account_id: str) -> bool:
+    """Binds `username` (account `account_id`) as a maintainer of `name`; False when it already was."""
+    validate_name(name, legacy=True)
+    storage = FolderStorage(settings.content_dir)
+    with build_lock(settings):
+        key = meta_location(settings, storage, name)
+        raw = storage.read(key)
+        meta = parse_meta(raw) if raw is not None else PackageMeta(name=name)
+        state = PackageState(name, meta, published_versions(settings, name))
+        if not state.is_held:
+            raise NotFound(f"{name} is not in this registry (build it first, or check the name)")
+        changed = apply_claim(state, maintainer_entry(username, email, account_id), now_iso())
+        if changed is not None:
+            write_meta(storage, key, changed)
+    if changed is not None:
+        run_build(settings, changed=[settings.content_dir / key])
+    return changed is not None
