@@ -46,6 +46,10 @@ class Settings:
     # Who may create accounts. `admin` by default: on a registry that hosts a team's code, open
     # sign-up is a choice the operator makes knowingly (registry.yaml `signup: open`).
     signup: str = "admin"
+    # The embedded server (serve/api): open connections at most, and seconds a connection may stay
+    # silent (idle keep-alive, or a client that sends nothing) before it is closed.
+    connection_limit: int = 1000
+    idle_timeout: int = 10
     host: str = "127.0.0.1"
     port: int = 4873
     limits: Limits = field(default_factory=Limits)
@@ -60,6 +64,10 @@ class Settings:
             object.__setattr__(self, "base_url", self.base_url + "/")
         if self.signup not in ("open", "closed", "admin"):
             raise ConfigError(f"signup must be one of open, closed, admin; got {self.signup!r}")
+        for key in ("connection_limit", "idle_timeout"):
+            value = getattr(self, key)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{key} must be a positive integer; got {value!r}")
         if self.check_profile not in CHECK_PROFILES:
             raise ConfigError(f"check_profile must be one of {', '.join(CHECK_PROFILES)}; got {self.check_profile!r}")
         ignore = () if self.check_ignore is None else self.check_ignore

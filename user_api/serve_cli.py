@@ -63,6 +63,7 @@ def _run(
     import waitress
 
     from registry_gen.build import run_build
+    from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
     from user_api.store import open_user_store
@@ -79,10 +80,13 @@ def _run(
         "max_request_body_size": publish_body_limit(settings),
         "ident": "registry-gen",
         "clear_untrusted_proxy_headers": True,
+        **waitress_options(settings.connection_limit, settings.idle_timeout),
     }
     if trusted_proxy:
         options.update(trusted_proxy=trusted_proxy, trusted_proxy_headers={"x-forwarded-for"})
     server = waitress.create_server(application, **options)  # binds now: the real port is known
+    # Per-route body caps and the smuggling check run in waitress's parser, before a body is read.
+    server.channel_class = guarded_channel(publish_body_limit(settings), store_token_check(lambda: holder.get("store")))
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
         settings = settings.with_updates(base_url=_public_url(settings.host, port))
@@ -92,6 +96,7 @@ def _run(
             typer.echo(f"error: {issue}", err=True)
         typer.echo(f"built {settings.out_dir}: {result.summary()}")
     store = open_user_store(settings)
+    holder["store"] = store
     holder["app"] = create_server_app(settings, store, static=static)
     listening = _public_url(settings.host, port)
     if static:
