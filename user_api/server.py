@@ -23,6 +23,7 @@ from typing import Any, Final
 from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
 from registry_gen.settings import Settings
 from user_api.app import create_user_app
+from user_api.audit import AUDIT_PATHS, create_audit_app
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
 
@@ -205,12 +206,15 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
     user_app = create_user_app(settings, store)
     registry_app = create_registry_app(settings, store)
     tree = StaticTree(settings.out_dir) if static else None
+    audit_app = create_audit_app(settings)  # answered from the operator's advisories (SECURITY.md)
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = _wsgi_path(environ)
         if is_user_app_path(path):
             return user_app(environ, start_response)  # type: ignore[no-any-return]
         method = environ.get("REQUEST_METHOD")
+        if path in AUDIT_PATHS:
+            return audit_app(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)
         return registry_app(environ, start_response)  # type: ignore[no-any-return]
