@@ -339,10 +339,18 @@ class SqlUserStore:
                 f" WHERE id = ? RETURNING {', '.join(USER_COLUMNS)}",
                 (*changes.values(), self.dialect.encode_time(utcnow()), key),
             )
+            if self._ends_sessions(current, changes):
+                # A new password or a disable/re-enable ends every session: a stolen token
+                # must not outlive the change that was meant to lock its thief out.
+                tx.run("DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
         assert row is not None
         user = user_from_row(row)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
+
+    @staticmethod
+    def _ends_sessions(current: User, changes: dict[str, object]) -> bool:
+        return "password_hash" in changes or changes.get("status", current.status) != current.status
 
     def _validated_changes(
         self,

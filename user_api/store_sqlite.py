@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -79,6 +80,22 @@ END;
 TRIGGER_NAMES: Final = ("users_after_insert", "users_after_delete", "users_after_update")
 
 
+
+def private_folder(folder: Path) -> None:
+    """The data folder holds password hashes and token digests: only the server's user may enter."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+
+
+def private_files(database: Path) -> None:
+    """The database and its WAL/SHM siblings: 0600 (created so, and tightened when found wider)."""
+    for path in (database, database.with_name(database.name + "-wal"), database.with_name(database.name + "-shm")):
+        if not path.exists():
+            if path == database:
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            continue
+        os.chmod(path, 0o600)
+
 class _SqliteTx:
     def __init__(self, cursor: sqlite3.Cursor):
         self._cursor = cursor
@@ -116,7 +133,8 @@ class SqliteDialect:
                 f"this Python has {sqlite3.sqlite_version}"
             )
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.path.parent)
+        private_files(self.path)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -127,10 +145,17 @@ class SqliteDialect:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA synchronous = NORMAL")  # safe with WAL; a crash loses at most the last commits
+        # FULL: an acknowledged commit (a token revocation, a password change) survives power loss.
+        conn.execute("PRAGMA synchronous = FULL")
         with self._lock:
             self._connections.append(conn)
         return conn
+
+    def pragma(self, name: str) -> Any:
+        """The value of a PRAGMA on this thread's connection (diagnostics and tests)."""
+        if not name.isidentifier():
+            raise ValueError(f"not a pragma name: {name!r}")
+        return self._connection().execute(f"PRAGMA {name}").fetchone()[0]
 
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -142,6 +167,7 @@ class SqliteDialect:
     def _init_schema(self) -> None:
         conn = self._connection()
         conn.execute("PRAGMA journal_mode = WAL")
+        private_files(self.path)  # the -wal and -shm files exist now
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise ConfigError(f"{self.path} was written by a newer version (schema {version})")

@@ -134,12 +134,14 @@ def test_secrets_never_reach_responses_or_logs(api: Api, caplog: pytest.LogCaptu
                       "currentPassword": "WRONG-PASSWORD-999"}, token=token, status=403)
     api.put("/user", {"id": created["id"], "username": "alice", "email": "a@x.org", "password": second,
                       "currentPassword": first}, token=token, status=200)
+    api.get("/user", token=token, status=401)  # a password change ends every session
+    token = api.login("alice", second, status=201).json["token"]
     api.get(f"/user?password={second}", token=token, status=400)
     api.get("/user", headers={"Authorization": f"Bearer {token}x"}, status=401)
     api.delete(f"/user/{created['id']}", token=admin_token, status=204)
     assert api.store.verify_password("root", "ADMIN-PASSWORD-42") == admin
     # Reaching here means every request happened; the leak check runs in the fixture teardown.
-    assert len(api.responses) == 16
+    assert len(api.responses) == 18
 
 
 def test_the_leak_check_catches_a_leak(api: Api, caplog: pytest.LogCaptureFixture) -> None:

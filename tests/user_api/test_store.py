@@ -93,7 +93,8 @@ def test_disabled_and_deleted_users_cannot_log_in(store: UserStore) -> None:
     assert store.verify_password("erin", "erin-password") is None
     assert store.authenticate(token) is None
     store.update_user(user.id, status="active")
-    assert store.authenticate(token) is not None
+    assert store.authenticate(token) is None  # re-enabling never revives the old tokens
+    token, _ = store.create_token(user.id)
     assert store.delete_user(user.id) is True
     assert store.verify_password("erin", "erin-password") is None
     assert store.authenticate(token) is None and store.list_tokens(user.id) == []
