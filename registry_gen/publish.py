@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import hashlib
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -211,15 +212,39 @@ def _decode_base64(data: object, label: str) -> bytes:
         raise BadRequest(f"{label}: `data` is not valid base64 ({exc})") from exc
 
 
-def _check_declared_digests(dist: Any, digests: Digests) -> None:
-    """The client hashed the bytes it sent; a mismatch means the attachment was damaged on the way."""
-    if not isinstance(dist, dict):
-        return
-    if isinstance(dist.get("shasum"), str) and dist["shasum"] and dist["shasum"] != digests.shasum:
+SRI_ALGORITHMS = {"sha1": "sha1", "sha256": "sha256", "sha384": "sha384", "sha512": "sha512"}
+_SRI_TOKEN = re.compile(r"^(?P<alg>[A-Za-z0-9]+)-(?P<digest>[A-Za-z0-9+/]+={0,2})(?:\?[\x21-\x7e]*)?$")
+
+
+def check_integrity(integrity: str, data: bytes) -> None:
+    """Every hash in an SRI string must match `data`; an unknown or malformed entry is refused.
+
+    npm writes one `sha512-` entry, older clients `sha1-`; an SRI string may carry several."""
+    tokens = integrity.split()
+    if not tokens:
+        raise BadRequest("dist.integrity is empty")
+    for token in tokens:
+        found = _SRI_TOKEN.match(token)
+        if found is None or found["alg"].lower() not in SRI_ALGORITHMS:
+            raise BadRequest(f"dist.integrity entry {token[:40]!r} is not an SRI hash this registry checks (sha1, sha256, sha384, sha512)")
+        expected = base64.b64encode(hashlib.new(SRI_ALGORITHMS[found["alg"].lower()], data).digest()).decode()
+        if found["digest"] != expected:
+            raise BadRequest("the attachment does not match dist.integrity: it was damaged or is not the packed tarball")
+
+
+def _check_declared_digests(dist: Any, digests: Digests, data: bytes) -> None:
+    """The client hashed the bytes it sent; a mismatch means the attachment was damaged on the way.
+    A publish that declares no digest at all is refused: nothing would catch a damaged upload."""
+    dist = dist if isinstance(dist, dict) else {}
+    shasum, integrity = dist.get("shasum"), dist.get("integrity")
+    if not (isinstance(shasum, str) and shasum) and not (isinstance(integrity, str) and integrity):
+        raise BadRequest("the version's dist must carry shasum or integrity (npm publish sends both)")
+    if isinstance(shasum, str) and shasum and shasum.lower() != digests.shasum:
         raise BadRequest("the attachment does not match dist.shasum: it was damaged or is not the packed tarball")
-    integrity = dist.get("integrity")
-    if isinstance(integrity, str) and integrity.startswith("sha512-") and integrity.split()[0] != digests.integrity:
-        raise BadRequest("the attachment does not match dist.integrity: it was damaged or is not the packed tarball")
+    if integrity is not None and not isinstance(integrity, str):
+        raise BadRequest("dist.integrity must be a string")
+    if isinstance(integrity, str) and integrity:
+        check_integrity(integrity, data)
 
 
 def _tags_for(body: Mapping[str, Any], version: str) -> dict[str, str]:
@@ -282,7 +307,7 @@ def decode_publish(name: str, body: Mapping[str, Any], limits: Limits) -> Upload
     if len(data) != length:
         raise BadRequest(f"attachment {filename} decodes to {len(data)} bytes, but its length says {length}")
     manifest, digests = check_tarball(name, version, data, limits)
-    _check_declared_digests(document.get("dist"), digests)
+    _check_declared_digests(document.get("dist"), digests, data)
     return Upload(name, version, data, manifest, digests, _tags_for(body, version))
 
 
