@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import calendar
 import dataclasses
 import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +34,11 @@ from registry_gen.settings import Limits
 from registry_gen.versions import validate_version
 
 MAX_TAG_LENGTH = 128
+# Legacy staging (`PUT /<name>/<v>/-tag/<tag>` before the tarball): every write rewrites the meta
+# under the global lock, so the staged documents of one package are bounded and expire.
+MAX_STAGED_VERSIONS = 10
+MAX_STAGED_BYTES = 64 * 1024
+STAGE_TTL_SECONDS = 24 * 3600
 # Tags share the URL and the npmrc namespace with versions and ranges; npm refuses range-like tags.
 _TAG = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
 _RANGE_LIKE_TAGS = frozenset({"x", "X"})
@@ -354,6 +361,7 @@ def apply_publish(state: PackageState, upload: Upload, actor: Actor, now: str) -
     tags = dict(meta.dist_tags)
     pending = dict(meta.pending)
     staged = pending.pop(upload.version, None)
+    pending = live_pending(pending, now)
     if isinstance(staged, dict) and isinstance(staged.get("_tag"), str):
         tags[staged["_tag"]] = upload.version
     tags.update(upload.tags)
@@ -399,13 +407,49 @@ def apply_stage(state: PackageState, version: str, tag: str, document: Any, acto
         raise BadRequest("invalid package.json: " + "; ".join(map(str, problems)))
     staged = {k: v for k, v in document.items() if not k.startswith("_")}
     staged["_tag"] = tag
+    staged["_staged"] = now
+    pending = live_pending(meta.pending, now)
+    pending.pop(version, None)
+    _check_stage_bounds(state.name, pending, staged)
     return _bump(
         meta,
         now,
-        pending={**meta.pending, version: staged},
+        pending={**pending, version: staged},
         maintainers=[dict(m) for m in meta.maintainers] or [actor.person()],
         created=meta.created or now,
     )
+
+
+def _iso_seconds(stamp: object) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def live_pending(pending: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """Staged versions younger than STAGE_TTL_SECONDS (a stage without a time, from before the
+    bound, expires at once: nobody got a tarball stored for it)."""
+    current = _iso_seconds(now) or 0.0
+    live = {}
+    for version, staged in pending.items():
+        at = _iso_seconds(staged.get("_staged")) if isinstance(staged, dict) else None
+        if at is not None and current - at < STAGE_TTL_SECONDS:
+            live[version] = staged
+    return live
+
+
+def _check_stage_bounds(name: str, pending: Mapping[str, Any], staged: Mapping[str, Any]) -> None:
+    size = len(json.dumps(staged, separators=(",", ":")).encode())
+    if size > MAX_STAGED_BYTES:
+        raise BadRequest(f"a staged package.json may hold at most {MAX_STAGED_BYTES} bytes; this one holds {size}")
+    if len(pending) >= MAX_STAGED_VERSIONS:
+        raise BadRequest(
+            f"{name} already has {len(pending)} staged versions waiting for their tarballs (at most {MAX_STAGED_VERSIONS}); "
+            f"upload their tarballs, or wait {STAGE_TTL_SECONDS // 3600} h for them to expire"
+        )
 
 
 def apply_deprecations(state: PackageState, versions: Any, actor: Actor, now: str) -> PackageMeta | None:
