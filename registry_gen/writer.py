@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -88,3 +89,23 @@ def remove_tree(root: Path, relative: str) -> bool:
         parent.rmdir()
         parent = parent.parent
     return existed
+
+
+# What _temp_path makes: "." + the target's name + "." + mkstemp's 8 random characters + ".tmp".
+_OUR_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def sweep_temp_files(*roots: Path) -> list[Path]:
+    """Removes the temp files a killed write left under `roots`; call with the build lock held
+    (no write is in progress then). Returns what was removed."""
+    removed = []
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                if _OUR_TEMP.match(name):
+                    path = Path(folder) / name
+                    path.unlink(missing_ok=True)
+                    removed.append(path)
+    return removed

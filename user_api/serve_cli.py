@@ -90,6 +90,9 @@ def _run(
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
         settings = settings.with_updates(base_url=_public_url(settings.host, port))
+    swept = _sweep_temp_files(settings)
+    if swept:
+        typer.echo(f"removed {len(swept)} temp file(s) left by an interrupted write")
     if static:
         result = run_build(settings)
         for issue in result.errors:
@@ -125,6 +128,14 @@ def _run(
             watcher.stop()
         server.close()
         store.close()
+
+
+def _sweep_temp_files(settings: Settings) -> list[Path]:
+    from registry_gen.build import build_lock
+    from registry_gen.writer import sweep_temp_files
+
+    with build_lock(settings):
+        return sweep_temp_files(settings.content_dir, settings.out_dir)
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
