@@ -68,3 +68,51 @@ class RateLimiter:
         # Least recently used first; an evicted key restarts with a full bucket, which only errs lenient.
         while len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
+
+
+class LoginGuard:
+    """The login limits every login path shares (user API, npm login, Basic auth, web login).
+
+    - per address: `per_address` attempts a minute from one address, whatever the account;
+    - per account: attempts from addresses that never logged in to that account share one bucket
+      (`per_account`), so 200 addresses get 10 guesses a minute between them, not 2,000;
+    - an address that has logged in to the account before gets its own bucket of the same size,
+      so a guessing campaign from elsewhere never locks the owner out of their usual machine.
+    Every attempt counts, right or wrong: `admit` is called before the password is checked.
+    """
+
+    def __init__(self, per_address: tuple[float, int] = (30, 30), per_account: tuple[float, int] = (10, 10), *,
+                 max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic):
+        self.addresses = RateLimiter(*per_address, max_keys=max_keys, clock=clock)
+        self.accounts = RateLimiter(*per_account, max_keys=max_keys, clock=clock)
+        self._known: OrderedDict[str, None] = OrderedDict()  # "account|address" that succeeded
+        self._max_keys = max_keys
+        self._lock = threading.Lock()
+
+    def admit(self, username: str | None, address: str) -> tuple[bool, int]:
+        allowed, retry_after = self.addresses.allow("addr:" + address)
+        if not allowed or not username:
+            return allowed, retry_after
+        account = username.lower()
+        with self._lock:
+            known = f"{account}|{address}" in self._known
+        return self.accounts.allow(f"known:{account}|{address}" if known else "user:" + account)
+
+    def succeeded(self, username: str, address: str) -> None:
+        key = f"{username.lower()}|{address}"
+        with self._lock:
+            self._known[key] = None
+            self._known.move_to_end(key)
+            while len(self._known) > self._max_keys:
+                self._known.popitem(last=False)
+
+
+_SHARED: dict[int, LoginGuard] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_login_guard(store: object) -> LoginGuard:
+    """One LoginGuard per user store in this process: the user API and the npm login paths both
+    take theirs from here, so guesses through one count against the other."""
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(id(store), LoginGuard())
