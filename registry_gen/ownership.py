@@ -8,11 +8,12 @@ user_api); this module only receives its name, email and immutable id.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
-from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build
+from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
 from registry_gen.buildstate import BuildState
-from registry_gen.errors import NotFound
+from registry_gen.errors import InvalidManifest, NotFound
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, validate_name
 from registry_gen.publish import PackageState, apply_claim, maintainer_entry, now_iso
@@ -59,3 +60,27 @@ def claim_package(settings: Settings, name: str, username: str, email: str | Non
     if changed is not None:
         run_build(settings, changed=[settings.content_dir / key])
     return changed is not None
+
+
+def erase_maintainer_email(settings: Settings, username: str) -> list[str]:
+    """A deleted account's email leaves every meta in content/ (and so every document, index and
+    page after the rebuild). Returns the meta files changed. Emails inside a tarball's own
+    package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails")."""
+    storage = FolderStorage(settings.content_dir)
+    changed: list[str] = []
+    with build_lock(settings):
+        for key in sorted(scan_content(settings.content_dir)[1]):
+            raw = storage.read(key)
+            if raw is None:
+                continue
+            try:
+                meta = parse_meta(raw)
+            except InvalidManifest:
+                continue  # the build reports a broken meta; it holds nothing we could rewrite safely
+            people = [{k: v for k, v in m.items() if not (k == "email" and m.get("name") == username)} for m in meta.maintainers]
+            if people != meta.maintainers:
+                write_meta(storage, key, dataclasses.replace(meta, maintainers=people))
+                changed.append(key)
+    if changed:
+        run_build(settings, changed=[settings.content_dir / key for key in changed])
+    return changed
