@@ -93,7 +93,8 @@ def verify_tree(out_dir: Path, *, allow_external: bool = False) -> VerifyReport:
         report.problems += problems
         report.tarballs += tarballs
     report.packages = len(names)
-    report.problems += check_indexes(out_dir, names)
+    # Open entries (version-less on purpose) have no page and are not listed in the indexes.
+    report.problems += check_indexes(out_dir, [name for name in names if not is_open_entry_document(out_dir, name)])
     report.problems += check_gzip_siblings(out_dir)
     closure = check_dependency_closure(out_dir, names, allow_external=allow_external)
     report.problems += closure.problems
@@ -142,7 +143,7 @@ def check_package(out_dir: Path, name: str) -> tuple[list[TreeProblem], int]:
     problems += _check_orphans(out_dir, name, versions)
     problems += _check_twins(out_dir, name, document)
     problems += _check_spellings(out_dir, name)
-    if not (out_dir / package_folder(name) / "index.html").is_file():
+    if versions and not (out_dir / package_folder(name) / "index.html").is_file():
         problems.append(TreeProblem(f"{package_folder(name)}/index.html", "web-page-missing", "no HTML page for the package"))
     return problems, len(versions)
 
@@ -152,6 +153,10 @@ def _check_dist_tags(base: str, document: dict[str, Any]) -> list[TreeProblem]:
     if not isinstance(tags, dict):
         return [TreeProblem(base, "latest-missing", "no dist-tags object")]
     problems = []
+    if not tags and not document["versions"]:
+        # An entry opened by the legacy publish's first step (PUT /<name>) before its first upload:
+        # version-less on purpose, and the registry's own output (see build.is_open_entry).
+        return problems
     if "latest" not in tags:
         problems.append(TreeProblem(base, "latest-missing", "dist-tags has no latest"))
     for tag, version in sorted(tags.items()):
@@ -353,6 +358,12 @@ def _record_miss(report: VerifyReport, where: str, message: str, kind: str) -> N
 
 
 # ---------------------------------------------------------------- the whole tree
+
+
+def is_open_entry_document(out_dir: Path, name: str) -> bool:
+    """A package document with neither versions nor dist-tags: the legacy publish's first step."""
+    document, problem = _load_json(out_dir, f"{name}/{PACKUMENT_FILE}", "packument")
+    return problem is None and isinstance(document, dict) and document.get("versions") == {} and not document.get("dist-tags")
 
 
 def check_indexes(out_dir: Path, names: list[str]) -> list[TreeProblem]:
