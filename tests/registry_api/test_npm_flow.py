@@ -115,7 +115,8 @@ def test_search_ping_tokens_logout_and_audit(server: RegistryProcess, tmp_path: 
 
     project = _fresh_project(tmp_path / "project")
     audited = carol.run("install", "searchable-thing", "--audit", cwd=project)
-    assert "found 0 vulnerabilities" in audited.stdout and "audit endpoint returned an error" not in audited.stderr
+    # No advisory source: the install succeeds, and npm never claims a clean audit (issue 13).
+    assert (project / "node_modules" / "searchable-thing").is_dir() and "found 0 vulnerabilities" not in audited.stdout
 
     created = re.search(r"Created token (\S+)", carol.run("token", "create", "--password=carol-password-1", cwd=tmp_path).stdout)
     assert created is not None
