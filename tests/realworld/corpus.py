@@ -265,6 +265,23 @@ class FetchError(RuntimeError):
     pass
 
 
+def fetch_tarballs(root: Path, entries: list[Entry], env: dict[str, str], say: Any) -> None:
+    """What the cache lacks, in parallel batches; a second pass retries what a network error or
+    an npm failure on one spec of a batch left missing."""
+    todo = seed_from_siblings(root, missing(root, entries))
+    failures: list[str] = []
+    for _attempt in range(2):
+        if not todo:
+            return
+        say(f"fetching {len(todo)} of {len(entries)} tarballs into {root}")
+        started = time.monotonic()
+        failures = run_parallel(batches(todo, BATCH), lambda group: pack_batch(root, group, env))
+        say(f"fetched {len(todo) - len(failures)} tarballs in {time.monotonic() - started:.0f}s")
+        todo = missing(root, todo)
+    if todo:
+        raise FetchError("\n".join(failures))
+
+
 def ensure_corpus(log: Any = None) -> Corpus:
     """The corpus, fetching whatever the cache lacks (tarballs, then the odd packages' documents)."""
     say = log or (lambda line: None)
@@ -274,14 +291,7 @@ def ensure_corpus(log: Any = None) -> Corpus:
     root.mkdir(parents=True, exist_ok=True)
     env = npm_env(cache_root() / "npm-cache")
     with FileLock(str(root / ".fetch.lock"), timeout=3600):
-        todo = seed_from_siblings(root, missing(root, entries))
-        if todo:
-            say(f"fetching {len(todo)} of {len(entries)} tarballs into {root}")
-            started = time.monotonic()
-            failures = run_parallel(batches(todo, BATCH), lambda group: pack_batch(root, group, env))
-            say(f"fetched {len(todo) - len(failures)} tarballs in {time.monotonic() - started:.0f}s")
-            if failures:
-                raise FetchError("\n".join(failures))
+        fetch_tarballs(root, entries, env, say)
         specs = [spec for spec in odd_packages() if not (root / "documents" / document_filename(spec)).is_file()]
         failures = run_parallel(specs, lambda spec: fetch_document(root, spec, env))
         failures += verify_all(root, entries)
