@@ -86,6 +86,10 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
     def verdaccio_command(
         storage: Annotated[Path, typer.Argument(help="Verdaccio's storage folder.")],
         htpasswd: Annotated[Path | None, typer.Option("--htpasswd", help="Verdaccio's htpasswd file: its accounts keep their passwords.")] = None,
+        verdaccio_config: Annotated[Path | None, typer.Option(
+            "--verdaccio-config", help="Verdaccio's config.yaml: users its `packages:` rules name as publishers become "
+            "maintainers (default: config.yaml beside STORAGE)."
+        )] = None,
         config: ConfigOption = None,
     ) -> None:
         """Import a Verdaccio storage folder (and its accounts) into content/, then build."""
@@ -96,7 +100,9 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
             summary = Summary()
             if htpasswd is not None:
                 import_accounts(settings, htpasswd, summary)
-            result = import_verdaccio(settings, storage, progress)
+            if verdaccio_config is not None and not verdaccio_config.is_file():
+                raise RegistryError(f"--verdaccio-config {verdaccio_config}: no such file")
+            result = import_verdaccio(settings, storage, progress, verdaccio_config)
             result.accounts, result.skipped = summary.accounts, summary.skipped + result.skipped
         print_summary(result)
 

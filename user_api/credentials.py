@@ -10,9 +10,15 @@ import secrets
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import warnings
+
 import argon2
 import bcrypt
-from passlib.hash import apr_md5_crypt, des_crypt, md5_crypt, sha256_crypt, sha512_crypt
+
+with warnings.catch_warnings():
+    # passlib probes the stdlib `crypt` module (deprecated in 3.11, gone in 3.13); it has its own code.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from passlib.hash import apr_md5_crypt, des_crypt, md5_crypt, sha256_crypt, sha512_crypt
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
 # OWASP Password Storage Cheat Sheet floor for argon2id: m=19 MiB, t=2, p=1 (~50 ms here, §4.2).

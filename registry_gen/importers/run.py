@@ -6,6 +6,7 @@ package lands through `landing.land_package`; one incremental build runs at the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import shutil
@@ -16,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
+
+import yaml
 
 from registry_gen.build import PACKUMENT_FILE, build_lock, run_build
 from registry_gen.errors import RegistryError
@@ -185,8 +188,23 @@ def _storage_listing(root: Path) -> dict[str, list[str]]:
     return listing
 
 
-def import_verdaccio(settings: Settings, storage_dir: Path, progress: Progress | None = None) -> Summary:
+def _verdaccio_config(path: Path | None) -> dict:
+    """Verdaccio's config.yaml (its `packages:` rules say who publishes what), when there is one."""
+    if path is None or not path.is_file():
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ImportProblem(f"{path}: not a readable Verdaccio config ({exc})") from exc
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def import_verdaccio(
+    settings: Settings, storage_dir: Path, progress: Progress | None = None, config: Path | None = None
+) -> Summary:
+    """`config` defaults to the config.yaml beside the storage folder (Verdaccio's own layout)."""
     importer = Importer(settings, progress or SilentProgress())
+    rules = _verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
     folders = verdaccio.package_folders(_storage_listing(storage_dir))
     importer.progress.start(len(folders))
 
@@ -206,6 +224,8 @@ def import_verdaccio(settings: Settings, storage_dir: Path, progress: Progress |
         except ImportProblem as exc:
             importer.summary.skipped.append(Skipped(folder, str(exc), error=True))
             continue
+        if not record.maintainers:
+            record = dataclasses.replace(record, maintainers=verdaccio.publishers(rules, record.name))
         fetched = importer.fetch(record, read_local, stage=False)
         fetched.skipped += skipped
         importer.land(fetched)

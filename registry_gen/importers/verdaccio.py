@@ -3,6 +3,7 @@ a `package.json` package document and the tarballs it names. Also the reverse, f
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Mapping
 from pathlib import PurePosixPath
@@ -13,6 +14,23 @@ from registry_gen.names import split_name, tarball_filename
 
 DOCUMENT = "package.json"
 DATABASE = ".verdaccio-db.json"
+CONFIG = "config.yaml"
+# Verdaccio's groups: they name nobody, so they make nobody an owner here.
+_GROUPS = frozenset({"$all", "$anonymous", "$authenticated", "@all", "@anonymous", "@authenticated", "all", "anonymous"})
+
+
+def publishers(config: Mapping[str, Any], name: str) -> tuple[dict[str, str], ...]:
+    """The users Verdaccio's `packages:` rules name as publishers of `name` (first matching pattern).
+
+    Verdaccio 6 keeps no maintainers in its storage: who may publish is this config. Groups
+    ($authenticated...) name nobody and give nobody ownership."""
+    rules = config.get("packages") if isinstance(config, Mapping) else None
+    for pattern, rule in (rules or {}).items():
+        if isinstance(rule, Mapping) and fnmatch.fnmatchcase(name, str(pattern).replace("**", "*")):
+            allowed = rule.get("publish") or ""
+            people = allowed.split() if isinstance(allowed, str) else [str(p) for p in allowed]
+            return tuple({"name": p} for p in people if p not in _GROUPS and not p.startswith(("$", "@")))
+    return ()
 
 
 def package_folders(entries: Mapping[str, list[str]]) -> list[str]:

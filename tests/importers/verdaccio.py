@@ -44,9 +44,14 @@ def install_verdaccio() -> Path:
     return entry
 
 
-def write_config(root: Path, storage: Path, htpasswd: Path) -> Path:
-    """No uplinks: everything Verdaccio serves is what the test put into its storage."""
+def write_config(root: Path, storage: Path, htpasswd: Path, publishers: dict[str, str] | None = None) -> Path:
+    """No uplinks: everything Verdaccio serves is what the test put into its storage.
+    `publishers`: {package pattern: space-separated users} allowed to publish (the rest: $authenticated)."""
     config = root / "config.yaml"
+    rules = "".join(
+        f"  '{pattern}':\n    access: $all\n    publish: {users}\n    unpublish: {users}\n"
+        for pattern, users in (publishers or {}).items()
+    )
     config.write_text(
         f"storage: {storage}\n"
         "auth:\n"
@@ -55,6 +60,7 @@ def write_config(root: Path, storage: Path, htpasswd: Path) -> Path:
         "    max_users: 100\n"
         "uplinks: {}\n"
         "packages:\n"
+        f"{rules}"
         "  '@*/*':\n"
         "    access: $all\n"
         "    publish: $authenticated\n"
@@ -74,13 +80,16 @@ def write_config(root: Path, storage: Path, htpasswd: Path) -> Path:
 
 
 @contextmanager
-def verdaccio_server(root: Path, storage: Path | None = None, htpasswd: Path | None = None) -> Iterator[str]:
+def verdaccio_server(
+    root: Path, storage: Path | None = None, htpasswd: Path | None = None, publishers: dict[str, str] | None = None
+) -> Iterator[str]:
     """Verdaccio serving `storage` (default root/storage); yields its base URL (trailing slash)."""
     entry = install_verdaccio()
     storage = storage or root / "storage"
     htpasswd = htpasswd or root / "htpasswd"
+    root.mkdir(parents=True, exist_ok=True)
     storage.mkdir(parents=True, exist_ok=True)
-    config = write_config(root, storage, htpasswd)
+    config = write_config(root, storage, htpasswd, publishers)
     port = free_port()
     log = open(root / "verdaccio.log", "w")  # noqa: SIM115 - closed after the process
     env = clean_env()
