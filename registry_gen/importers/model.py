@@ -4,12 +4,26 @@ beyond the archive (times, tags, deprecations, maintainers), plus the reasons an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from registry_gen.errors import RegistryError
 
 
 class ImportProblem(RegistryError):
     """An import cannot go on: an unreachable registry, a 401/404, a malformed input. Names the entry."""
+
+
+def iso_time(value: object) -> str | None:
+    """npm's time format (UTC, milliseconds, `Z`) for any ISO 8601 time a source gives; else None."""
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import nodesemver
 
-from registry_gen.importers.model import ImportProblem, PackageRecord, VersionSource
+from registry_gen.importers.model import ImportProblem, PackageRecord, iso_time, VersionSource
 from registry_gen.names import escaped_name, validate_name
 from registry_gen.versions import is_valid_version
 
@@ -83,14 +83,14 @@ def record_from_packument(doc: Mapping[str, Any], versions: Iterable[str], expec
         sources.append(VersionSource(
             name, version, (locked.tarball if locked and locked.tarball else None) or str(dist.get("tarball") or ""),
             integrity=integrity, shasum=dist.get("shasum") or (locked.shasum if locked else None),
-            time=times.get(version) if isinstance(times.get(version), str) else None,
+            time=iso_time(times.get(version)),
             deprecated=deprecated if isinstance(deprecated, str) and deprecated else None,
         ))  # fmt: skip
     tags = {k: v for k, v in (doc.get("dist-tags") or {}).items() if isinstance(v, str)}
     return PackageRecord(
         name, tuple(sources), tags, _people(doc.get("maintainers")),
-        created=times.get("created") if isinstance(times.get("created"), str) else None,
-        modified=times.get("modified") if isinstance(times.get("modified"), str) else None,
+        created=iso_time(times.get("created")),
+        modified=iso_time(times.get("modified")),
     )
 
 

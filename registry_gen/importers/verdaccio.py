@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, VersionSource
+from registry_gen.importers.model import ImportProblem, PackageRecord, iso_time, Skipped, VersionSource
 from registry_gen.names import split_name, tarball_filename
 
 DOCUMENT = "package.json"
@@ -95,14 +95,14 @@ def record_from_document(doc: Mapping[str, Any], folder: str) -> tuple[PackageRe
         versions.append(VersionSource(
             name, version, f"{folder}/{_tarball_file(name, version, manifest)}",
             integrity=dist.get("integrity"), shasum=dist.get("shasum"),
-            time=times.get(version) if isinstance(times.get(version), str) else None,
+            time=iso_time(times.get(version)),
             deprecated=deprecated if isinstance(deprecated, str) and deprecated else None,
         ))  # fmt: skip
     latest = doc["versions"].get(tags.get("latest", ""), {})
     record = PackageRecord(
         name, tuple(versions), tags, _maintainers(doc, latest if isinstance(latest, dict) else {}),
-        created=times.get("created") if isinstance(times.get("created"), str) else None,
-        modified=times.get("modified") if isinstance(times.get("modified"), str) else None,
+        created=iso_time(times.get("created")),
+        modified=iso_time(times.get("modified")),
     )
     return record, skipped
 
