@@ -129,13 +129,13 @@ def _yaml(filename: str, text: str) -> dict[str, Any]:
 
 
 def pnpm_key(key: str) -> tuple[str, str] | None:
-    """(name, version) of a `packages` key: `name@1.0.0` (v9), `/name@1.0.0(peer@2)` (v6), `/name/1.0.0` (v5)."""
+    """(name, version) of a `packages` key: `name@1.0.0` (v9), `/name@1.0.0(peer@2)` (v6), `/name/1.0.0_peer@2` (v5)."""
     key = key.split("(")[0].lstrip("/")
+    segments = key.split("/")
+    if len(segments) == (3 if key.startswith("@") else 2):  # v5: the version is a path segment
+        return "/".join(segments[:-1]), segments[-1].split("_")[0]
     at = key.rfind("@")
-    if at > 0:
-        return key[:at], key[at + 1 :]
-    name, _, version = key.rpartition("/")
-    return (name, version.split("_")[0]) if name else None
+    return (key[:at], key[at + 1 :]) if at > 0 else None
 
 
 def parse_pnpm_lock(filename: str, text: str) -> Lockfile:
