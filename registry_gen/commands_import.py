@@ -58,6 +58,10 @@ def reported(label: str) -> Iterator[RichProgress]:
         progress.stop()
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    except OSError as exc:
+        progress.stop()
+        typer.echo(f"error: {exc.filename or 'import'}: {exc.strerror or exc}; nothing half-written reached content/", err=True)
+        raise typer.Exit(1) from None
     progress.stop()
 
 
@@ -81,7 +85,14 @@ def import_accounts(settings: Settings, htpasswd: Path, summary: Summary) -> Non
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
     importing = typer.Typer(help="Move packages in, keeping times, tags, deprecations and owners.", no_args_is_help=True)
     exporting = typer.Typer(help="Move packages out, so nobody is locked in.", no_args_is_help=True)
+    _add_verdaccio(importing, settings_from_options)
+    _add_registry_and_lockfile(importing, settings_from_options)
+    _add_export(exporting, settings_from_options)
+    app.add_typer(importing, name="import")
+    app.add_typer(exporting, name="export")
 
+
+def _add_verdaccio(importing: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
     @importing.command("verdaccio")
     def verdaccio_command(
         storage: Annotated[Path, typer.Argument(help="Verdaccio's storage folder.")],
@@ -106,6 +117,8 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
             result.accounts, result.skipped = summary.accounts, summary.skipped + result.skipped
         print_summary(result)
 
+
+def _add_registry_and_lockfile(importing: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
     @importing.command("registry")
     def registry_command(
         specs: Annotated[list[str], typer.Argument(help="name, name@range or name@tag (scoped too).")],
@@ -137,6 +150,8 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
             summary = import_lockfile(settings, lockfile, registry=from_, token=token, progress=progress)
         print_summary(summary)
 
+
+def _add_export(exporting: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
     @exporting.command("verdaccio")
     def export_command(
         target: Annotated[Path, typer.Argument(help="A new (or empty) folder to write Verdaccio storage into.")],
@@ -149,6 +164,3 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         with reported("Exporting") as progress:
             names = export_verdaccio(settings, target, progress)
         typer.echo(f"exported {len(names)} packages to {target}")
-
-    app.add_typer(importing, name="import")
-    app.add_typer(exporting, name="export")

@@ -226,7 +226,11 @@ def import_verdaccio(
             continue
         if not record.maintainers:
             record = dataclasses.replace(record, maintainers=verdaccio.publishers(rules, record.name))
-        fetched = importer.fetch(record, read_local, stage=False)
+        # A proxying Verdaccio caches upstream documents listing versions whose tarballs it never fetched.
+        stored = tuple(v for v in record.versions if (storage_dir / v.tarball).is_file())
+        skipped += [Skipped(f"{v.name}@{v.version}", "listed by a cached upstream document but not stored by Verdaccio "
+                            "(use `import registry` for it)") for v in record.versions if v not in stored]  # fmt: skip
+        fetched = importer.fetch(dataclasses.replace(record, versions=stored), read_local, stage=False)
         fetched.skipped += skipped
         importer.land(fetched)
         importer.progress.advance(record.name)

@@ -63,6 +63,14 @@ def test_a_tampered_tarball_is_reported_and_not_imported(tmp_path: Path) -> None
     assert list(doc["versions"]) == ["1.0.0"] and doc["dist-tags"] == {"latest": "1.0.0", "old": "1.0.0"}
 
 
+def test_versions_a_proxying_verdaccio_never_stored_are_skipped_not_failed(tmp_path: Path) -> None:
+    storage = verdaccio_storage(tmp_path)
+    (storage / "@s" / "b" / "b-1.0.0.tgz").unlink()  # a cached upstream document lists more than was fetched
+    summary = import_verdaccio(settings_at(tmp_path), storage)
+    assert summary.imported == ["@s/b@1.1.0"] and not summary.failed
+    assert [s.entry for s in summary.skipped] == ["@s/b@1.0.0"] and "not stored by Verdaccio" in summary.skipped[0].reason
+
+
 def test_a_rerun_writes_the_meta_an_interrupted_run_did_not(tmp_path: Path) -> None:
     settings = settings_at(tmp_path)
     storage = verdaccio_storage(tmp_path)
