@@ -19,6 +19,7 @@ import bcrypt
 import pytest
 from passlib.hash import apr_md5_crypt, des_crypt
 
+from registry_gen.cli import main as registry_gen
 from registry_gen.importers.client import RegistryClient
 from registry_gen.importers.integrity import sri_sha512
 from registry_gen.importers.model import ImportProblem, PackageRecord, VersionSource
@@ -200,3 +201,18 @@ def test_tree_survives_a_second_import_from_another_copy(tmp_path: Path) -> None
     copy = tmp_path / "copy"
     shutil.copytree(storage, copy)
     assert import_verdaccio(settings, copy).imported == []
+
+
+def test_cli_names_a_malformed_lockfile_and_refuses_a_non_empty_export_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text(f"content_dir: {tmp_path / 'content'}\nout_dir: {tmp_path / 'public'}\ndata_dir: {tmp_path / 'data'}\n")
+    lock = tmp_path / "package-lock.json"
+    lock.write_text('{"lockfileVersion": 3, "packages": ')
+    assert registry_gen(["import", "lockfile", str(lock), "--config", str(config)]) == 1
+    assert capsys.readouterr().err.startswith("error: package-lock.json: not valid JSON")
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "keep.txt").write_text("mine")
+    assert registry_gen(["export", "verdaccio", str(occupied), "--config", str(config)]) == 1
+    assert "is not an empty folder" in capsys.readouterr().err
+    assert (occupied / "keep.txt").read_text() == "mine"
