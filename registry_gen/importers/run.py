@@ -83,6 +83,7 @@ class Importer:
     touched: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.downloads: ThreadPoolExecutor | None = None
         self.storage = FolderStorage(self.settings.content_dir)
         self.staging = self.settings.data_dir / "import-staging"
 
@@ -96,6 +97,7 @@ class Importer:
         except (RegistryError, ValueError) as exc:
             out.skipped.append(Skipped(record.name, f"cannot be imported here: {exc}", error=True))
             return out
+        needed = []
         for source in record.versions:
             entry = f"{source.name}@{source.version}"
             reason = self._refusal(source, meta)
@@ -105,11 +107,22 @@ class Importer:
                 out.held.add(source.version)
                 out.present.append(entry)
             else:
-                try:
-                    out.archives[source.version] = self._verified(source, fetch, stage)
-                except ImportProblem as exc:
-                    out.skipped.append(Skipped(entry, str(exc).removeprefix(f"{entry}: "), error=True))
+                needed.append(source)
+        # Tarballs go to their own bounded pool: package jobs wait on them, so they cannot share one.
+        mapper = self.downloads.map if self.downloads is not None and len(needed) > 1 else map
+        for source, result in zip(needed, mapper(lambda s: self._verified_or_problem(s, fetch, stage), needed), strict=True):
+            entry = f"{source.name}@{source.version}"
+            if isinstance(result, ImportProblem):
+                out.skipped.append(Skipped(entry, str(result).removeprefix(f"{entry}: "), error=True))
+            else:
+                out.archives[source.version] = result
         return out
+
+    def _verified_or_problem(self, source: VersionSource, fetch: Fetch, stage: bool) -> bytes | ImportProblem:
+        try:
+            return self._verified(source, fetch, stage)
+        except ImportProblem as exc:
+            return exc
 
     def _refusal(self, source: VersionSource, meta: PackageMeta) -> str | None:
         if not is_valid_version(source.version):
@@ -162,7 +175,8 @@ class Importer:
     def run_concurrently(self, jobs: Iterable[Callable[[], Fetched]], total: int, workers: int = DEFAULT_WORKERS) -> None:
         """Fetches packages on a bounded pool; lands each one on this thread as it completes."""
         self.progress.start(total)
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+        with ThreadPoolExecutor(max_workers=workers) as pool, ThreadPoolExecutor(max_workers=workers) as downloads:
+            self.downloads = downloads
             futures = {pool.submit(job): index for index, job in enumerate(jobs)}
             for future in as_completed(futures):
                 try:
@@ -173,6 +187,7 @@ class Importer:
                     continue
                 self.land(fetched)
                 self.progress.advance(fetched.record.name)
+        self.downloads = None
 
 
 # ---------------------------------------------------------------- import verdaccio

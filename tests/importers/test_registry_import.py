@@ -69,6 +69,17 @@ def test_import_registry_twice_imports_nothing_new(registry_import: tuple[Path, 
     assert "imported 0, already present 3, skipped 0" in capsys.readouterr().out
 
 
+def test_all_versions_takes_the_whole_history_with_its_times(tmp_path: Path, upstream: str) -> None:
+    root, config = make_root(tmp_path)
+    name = "@isaacs/string-locale-compare"
+    assert registry_gen(["import", "registry", name, "--all-versions", "--config", str(config)]) == 0
+    theirs = fetch_json(document_url(upstream, name))
+    ours = json.loads((root / "public" / name / "index.html").read_bytes())
+    assert set(ours["versions"]) == set(theirs["versions"]) and len(ours["versions"]) > 1
+    assert {v: ours["time"][v] for v in ours["versions"]} == {v: iso_time(theirs["time"][v]) for v in theirs["versions"]}
+    assert ours["dist-tags"] == theirs["dist-tags"]
+
+
 def test_unknown_package_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, config = make_root(tmp_path)
     assert registry_gen(["import", "registry", "registry-gen-no-such-package-x9", "--config", str(config)]) == 1
