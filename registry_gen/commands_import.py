@@ -23,6 +23,8 @@ ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
 ]
 FromOption = Annotated[str | None, typer.Option("--from", help="Registry URL (default: `npm config get registry`).")]
+ContentOption = Annotated[Path | None, typer.Option("--content", help="Folder of archives (default from config, else ./content).")]
+OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")]
 TokenOption = Annotated[str | None, typer.Option("--token", help="Bearer token for the --from registry.", envvar="REGISTRY_GEN_IMPORT_TOKEN")]
 
 
@@ -101,12 +103,14 @@ def _add_verdaccio(importing: typer.Typer, settings_from_options: Callable[..., 
             "--verdaccio-config", help="Verdaccio's config.yaml: users its `packages:` rules name as publishers become "
             "maintainers (default: config.yaml beside STORAGE)."
         )] = None,
+        content: ContentOption = None,
+        out: OutOption = None,
         config: ConfigOption = None,
     ) -> None:
         """Import a Verdaccio storage folder (and its accounts) into content/, then build."""
         from registry_gen.importers.run import import_verdaccio
 
-        settings = settings_from_options(config)
+        settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Importing") as progress:
             summary = Summary()
             if htpasswd is not None:
@@ -125,12 +129,14 @@ def _add_registry_and_lockfile(importing: typer.Typer, settings_from_options: Ca
         from_: FromOption = None,
         token: TokenOption = None,
         all_versions: Annotated[bool, typer.Option("--all-versions", help="Take every version, not one per spec.")] = False,
+        content: ContentOption = None,
+        out: OutOption = None,
         config: ConfigOption = None,
     ) -> None:
         """Import packages from an npm-protocol registry with their publish times, tags and deprecations."""
         from registry_gen.importers.run import import_registry
 
-        settings = settings_from_options(config)
+        settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Importing") as progress:
             summary = import_registry(settings, specs, registry=from_, token=token, all_versions=all_versions, progress=progress)
         print_summary(summary)
@@ -140,12 +146,14 @@ def _add_registry_and_lockfile(importing: typer.Typer, settings_from_options: Ca
         lockfile: Annotated[Path, typer.Argument(help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or yarn.lock.")],
         from_: FromOption = None,
         token: TokenOption = None,
+        content: ContentOption = None,
+        out: OutOption = None,
         config: ConfigOption = None,
     ) -> None:
         """Import every package a lockfile resolves, checked against the lockfile's integrity."""
         from registry_gen.importers.run import import_lockfile
 
-        settings = settings_from_options(config)
+        settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Importing") as progress:
             summary = import_lockfile(settings, lockfile, registry=from_, token=token, progress=progress)
         print_summary(summary)
@@ -155,12 +163,14 @@ def _add_export(exporting: typer.Typer, settings_from_options: Callable[..., Set
     @exporting.command("verdaccio")
     def export_command(
         target: Annotated[Path, typer.Argument(help="A new (or empty) folder to write Verdaccio storage into.")],
+        content: ContentOption = None,
+        out: OutOption = None,
         config: ConfigOption = None,
     ) -> None:
         """Write a storage folder Verdaccio 6 serves as it is."""
         from registry_gen.importers.run import export_verdaccio
 
-        settings = settings_from_options(config)
+        settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Exporting") as progress:
             names = export_verdaccio(settings, target, progress)
         typer.echo(f"exported {len(names)} packages to {target}")

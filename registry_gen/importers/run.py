@@ -166,6 +166,7 @@ class Importer:
 
     def build(self) -> None:
         """One incremental build over what this run wrote (a full one when there is no tree yet)."""
+        _prune_empty(self.staging)
         if not self.touched and self.settings.state_file.exists():
             return
         changed = [self.settings.content_dir / key for key in self.touched] if self.settings.state_file.exists() else None
@@ -188,6 +189,17 @@ class Importer:
                 self.land(fetched)
                 self.progress.advance(fetched.record.name)
         self.downloads = None
+
+
+def _prune_empty(root: Path) -> None:
+    """Drops staging folders left empty; staged files of failed versions stay for the next run."""
+    if not root.is_dir():
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [root]:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty
 
 
 # ---------------------------------------------------------------- import verdaccio

@@ -108,9 +108,13 @@ def test_staged_downloads_are_reused_and_bad_ones_fetched_again(tmp_path: Path) 
     assert importer.fetch(record, unreachable, stage=True).archives == {"1.0.0": data}  # from the staging folder
     staged = tmp_path / "data" / "import-staging" / "p" / "p-1.0.0.tgz"
     staged.write_bytes(b"half a download")
-    assert importer.fetch(record, fetch, stage=True).archives == {"1.0.0": data}
-    assert fetched == ["1.0.0", "1.0.0"]
+    fresh = importer.fetch(record, fetch, stage=True)
+    assert fresh.archives == {"1.0.0": data} and fetched == ["1.0.0", "1.0.0"]
     assert not (tmp_path / "content").exists()  # nothing lands before the verified whole
+    importer.land(fresh)
+    importer.build()
+    assert (tmp_path / "content" / "p" / "p-1.0.0.tgz").read_bytes() == data
+    assert not (tmp_path / "data" / "import-staging").exists()  # landed: the staged copy is gone
 
 
 class _Flaky(http.server.BaseHTTPRequestHandler):
