@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Set
 
+from registry_gen.errors import VersionConflict
 from registry_gen.importers.model import PackageRecord
 from registry_gen.meta import PackageMeta
 from registry_gen.storage import ContentStorage, archive_key, meta_key, read_meta, write_meta
@@ -43,8 +44,12 @@ def land_package(storage: ContentStorage, record: PackageRecord, archives: Mappi
     written = []
     for version, data in archives.items():
         key = archive_key(record.name, version)
-        storage.create(key, data)
-        written.append(key)
+        stored = storage.read(key)
+        if stored is None:
+            storage.create(key, data)
+            written.append(key)
+        elif stored != data:  # another writer stored this version meanwhile: its bytes stay
+            raise VersionConflict(f"{record.name}@{version}: content/ got different bytes while importing; kept those")
     key = meta_key(record.name)
     before = read_meta(storage, key)
     merged = merge_meta(before, record, set(held) | set(archives))

@@ -5,6 +5,7 @@ yarn berry) lets the frozen install run against this registry alone."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -108,7 +109,8 @@ def test_clients_install_imported_packages_with_their_default_age_gate(registry_
 def real_lockfile(client: str, upstream: str, folder: Path) -> Path:
     """A real project's lockfile, written by the client against the real registry (cached)."""
     spec = CLIENTS[client]
-    cached = LOCKFILES_CACHE / client / spec.lockfile
+    # Keyed by the upstream URL: npm's lockfile names it in every `resolved`.
+    cached = LOCKFILES_CACHE / hashlib.sha256(upstream.encode()).hexdigest()[:12] / client / spec.lockfile
     folder.mkdir(parents=True)
     (folder / "package.json").write_text(json.dumps({"name": "moving-in", "version": "1.0.0", "private": True,
                                                       "dependencies": PROJECT_DEPENDENCIES}))  # fmt: skip
