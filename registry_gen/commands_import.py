@@ -168,7 +168,7 @@ def _add_export(exporting: typer.Typer, settings_from_options: Callable[..., Set
         config: ConfigOption = None,
     ) -> None:
         """Write a storage folder Verdaccio 6 serves as it is."""
-        from registry_gen.importers.run import export_verdaccio
+        from registry_gen.importers.export import export_verdaccio
 
         settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Exporting") as progress:

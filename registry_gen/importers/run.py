@@ -1,4 +1,4 @@
-"""The orchestrators of `registry-gen import ...` and `registry-gen export verdaccio`: all the I/O.
+"""The orchestrators of `registry-gen import ...`: all the I/O (the export is in `export`).
 
 Downloads are staged under `<data_dir>/import-staging/` (verified, then renamed into place), so an
 interrupted run resumes from what it fetched and nothing half-written reaches content/. Each
@@ -7,9 +7,6 @@ package lands through `landing.land_package`; one incremental build runs at the 
 from __future__ import annotations
 
 import dataclasses
-import json
-import secrets
-import shutil
 import subprocess
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -20,7 +17,7 @@ from typing import Protocol
 
 import yaml
 
-from registry_gen.build import PACKUMENT_FILE, build_lock, run_build
+from registry_gen.build import build_lock, run_build
 from registry_gen.errors import RegistryError
 from registry_gen.importers import lockfiles, upstream, verdaccio
 from registry_gen.importers.client import RegistryClient
@@ -28,7 +25,7 @@ from registry_gen.importers.integrity import integrity_problem
 from registry_gen.importers.landing import land_package
 from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, Summary, VersionSource
 from registry_gen.meta import PackageMeta
-from registry_gen.names import package_dir, tarball_filename, tarball_path
+from registry_gen.names import package_dir, tarball_filename
 from registry_gen.settings import Settings
 from registry_gen.storage import FolderStorage, archive_key, meta_key, read_meta
 from registry_gen.versions import is_valid_version
@@ -357,47 +354,3 @@ def _lock_job(importer: Importer, name: str, entries: list[lockfiles.LockEntry],
         return fetched
 
     return fetch_one
-
-
-# ---------------------------------------------------------------- export verdaccio
-
-
-def _package_documents(tree: Path) -> Iterable[Path]:
-    for top in sorted(tree.iterdir()):
-        if not top.is_dir() or top.name.startswith((".", "-")):
-            continue
-        if top.name.startswith("@"):
-            yield from (child / PACKUMENT_FILE for child in sorted(top.iterdir()) if (child / PACKUMENT_FILE).is_file())
-        elif (top / PACKUMENT_FILE).is_file():
-            yield top / PACKUMENT_FILE
-
-
-def export_verdaccio(settings: Settings, target: Path, progress: Progress | None = None) -> list[str]:
-    """Writes a storage folder Verdaccio 6 serves as it is; returns the package names written."""
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise ImportProblem(f"{target}: exists and is not an empty folder; export into a new folder")
-    result = run_build(settings)
-    if result.errors:
-        raise ImportProblem(f"the build reported {len(result.errors)} problem(s); fix them first: {result.errors[0]}")
-    documents = list(_package_documents(settings.out_dir))
-    staging = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(staging, ignore_errors=True)
-    (progress or SilentProgress()).start(len(documents))
-    names = [_export_package(settings.out_dir, json.loads(path.read_bytes()), staging) for path in documents]
-    database = {"list": sorted(names), "secret": secrets.token_hex(32)}
-    atomic_write_bytes(staging / verdaccio.DATABASE, json.dumps(database, indent=2).encode())
-    if target.exists():
-        target.rmdir()
-    staging.rename(target)
-    return names
-
-
-def _export_package(tree: Path, packument: dict, staging: Path) -> str:
-    name = str(packument["name"])
-    folder = staging / verdaccio.storage_folder(name)
-    folder.mkdir(parents=True, exist_ok=True)
-    for version in packument.get("versions") or {}:
-        shutil.copyfile(tree / tarball_path(name, version), folder / tarball_filename(name, version))
-    document = verdaccio.storage_document(packument)
-    atomic_write_bytes(folder / verdaccio.DOCUMENT, json.dumps(document, indent=2, ensure_ascii=False).encode())
-    return name
