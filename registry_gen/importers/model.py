@@ -75,5 +75,7 @@ class Summary:
         return [s for s in self.skipped if s.error]
 
     def line(self) -> str:
-        text = f"imported {len(self.imported)}, already present {len(self.present)}, skipped {len(self.skipped)}"
+        chosen = len(self.skipped) - len(self.failed)
+        text = f"imported {len(self.imported)}, already present {len(self.present)}, skipped {chosen}"
+        text += f", failed {len(self.failed)}" if self.failed else ""
         return text + (f", accounts {len(self.accounts)}" if self.accounts else "")

@@ -84,8 +84,9 @@ def test_all_versions_takes_the_whole_history_with_its_times(tmp_path: Path, ups
 def test_unknown_package_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, config = make_root(tmp_path)
     assert registry_gen(["import", "registry", "registry-gen-no-such-package-x9", "--config", str(config)]) == 1
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert "failed: registry-gen-no-such-package-x9:" in err and "404" in err
+    assert out.strip() == "imported 0, already present 0, skipped 0, failed 1"
 
 
 @pytest.mark.parametrize("client", ["pnpm", "yarn4"])
