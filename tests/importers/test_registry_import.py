@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from registry_gen.cli import main as registry_gen
+from registry_gen.importers.lockfiles import parse_lockfile
 from registry_gen.importers.model import iso_time
 from registry_gen.importers.run import default_registry
 from registry_gen.importers.upstream import document_url
@@ -122,14 +123,27 @@ def real_lockfile(client: str, upstream: str, folder: Path) -> Path:
             run.run("install", "--package-lock-only", cwd=folder)
         elif client == "pnpm":
             run.run("install", "--lockfile-only", cwd=folder)
+        elif client == "yarn1":
+            run.run("install", "--non-interactive", "--no-progress", "--ignore-scripts", cwd=folder)
         else:
             run.run("install", "--mode=update-lockfile", cwd=folder, env={"YARN_ENABLE_IMMUTABLE_INSTALLS": "false"})
         cached.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(folder / spec.lockfile, cached)
-    for extra in (".npmrc", ".yarnrc.yml"):
+    for extra in (".npmrc", ".yarnrc", ".yarnrc.yml"):
         (folder / extra).unlink(missing_ok=True)
     shutil.copyfile(cached, folder / spec.lockfile)
     return folder / spec.lockfile
+
+
+def test_real_lockfiles_of_every_client_parse_to_the_same_packages(upstream: str, tmp_path: Path) -> None:
+    found = {}
+    for client in ("npm11", "pnpm", "yarn1", "yarn4"):
+        lockfile = real_lockfile(client, upstream, tmp_path / client)
+        parsed = parse_lockfile(lockfile.name, lockfile.read_bytes())
+        assert parsed.skipped == ()
+        found[client] = {(e.name, e.version) for e in parsed.entries}
+    assert ("ms", "2.1.2") in found["npm11"] and ("@isaacs/string-locale-compare", "1.1.0") in found["npm11"]
+    assert found["npm11"] == found["pnpm"] == found["yarn1"] == found["yarn4"]
 
 
 @pytest.mark.parametrize("client", ["npm11", "pnpm", "yarn4"])
