@@ -155,7 +155,7 @@ def create_cli() -> typer.Typer:
     )
     app.command("build")(build_command)
     app.command("check")(check_command)
-    for extra in ("watch", "verify", "host_config"):
+    for extra in ("watch", "verify", "host_config", "import"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
             module.register(app, settings_from_options)
