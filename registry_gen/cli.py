@@ -6,9 +6,11 @@ group `registry_gen.commands`, so this package never imports them.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from enum import Enum
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
@@ -58,7 +60,7 @@ def build_command(
     out: OutOption = None,
     base_url: BaseUrlOption = None,
     strict: Annotated[
-        bool | None, typer.Option("--strict/--no-strict", help="Also exit non-zero on lint findings of the archives read.")
+        bool | None, typer.Option("--strict/--no-strict", help="Also lint content/ as `check --strict` does; exit 1 on warnings.")
     ] = None,
     prune: Annotated[
         bool, typer.Option("--prune", help="Allow a build that removes most of the tree's packages (content/ really lost them).")
@@ -82,24 +84,63 @@ def build_command(
     for issue in result.errors:
         typer.echo(f"error: {issue}", err=True)
     typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    if settings.strict and _lint_fails(settings):
+        raise typer.Exit(1)
     if result.errors:
         raise typer.Exit(1)
 
 
-def check_command(
-    content_dir: ContentArg = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit non-zero on lint findings too.")] = False,
-    config: ConfigOption = None,
-) -> None:
-    """Lint every archive's package.json against the specification's descriptor rules."""
+def _lint_fails(settings: Settings) -> bool:
+    """`build --strict`: `registry-gen check --strict` over content/, its findings on stderr."""
     from registry_gen.check import check_content
 
-    settings = settings_from_options(config, content_dir=content_dir)
     report = check_content(settings)
     for finding in report.findings:
-        typer.echo(str(finding))
-    typer.echo(f"checked {report.archives} archives: {report.errors} errors, {report.warnings} lint findings")
-    if report.errors or (strict and report.warnings):
+        if finding.severity != "info":
+            typer.echo(f"lint: {finding}", err=True)
+    typer.echo(f"lint: {report.summary()}", err=True)
+    return report.failed(strict=True)
+
+
+class CheckFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class CheckProfile(str, Enum):
+    npm = "npm"
+    commonjs = "commonjs"
+
+
+def check_command(
+    content_dir: ContentArg = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit non-zero on warnings too (errors always do).")] = False,
+    profile: Annotated[
+        CheckProfile | None,
+        typer.Option("--profile", help="npm (default: npm's documented rules) or commonjs (the specification's too)."),
+    ] = None,
+    ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Rule id to leave out (repeatable).")] = None,
+    output_format: Annotated[CheckFormat, typer.Option("--format", help="text, or json for tools.")] = CheckFormat.text,
+    config: ConfigOption = None,
+) -> None:
+    """Lint every archive's package.json: errors, warnings and info, with a summary by rule."""
+    from registry_gen.check import check_content
+
+    settings = settings_from_options(config, content_dir=content_dir, check_profile=profile.value if profile else None)
+    report = check_content(settings, ignore=ignore or ())
+    if output_format is CheckFormat.json:
+        typer.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        for finding in report.findings:
+            typer.echo(str(finding))
+        if report.findings:
+            typer.echo("by rule:")
+        for row in report.by_rule():
+            typer.echo(f"{row.count:>7}  {row.severity:<7}  {row.rule}")
+        typer.echo(report.summary())
+    for rule in report.unmatched_ignores:
+        typer.echo(f"note: ignored rule {rule!r} matched no finding (is the rule id spelt right?)", err=True)
+    if report.failed(strict):
         raise typer.Exit(1)
 
 
@@ -114,7 +155,7 @@ def create_cli() -> typer.Typer:
     )
     app.command("build")(build_command)
     app.command("check")(check_command)
-    for extra in ("watch", "verify", "host_config"):
+    for extra in ("watch", "verify", "host_config", "import"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
             module.register(app, settings_from_options)

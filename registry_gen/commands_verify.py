@@ -18,14 +18,22 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
             Path | None,
             typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG"),
         ] = None,
+        allow_external: Annotated[
+            bool,
+            typer.Option("--allow-external", help="A dependency absent from the tree is listed as external, not a problem."),
+        ] = False,
     ) -> Any:
-        """Check a built tree: tarballs present and matching their hashes, dist-tags, twins, spellings."""
+        """Check a built tree: tarballs and hashes, dist-tags, twins, spellings, the dependency closure."""
         from registry_gen.verify import verify_tree
 
         settings = settings_from_options(config, out_dir=out_dir)
-        report = verify_tree(settings.out_dir)
+        report = verify_tree(settings.out_dir, allow_external=allow_external)
         for problem in report.problems:
             typer.echo(str(problem))
+        for note in report.notes:
+            typer.echo(f"note: {note}")
+        for external in report.external:
+            typer.echo(f"external: {external}")
         typer.echo(f"verified {settings.out_dir}: {report.summary()}", err=True)
         if not report.ok:
             raise typer.Exit(1)

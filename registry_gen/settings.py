@@ -15,6 +15,8 @@ from registry_gen.errors import ConfigError
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
+# `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
+CHECK_PROFILES = ("npm", "commonjs")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 4873
     limits: Limits = field(default_factory=Limits)
+    check_profile: str = "npm"
+    check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
 
     def __post_init__(self) -> None:
@@ -54,6 +58,12 @@ class Settings:
             object.__setattr__(self, "base_url", self.base_url + "/")
         if self.signup not in ("open", "closed", "admin"):
             raise ConfigError(f"signup must be one of open, closed, admin; got {self.signup!r}")
+        if self.check_profile not in CHECK_PROFILES:
+            raise ConfigError(f"check_profile must be one of {', '.join(CHECK_PROFILES)}; got {self.check_profile!r}")
+        ignore = () if self.check_ignore is None else self.check_ignore
+        if not isinstance(ignore, (list, tuple)) or not all(isinstance(rule, str) for rule in ignore):
+            raise ConfigError(f"check_ignore must be a list of rule ids; got {self.check_ignore!r}")
+        object.__setattr__(self, "check_ignore", tuple(ignore))
 
     def with_updates(self, **changes: Any) -> Settings:
         """A copy with some values replaced; None values are ignored (unset CLI options)."""

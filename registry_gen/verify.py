@@ -11,6 +11,17 @@ or a deploy. Each problem names the file and the rule it breaks:
   spelling-unresolved                                 every URL spelling of a name reaches the document
   web-page-missing                                    the package's HTML page
   index-missing, index-json, index-mismatch, gzip-mismatch       indexes and .gz siblings
+  dependency-missing                                  a dependency of a `latest` version the tree cannot satisfy
+
+The dependency closure (dependency-missing): every `dependencies`, `optionalDependencies` and
+`peerDependencies` spec of every package's `latest` version must resolve inside the tree
+(node-semver ranges, dist-tags, `npm:` aliases). Bundled dependencies ship inside the tarball and
+are not looked up. Git, URL, file and workspace specs never come from a registry: they are listed
+as external, never a problem. A miss, or a spec npm cannot read, is a problem, except: an optional
+dependency (or a peer marked optional in peerDependenciesMeta) is a note, since clients install
+without it; and with `allow_external` a package absent from the tree is listed as external
+(clients fetch it from another registry through scoped config), while a package the tree has in
+no matching version stays a problem (no client falls back for one version).
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from urllib.parse import unquote, urlsplit
 from registry_gen.errors import InvalidName, InvalidVersion
 from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
 from registry_gen.packument import abbreviate
+from registry_gen.ranges import INVALID, parse_spec, resolves
 from registry_gen.site import package_folder
 from registry_gen.versions import validate_version
 
@@ -55,16 +67,21 @@ class VerifyReport:
     packages: int = 0
     tarballs: int = 0
     problems: list[TreeProblem] = field(default_factory=list)
+    notes: list[TreeProblem] = field(default_factory=list)  # worth reading, never a failure
+    external: list[TreeProblem] = field(default_factory=list)  # dependencies not served by this tree
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def summary(self) -> str:
-        return f"{self.packages} packages, {self.tarballs} tarballs, {len(self.problems)} problems"
+        return (
+            f"{self.packages} packages, {self.tarballs} tarballs, {len(self.problems)} problems, "
+            f"{len(self.notes)} notes, {len(self.external)} external dependencies"
+        )
 
 
-def verify_tree(out_dir: Path) -> VerifyReport:
+def verify_tree(out_dir: Path, *, allow_external: bool = False) -> VerifyReport:
     """Every problem of the tree at out_dir, sorted by path."""
     report = VerifyReport()
     if not out_dir.is_dir():
@@ -78,6 +95,10 @@ def verify_tree(out_dir: Path) -> VerifyReport:
     report.packages = len(names)
     report.problems += check_indexes(out_dir, names)
     report.problems += check_gzip_siblings(out_dir)
+    closure = check_dependency_closure(out_dir, names, allow_external=allow_external)
+    report.problems += closure.problems
+    report.notes += closure.notes
+    report.external += closure.external
     report.problems.sort()
     return report
 
@@ -134,7 +155,7 @@ def _check_dist_tags(base: str, document: dict[str, Any]) -> list[TreeProblem]:
     if "latest" not in tags:
         problems.append(TreeProblem(base, "latest-missing", "dist-tags has no latest"))
     for tag, version in sorted(tags.items()):
-        if version not in document["versions"]:
+        if not isinstance(version, str) or version not in document["versions"]:
             rule = "latest-dangling" if tag == "latest" else "dist-tag-dangling"
             problems.append(TreeProblem(base, rule, f"dist-tag {tag} points at {version!r}, which is not a published version"))
     return problems
@@ -232,6 +253,103 @@ def _check_spellings(out_dir: Path, name: str) -> list[TreeProblem]:
         if not (target.is_file() and os.path.samefile(target, document)):
             problems.append(TreeProblem(f"{name}/{PACKUMENT_FILE}", "spelling-unresolved", f"{spelling} does not reach the document"))
     return problems
+
+
+# ---------------------------------------------------------------- the dependency closure
+
+CLOSURE_FIELDS = ("dependencies", "optionalDependencies", "peerDependencies")
+
+
+@dataclass(frozen=True)
+class PublishedPackage:
+    versions: frozenset[str]
+    dist_tags: dict[str, str]
+    latest: dict[str, Any] | None  # the manifest `latest` points at
+
+
+def load_published(out_dir: Path, names: list[str]) -> dict[str, PublishedPackage]:
+    """Versions, dist-tags and latest manifest of every readable package document."""
+    published = {}
+    for name in names:
+        document, problem = _load_json(out_dir, f"{name}/{PACKUMENT_FILE}", "packument")
+        if problem or not isinstance(document, dict) or not isinstance(document.get("versions"), dict):
+            continue  # reported by check_package
+        tags = document.get("dist-tags") if isinstance(document.get("dist-tags"), dict) else {}
+        tags = {tag: version for tag, version in tags.items() if isinstance(version, str)}
+        latest = document["versions"].get(tags.get("latest", ""))
+        published[name] = PublishedPackage(frozenset(document["versions"]), tags, latest if isinstance(latest, dict) else None)
+    return published
+
+
+def check_dependency_closure(out_dir: Path, names: list[str], *, allow_external: bool = False) -> VerifyReport:
+    """problems, notes and external dependencies of every package's `latest` version."""
+    report = VerifyReport()
+    published = load_published(out_dir, names)
+    for name, package in sorted(published.items()):
+        if package.latest is None:
+            continue  # a dangling or missing latest is reported by _check_dist_tags
+        where = f"{name}/{PACKUMENT_FILE}"
+        requester = f"{name}@{package.latest.get('version')}"
+        for field_name, dependency, spec_text in _dependency_entries(package.latest):
+            spec = parse_spec(dependency, spec_text)
+            wanted = f"{requester} -> {dependency}@{spec_text}"
+            if not spec.from_registry and spec.kind != INVALID:
+                report.external.append(TreeProblem(where, f"dependency-{spec.kind}", f"{wanted} ({field_name}; not checked)"))
+                continue
+            target = published.get(spec.name)
+            if target is not None and resolves(spec, target.versions, target.dist_tags):
+                continue
+            reason = "not in this tree" if target is None else "no version in this tree satisfies it"
+            if spec.kind == INVALID:
+                reason = "not a range, tag, alias, git, URL or file spec npm can read"
+            kind = _miss_kind(package.latest, field_name, dependency, target, allow_external and spec.kind != INVALID)
+            _record_miss(report, where, f"{wanted} ({field_name}): {reason}", kind)
+    return report
+
+
+def _dependency_entries(manifest: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(field, dependency, spec) to resolve; bundled dependencies ship inside the tarball itself."""
+    bundled = _bundled(manifest)
+    for field_name in CLOSURE_FIELDS:
+        entries = manifest.get(field_name)
+        if isinstance(entries, dict):
+            for dependency, spec_text in sorted(entries.items()):
+                if isinstance(spec_text, str) and not (field_name != "peerDependencies" and dependency in bundled):
+                    yield field_name, dependency, spec_text
+
+
+def _bundled(manifest: dict[str, Any]) -> set[str]:
+    for field_name in ("bundleDependencies", "bundledDependencies"):
+        value = manifest.get(field_name)
+        if value is True:
+            return set(manifest.get("dependencies") or {}) | set(manifest.get("optionalDependencies") or {})
+        if isinstance(value, list):
+            return {name for name in value if isinstance(name, str)}
+    return set()
+
+
+def _miss_kind(manifest: dict[str, Any], field_name: str, dependency: str, target: PublishedPackage | None, allow_external: bool) -> str:
+    """'problem', 'note' or 'external' for a registry spec the tree does not satisfy."""
+    meta = manifest.get("peerDependenciesMeta")
+    optional_peer = field_name == "peerDependencies" and isinstance(meta, dict) and _is_optional(meta.get(dependency))
+    if field_name == "optionalDependencies" or optional_peer:
+        return "note"
+    if target is None and allow_external:
+        return "external"
+    return "problem"
+
+
+def _is_optional(meta: Any) -> bool:
+    return isinstance(meta, dict) and meta.get("optional") is True
+
+
+def _record_miss(report: VerifyReport, where: str, message: str, kind: str) -> None:
+    if kind == "problem":
+        report.problems.append(TreeProblem(where, "dependency-missing", message))
+    elif kind == "note":
+        report.notes.append(TreeProblem(where, "dependency-optional-missing", f"{message}; optional, clients install without it"))
+    else:
+        report.external.append(TreeProblem(where, "dependency-external", f"{message}; allowed by --allow-external"))
 
 
 # ---------------------------------------------------------------- the whole tree

@@ -73,3 +73,14 @@ def test_cli_build_exits_non_zero_and_counts_what_it_refused(tmp_path: Path, cap
     (content / "bad.tgz").unlink()
     assert main(args) == 0
     assert "0 archives refused" in capsys.readouterr().out
+
+
+def test_build_strict_adds_the_lint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    content = tmp_path / "content"
+    make_tarball(content, "linted", "1.0.0", license="not an spdx expression at all")
+    args = ["build", str(content), "--out", str(tmp_path / "out"), "--base-url", "http://127.0.0.1:1/"]
+    assert main(args) == 0  # hosted as written
+    capsys.readouterr()
+    assert main([*args, "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert "lint: " in err and "license" in err
