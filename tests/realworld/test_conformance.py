@@ -24,6 +24,7 @@ import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -83,11 +84,12 @@ def expected_layout(*, with_peers: bool = True) -> dict[str, tuple[str, str]]:
     }
 
 
-def oldest_member_time(tarball: Path) -> float:
-    """The oldest file time inside a tarball. npm packed authors' file times until npm 5 (2017)
-    fixed them to 1985-10-26; real times before 2016 mean a package published a decade ago."""
+def first_member_time(tarball: Path) -> float:
+    """The first member's file time. npm packed authors' file times until npm 5 (2017) fixed
+    them to 1985-10-26; a real time before 2016 means a package published a decade ago."""
     with tarfile.open(tarball) as archive:
-        return min((member.mtime for member in archive.getmembers() if member.isfile()), default=0)
+        first = archive.next()  # one header: no need to inflate the whole tarball
+        return first.mtime if first is not None else 0
 
 
 def tarball_path(name: str, version: str) -> str:
@@ -173,14 +175,16 @@ def pnpm_installed(project: Path) -> set[tuple[str, str]]:
 
 
 class RecordingHandler(http.server.SimpleHTTPRequestHandler):
-    """The stdlib's static file handler, remembering which paths were asked for."""
+    """The stdlib's static file handler, remembering who asked for which path: the client's name
+    as its User-Agent starts (`npm/11.x …`, `pnpm/12.x …`, `yarn/1.x …`)."""
 
-    requests: list[str]
+    requests: list[tuple[str, str]]
     lock: threading.Lock
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        agent = (self.headers.get("User-Agent") or "").split("/", 1)[0].lower()
         with self.lock:
-            self.requests.append(urllib.parse.unquote(self.path))
+            self.requests.append((agent, urllib.parse.unquote(self.path)))
         super().do_GET()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
@@ -192,12 +196,13 @@ class Registry:
     url: str
     tree: Path
     build: subprocess.CompletedProcess[str]
-    requests: list[str] = field(default_factory=list)
+    requests: list[tuple[str, str]] = field(default_factory=list)
 
-    def requested_during(self, action: Callable[[], Any]) -> set[str]:
+    def requested_during(self, agent: str, action: Callable[[], Any]) -> set[str]:
+        """The paths `agent` asked for while `action` ran (other clients may run meanwhile)."""
         start = len(self.requests)
         action()
-        return set(self.requests[start:])
+        return {path for who, path in self.requests[start:] if who == agent}
 
     def document(self, name: str, file: str = "") -> dict[str, Any]:
         url = f"{self.url}{name.replace('/', '%2f')}/{file}"
@@ -243,7 +248,7 @@ def registry(corpus: Corpus, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     content = link_farm(corpus.content, root / "content")
     tree = root / "public"
     tree.mkdir()
-    requests: list[str] = []
+    requests: list[tuple[str, str]] = []
     handler = type("Handler", (RecordingHandler,), {"requests": requests, "lock": threading.Lock()})
     with static_server(tree, handler) as url:
         build = subprocess.run(
@@ -273,25 +278,45 @@ def corpus_project(folder: Path, run: ClientRun, *files: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def npm_install(registry: Registry, clients: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Install:
-    """`npm ci` of the committed lockfile (it names no registry: ours is the only one configured)."""
-    root = tmp_path_factory.mktemp("npm11")
-    npm = client(clients, "npm11", root / "client", registry)
-    project = corpus_project(root / "project", npm, MANIFEST, LOCKFILE)
-    return Install(project, registry.requested_during(lambda: npm.run("ci", "--ignore-scripts", cwd=project)))
+def background() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="realworld") as pool:
+        yield pool
 
 
 @pytest.fixture(scope="module")
-def pnpm_install(registry: Registry, clients: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory) -> Install:
-    """`pnpm import` turns the npm lockfile into pnpm's; the frozen install then installs it."""
+def pnpm_started(
+    registry: Registry, clients: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory, background: ThreadPoolExecutor
+) -> Future[Install]:
+    """pnpm installs while npm and yarn do (the server tells the clients apart by User-Agent):
+    `pnpm import` turns the npm lockfile into pnpm's, then the frozen install installs it."""
     root = tmp_path_factory.mktemp("pnpm")
     pnpm = client(clients, "pnpm", root / "client", registry)
     project = corpus_project(root / "project", pnpm, MANIFEST, LOCKFILE)
     pnpm.disable_release_age_gate(project)  # the tree's publish times are the fetch's
-    pnpm.run("import", cwd=project)
-    (project / LOCKFILE.name).unlink()
-    install = lambda: pnpm.run("install", "--frozen-lockfile", "--ignore-scripts", cwd=project)  # noqa: E731
-    return Install(project, registry.requested_during(install))
+
+    def install() -> Install:
+        pnpm.run("import", cwd=project)
+        (project / LOCKFILE.name).unlink()
+        frozen = lambda: pnpm.run("install", "--frozen-lockfile", "--ignore-scripts", cwd=project)  # noqa: E731
+        return Install(project, registry.requested_during("pnpm", frozen))
+
+    return background.submit(install)
+
+
+@pytest.fixture(scope="module")
+def pnpm_install(pnpm_started: Future[Install]) -> Install:
+    return pnpm_started.result(timeout=2 * INSTALL_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def npm_install(
+    registry: Registry, clients: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory, pnpm_started: Future[Install]
+) -> Install:
+    """`npm ci` of the committed lockfile (it names no registry: ours is the only one configured)."""
+    root = tmp_path_factory.mktemp("npm11")
+    npm = client(clients, "npm11", root / "client", registry)
+    project = corpus_project(root / "project", npm, MANIFEST, LOCKFILE)
+    return Install(project, registry.requested_during("npm", lambda: npm.run("ci", "--ignore-scripts", cwd=project)))
 
 
 @pytest.fixture(scope="module")
@@ -313,7 +338,7 @@ def yarn_install(
     project = corpus_project(root / "project", yarn, MANIFEST, source / "yarn.lock")
     yarn.fresh_cache()
     install = lambda: yarn.run("install", "--frozen-lockfile", "--ignore-scripts", "--non-interactive", "--no-progress", cwd=project)  # noqa: E731
-    return Install(project, registry.requested_during(install))
+    return Install(project, registry.requested_during("yarn", install))
 
 
 @pytest.fixture(scope="module")
@@ -346,7 +371,7 @@ def test_corpus_is_large_scoped_and_old(corpus: Corpus) -> None:
     registry here re-stamps `time`, so age is read from the tarballs themselves)."""
     assert len(corpus.entries) >= 1000
     assert sum(entry.name.startswith("@") for entry in corpus.entries) >= 100
-    old = [e.spec for e in corpus.entries if PACKED_BY_HAND_ERA[0] <= oldest_member_time(corpus.content / e.relpath) < PACKED_BY_HAND_ERA[1]]
+    old = [e.spec for e in corpus.entries if PACKED_BY_HAND_ERA[0] <= first_member_time(corpus.content / e.relpath) < PACKED_BY_HAND_ERA[1]]
     assert len(old) >= 20, old
 
 
