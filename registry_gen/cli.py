@@ -58,6 +58,7 @@ def build_command(
     out: OutOption = None,
     base_url: BaseUrlOption = None,
     strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="Exit non-zero when any archive fails.")] = None,
+    full: Annotated[bool, typer.Option("--full", help="Write every package again (re-signs everything after a key rotation).")] = False,
     config: ConfigOption = None,
 ) -> None:
     """Build the static registry tree from a folder of archives (incremental)."""
@@ -66,7 +67,7 @@ def build_command(
     settings = settings_from_options(config, content_dir=content_dir, out_dir=out, base_url=base_url, strict=strict)
     report, stop = _progress_reporter()
     try:
-        result = run_build(settings, progress=report)
+        result = run_build(settings, progress=report, full=full)
     finally:
         stop()
     for issue in result.errors:
@@ -104,7 +105,7 @@ def create_cli() -> typer.Typer:
     )
     app.command("build")(build_command)
     app.command("check")(check_command)
-    for extra in ("watch", "verify", "host_config"):
+    for extra in ("watch", "verify", "host_config", "keys"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
             module.register(app, settings_from_options)

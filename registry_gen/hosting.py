@@ -22,6 +22,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from registry_gen.signing import KEYS_DOCUMENT
+
 PACKAGE_DOCUMENT = "index.html"  # the build's name for a package document (RATIONALE.md §1)
 ABBREVIATED_DOCUMENT = "abbreviated.json"
 ABBREVIATED_TYPE = "application/vnd.npm.install-v1+json"
@@ -41,6 +43,8 @@ WEB_ROOT = "-/web"
 API_READ_PREFIXES = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
 USER_API_PREFIXES = ("/user/", "/-/user-api/")
 USER_API_EXACT = ("/user",)
+# Files of the tree below those prefixes: the registry's public signing keys (registry_gen.signing).
+STATIC_UNDER_API = ("/" + KEYS_DOCUMENT,)
 
 
 _TAG_FOLDER = re.compile(r"^[A-Za-z][A-Za-z0-9._~-]{0,127}$")
@@ -238,6 +242,18 @@ _ERRORS = {
 }
 
 
+def _static_json_locations() -> str:
+    return "\n".join(
+        f"""    location = {path} {{
+        types {{ }}
+        default_type {JSON_TYPE};
+        add_header Cache-Control "{document_cache(0)}";
+        try_files $uri =404;
+    }}"""
+        for path in STATIC_UNDER_API
+    )
+
+
 def nginx_site(
     out_dir: Path | str,
     listen: str,
@@ -400,6 +416,10 @@ server {{
     location = /{NOT_FOUND_DOCUMENT} {{
         return 404;
     }}
+
+    # The registry's public signing keys are a file of the tree, though npm asks for them
+    # under /-/npm/, where everything else is the API's.
+{_static_json_locations()}
 
 {api_locations}
 {error_locations}

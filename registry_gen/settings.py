@@ -15,6 +15,7 @@ from registry_gen.errors import ConfigError
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
+SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Settings:
     port: int = 4873
     limits: Limits = field(default_factory=Limits)
     config_file: Path | None = None
+    signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
+    signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -67,11 +70,11 @@ class Settings:
         return self.out_dir.parent / f".{self.out_dir.name}.lock"
 
 
-_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir"}
+_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir", "signing_key"}
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = {f.name for f in dataclasses.fields(Settings)} - {"config_file"}
+    known = {f.name for f in dataclasses.fields(Settings)} - {"config_file", "signing_key_pem"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
@@ -111,6 +114,8 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         raise ConfigError(f"{path}: config file not found")
     if os.environ.get(DATABASE_URL_ENV):
         values["database_url"] = os.environ[DATABASE_URL_ENV]
+    if os.environ.get(SIGNING_KEY_ENV):
+        values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings(**values)

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
 from registry_gen.settings import Settings
+from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
@@ -36,6 +37,8 @@ DOCUMENT_CACHE: Final = "public, max-age=0, must-revalidate"  # new versions sho
 # GET paths whose answer depends on the caller or the query: never files.
 DYNAMIC_GET_PREFIXES: Final = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
 USER_APP_PREFIXES: Final = ("/user/", "/-/user-api/")
+# Files of the tree below a dynamic prefix: the registry's public signing keys.
+STATIC_UNDER_DYNAMIC: Final = ("/" + KEYS_DOCUMENT,)
 STREAM_THRESHOLD: Final = 256 * 1024
 
 
@@ -44,7 +47,7 @@ def is_user_app_path(path: str) -> bool:
 
 
 def is_dynamic_get(path: str) -> bool:
-    return path.startswith(DYNAMIC_GET_PREFIXES)
+    return path.startswith(DYNAMIC_GET_PREFIXES) and path not in STATIC_UNDER_DYNAMIC
 
 
 def _json_reply(start_response: StartResponse, status: str, data: Any, head: bool = False) -> list[bytes]:
