@@ -368,6 +368,8 @@ def settings_fingerprint(settings: Settings) -> str:
     parts = [__version__, settings.base_url, settings.site_title, str(settings.gzip), site.template_fingerprint(settings)]
     if settings.signing_key is not None or settings.signing_key_pem:
         parts.append("signed")  # turning signing on or off re-signs (or unsigns) every document; a new key does not
+    if settings.packages.in_force:
+        parts.append(repr(settings.packages))  # the listings show only what everyone may read
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
@@ -574,7 +576,8 @@ class IndexEntry:
 
 def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
     out = settings.out_dir
-    listed = [e for e in entries if e.summary["versions"]]  # by name; version-less entries are not listed
+    # By name; version-less entries are not listed, nor packages some may not read (registry_gen.access).
+    listed = [e for e in entries if e.summary["versions"] and settings.packages.is_public(e.summary["name"])]
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
     documents = {

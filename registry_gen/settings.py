@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
@@ -48,6 +49,7 @@ class Settings:
     config_file: Path | None = None
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
+    packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -89,6 +91,8 @@ def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
                 if not isinstance(lv, int) or lv <= 0:
                     raise ConfigError(f"{source}: limits.{lk} must be a positive integer")
             values["limits"] = Limits(**value)
+        elif key == "packages":
+            values["packages"] = parse_rules(value)
         elif key in _PATH_KEYS:
             values[key] = None if value is None else (source.parent / str(value))
         else:

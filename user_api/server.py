@@ -24,6 +24,8 @@ from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
+from user_api.groups import GroupStore
+from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
 
@@ -207,12 +209,19 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
     """The combined app; `static=False` for `registry-gen api` behind a static host."""
     user_app = create_user_app(settings, store)
     registry_app = create_registry_app(settings, store)
-    tree = StaticTree(settings.out_dir) if static else None
+    tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
+    # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
+    guard = ReadGuard(settings, store, GroupStore.for_settings(settings)) if settings.packages.in_force else None
+    if tree is not None and guard is not None:
+        tree = guard.protect(tree)
+    read_check = guard.decision if guard is not None else allow_all
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = _wsgi_path(environ)
         if is_user_app_path(path):
             return user_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == READ_CHECK_PATH:
+            return read_check(environ, start_response)
         method = environ.get("REQUEST_METHOD")
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)

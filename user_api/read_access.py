@@ -1,0 +1,97 @@
+"""Read access at serving time: the `packages:` rules (registry_gen.access) for a request.
+
+`registry-gen serve` checks every static read in-process (`ReadGuard.protect`); behind nginx,
+the emitted config asks `READ_CHECK_PATH` with `auth_request` (the original URI in
+X-Original-URI, the client's Authorization header as it came) and caches the answer briefly.
+Answers: 200 may read; 401 no valid token; 403 a token without access (nginx turns it into the
+same 404 as a missing package, so names do not leak).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+from registry_gen.access import ANONYMOUS, Caller, read_status
+from registry_gen.nginx_access import READ_CHECK_PATH
+from registry_gen.settings import Settings
+from user_api.groups import GroupStore
+from user_api.store import UserStore
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+_REPLIES: Final = {
+    401: ("401 Unauthorized", {"error": "log in to read this package (npm login), then send the token"}),
+    404: ("404 Not Found", {"error": "not found"}),
+}
+
+
+class ReadGuard:
+    def __init__(self, settings: Settings, store: UserStore, groups: GroupStore):
+        self.rules = settings.packages
+        self.store = store
+        self.groups = groups
+
+    def caller(self, environ: dict[str, Any]) -> Caller:
+        """The account behind the request's token (or Basic credentials); anonymous when there is
+        none or it is not valid (the client then gets 401 and logs in again)."""
+        scheme, _, value = str(environ.get("HTTP_AUTHORIZATION") or "").strip().partition(" ")
+        user = None
+        if scheme.lower() == "bearer" and value.strip():
+            found = self.store.authenticate_token(value.strip())
+            user = found[0] if found else None
+        elif scheme.lower() == "basic":
+            try:
+                username, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                return ANONYMOUS
+            user = self.store.verify_password(username, password)
+        if user is None or user.status != "active":
+            return ANONYMOUS
+        return Caller(user.username, self.groups.groups_of(user.id), user.is_admin)
+
+    def status(self, path: str, environ: dict[str, Any]) -> int:
+        if self.rules.is_public_path(path):
+            return 200
+        return read_status(self.rules, path, self.caller(environ))
+
+    def protect(self, app: WsgiApp) -> WsgiApp:
+        """`app` (the static tree) behind the rules: 401/404 JSON replies for denied reads."""
+
+        def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            status = self.status(str(environ.get("PATH_INFO") or "/"), environ)
+            if status == 200:
+                return app(environ, start_response)
+            return _reply(start_response, status, environ.get("REQUEST_METHOD") == "HEAD")
+
+        return guarded
+
+    def decision(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """nginx's auth_request answer for X-Original-URI (403 stands for 404: see the module doc)."""
+        status = self.status(str(environ.get("HTTP_X_ORIGINAL_URI") or "/"), environ)
+        line = {200: "200 OK", 401: "401 Unauthorized"}.get(status, "403 Forbidden")
+        headers = [("Content-Length", "0"), ("Cache-Control", "no-store")]
+        if status == 401:
+            headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))  # nginx passes it on
+        start_response(line, headers)
+        return []
+
+
+def _reply(start_response: StartResponse, status: int, head: bool) -> list[bytes]:
+    line, body = _REPLIES[status]
+    data = json.dumps(body).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data))), ("Cache-Control", "no-store")]
+    if status == 401:
+        headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))
+    start_response(line, headers)
+    return [] if head else [data]
+
+
+def allow_all(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    """The read check when no rule restricts reads."""
+    start_response("200 OK", [("Content-Length", "0"), ("Cache-Control", "no-store")])
+    return []
