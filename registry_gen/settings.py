@@ -92,7 +92,10 @@ def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
                     raise ConfigError(f"{source}: limits.{lk} must be a positive integer")
             values["limits"] = Limits(**value)
         elif key == "packages":
-            values["packages"] = parse_rules(value)
+            try:
+                values["packages"] = parse_rules(value)
+            except ConfigError as exc:
+                raise ConfigError(f"{source}: {exc}") from exc
         elif key in _PATH_KEYS:
             values[key] = None if value is None else (source.parent / str(value))
         else:
