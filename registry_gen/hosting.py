@@ -284,7 +284,10 @@ def nginx_site(
     errors = " ".join(str(code) for code in _ERRORS)
     # With read rules, the API's 403 (a token without access) is served as the 404 of a missing package.
     denied = {403: 404} if read_check is not None else {}
-    error_pages = "\n".join(f"    error_page {code} @registry_gen_{denied.get(code, code)};" for code in _ERRORS)
+    error_pages = "\n".join(
+        f"    error_page {code} =404 @registry_gen_404;" if code in denied else f"    error_page {code} @registry_gen_{code};"
+        for code in _ERRORS
+    )
     no_check = "\n        auth_request off;  # the API checks its own callers" if read_check is not None else ""
     error_locations = "\n".join(_json_error(code, message) for code, message in _ERRORS.items())
     docs = document_cache(document_max_age)

@@ -176,7 +176,7 @@ def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
 def test_nginx_config_checks_reads_through_the_api(tmp_path: Path) -> None:
     site = nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874", read_check=ReadCheck("/var/cache/x", 7))
     assert "auth_request /-/registry-gen/read-access;" in site and "proxy_cache_valid 200 401 403 7s;" in site
-    assert "error_page 403 @registry_gen_404;" in site
+    assert "error_page 403 =404 @registry_gen_404;" in site
     with pytest.raises(ValueError, match="API"):
         nginx_site(tmp_path, "127.0.0.1:8080", None, read_check=ReadCheck("/var/cache/x"))
     assert "auth_request" not in nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874")
