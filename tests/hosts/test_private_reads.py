@@ -175,3 +175,32 @@ def test_clients_install_private_packages_with_a_token_only(
     output = proc.stdout + proc.stderr
     assert proc.returncode != 0 and any(mark in output for mark in NOT_FOUND), output
     assert not any(mark in output for mark in UNAUTHORIZED), output
+
+
+@pytest.mark.parametrize("registry_kind", list(REGISTRIES))
+def test_the_site_hides_private_packages_from_anonymous_visitors(registry_kind: str, request: pytest.FixtureRequest) -> None:
+    """Debian's Chromium (Playwright): front page, client-side search and the package page."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.site.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    registry: PrivateRegistry = request.getfixturevalue(REGISTRIES[registry_kind])
+    public = request.getfixturevalue("cell_content")[1].direct[0]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(service_workers="block").new_page()
+            page.goto(registry.base + "-/web/")
+            expect(page.locator("body")).to_contain_text(public)  # public packages are listed
+            text = page.locator("body").inner_text()
+            assert "secret-tool" not in text and "secret-lib" not in text
+            page.locator("#q").fill("secret")
+            expect(page.locator("#search-status")).to_contain_text("No package matches")
+            page.locator("#q").fill(public)
+            expect(page.locator("#search-list")).to_contain_text(public)
+            assert "secret" not in page.locator("#search-list").inner_text()
+            reply = page.goto(registry.base + "-/web/package/secret-tool/")
+            assert reply is not None and reply.status == 401
+            assert "secret" not in page.locator("body").inner_text()
+        finally:
+            browser.close()
