@@ -15,10 +15,11 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from registry_gen.access import ANONYMOUS, Caller, read_status
+from registry_gen.access import ALL, ANONYMOUS, Caller, package_of_path, read_status
 from registry_gen.nginx_access import READ_CHECK_PATH
 from registry_gen.settings import Settings
 from user_api.groups import GroupStore
+from user_api.models import User
 from user_api.store import UserStore
 
 StartResponse = Callable[..., Any]
@@ -36,9 +37,9 @@ class ReadGuard:
         self.store = store
         self.groups = groups
 
-    def caller(self, environ: dict[str, Any]) -> Caller:
-        """The account behind the request's token (or Basic credentials); anonymous when there is
-        none or it is not valid (the client then gets 401 and logs in again)."""
+    def account(self, environ: dict[str, Any]) -> User | None:
+        """The active account behind the request's token (or Basic credentials); None when there
+        is none or it is not valid (the client then gets 401 and logs in again)."""
         scheme, _, value = str(environ.get("HTTP_AUTHORIZATION") or "").strip().partition(" ")
         user = None
         if scheme.lower() == "bearer" and value.strip():
@@ -48,16 +49,24 @@ class ReadGuard:
             try:
                 username, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
             except (binascii.Error, UnicodeDecodeError, ValueError):
-                return ANONYMOUS
+                return None
             user = self.store.verify_password(username, password)
-        if user is None or user.status != "active":
-            return ANONYMOUS
-        return Caller(user.username, self.groups.groups_of(user.id), user.is_admin)
+        return user if user is not None and user.status == "active" else None
 
     def status(self, path: str, environ: dict[str, Any]) -> int:
-        if self.rules.is_public_path(path):
-            return 200
-        return read_status(self.rules, path, self.caller(environ))
+        """200, 401 or 404 (registry_gen.access.read_status), asking the stores only what the rule needs."""
+        name = package_of_path(path)
+        rule = self.rules.rule_for(name) if name is not None else None
+        if rule is None or rule.read == ALL:
+            return 200  # public: no token lookup at all
+        user = self.account(environ)
+        if user is None:
+            caller = ANONYMOUS
+        else:
+            needs_groups = isinstance(rule.read, frozenset) and not user.is_admin
+            groups = self.groups.groups_of(user.id) if needs_groups else frozenset()
+            caller = Caller(user.username, groups, user.is_admin)
+        return read_status(self.rules, path, caller)
 
     def protect(self, app: WsgiApp) -> WsgiApp:
         """`app` (the static tree) behind the rules: 401/404 JSON replies for denied reads."""
