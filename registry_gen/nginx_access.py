@@ -22,7 +22,8 @@ class ReadCheck:
 
 
 def http_part(check: ReadCheck) -> str:
-    """http-context lines: the decision cache and the package a request URI names (the cache key)."""
+    """http-context lines: the decision cache and the package a request URI names (the cache key;
+    `/@scope%2fname` and `/@scope/name/-/…` share it, so a document and its tarball ask once)."""
     if check.cache_seconds < 0:
         raise ValueError("the read decision cache time must not be negative")
     if any(ch in check.cache_path for ch in ' "\';{}$\\\n\r') or not check.cache_path:
@@ -37,6 +38,7 @@ map $request_uri $registry_gen_read_key {{
     "~^/-/web/package/{name}" $1;
     "~^/-/package/{name}" $1;
     "~^/-/" "-";
+    "~^/(@[^/?%]+)%2[fF]([^/?]+)" $1/$2;
     "~^/{name}" $1;
     default $request_uri;
 }}

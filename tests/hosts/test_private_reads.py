@@ -45,6 +45,7 @@ class PrivateRegistry:
     kind: str
     base: str
     tokens: dict[str, str]
+    decision_cache: Path | None = None  # nginx's cache of read decisions
 
 
 def _prepare(root: Path, cell_content: tuple[Path, CellPackages], base_url: str | None = None) -> Path:
@@ -93,7 +94,7 @@ def nginx_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[
         wait_for_port(api_port, api, deadline=60)
         upstream = f"127.0.0.1:{api_port}"
         with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=upstream, extra_args=["--config", str(config)]):
-            yield PrivateRegistry("nginx+api", base, _accounts(base, config))
+            yield PrivateRegistry("nginx+api", base, _accounts(base, config), root / "nginx" / "read_cache")
     finally:
         api.terminate()
         try:
@@ -147,6 +148,20 @@ def test_status_codes_and_listings(registry_kind: str, request: pytest.FixtureRe
     for listing in ("-/all", "-/v1/search?text=secret", "-/web/"):
         status, body = _status(base + listing)
         assert status == 200 and b"secret-tool" not in body and b"secret-lib" not in body, listing
+
+
+def test_nginx_asks_once_per_package_and_credential(nginx_private: PrivateRegistry) -> None:
+    """A document and its tarball (each spelling) share one cached decision: one cache entry."""
+    assert nginx_private.decision_cache is not None
+    token = add_user(nginx_private.base, "carol", "carol-password-1")
+
+    def entries() -> set[Path]:
+        return {p for p in nginx_private.decision_cache.rglob("*") if p.is_file()}  # type: ignore[union-attr]
+
+    before = entries()
+    for path in ("@internal%2fsecret-lib", "@internal/secret-lib", "@internal/secret-lib/-/secret-lib-1.0.0.tgz"):
+        assert _status(nginx_private.base + path, token)[0] == 200
+    assert len(entries() - before) == 1
 
 
 @pytest.mark.parametrize("registry_kind", list(REGISTRIES))
