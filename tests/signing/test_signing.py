@@ -230,3 +230,25 @@ def test_serve_answers_the_keys_file_from_the_tree(settings: Settings, tmp_path:
         store.close()
     assert reply.content_type == "application/json"
     assert reply.json["keys"][0]["keyid"] == load_signer(signed).keyid  # type: ignore[union-attr]
+
+
+def test_a_publish_through_the_api_is_signed(settings: Settings, tmp_path: Path) -> None:
+    """The write API rebuilds the package it stored: the new version carries the signature."""
+    server = pytest.importorskip("user_api.server")
+    from tests.registry_api.helpers import publish_body, tarball
+    from user_api.store import open_user_store
+
+    signed = _signed_settings(settings, tmp_path)
+    run_build(signed)
+    store = open_user_store(signed)
+    try:
+        user = store.create_user("signer", "signer-password-1")
+        token = store.create_token(user.id)[0]
+        app = TestApp(server.create_server_app(signed, store))
+        body = publish_body("@team/signed", "1.0.0", tarball("@team/signed", "1.0.0"))
+        app.put_json("/@team%2fsigned", body, headers={"Authorization": f"Bearer {token}"}, status=201)
+        dist = app.get("/@team%2fsigned").json["versions"]["1.0.0"]["dist"]
+    finally:
+        store.close()
+    public = PublicKey.from_json(json.loads((signed.out_dir / KEYS_DOCUMENT).read_text())["keys"][0])
+    _verify(public, dist["signatures"][0], f"@team/signed@1.0.0:{dist['integrity']}".encode())
