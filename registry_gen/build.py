@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
+from registry_gen.access import FULL_SEARCH_DOCUMENT
 from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
     CACHE_FILE,
@@ -577,9 +578,13 @@ class IndexEntry:
 def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
     out = settings.out_dir
     # By name; version-less entries are not listed, nor packages some may not read (registry_gen.access).
-    listed = [e for e in entries if e.summary["versions"] and settings.packages.is_public(e.summary["name"])]
+    present = [e for e in entries if e.summary["versions"]]
+    listed = [e for e in present if settings.packages.is_public(e.summary["name"])]
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
+    if settings.packages.in_force:  # every package, for the API's per-caller search (never served)
+        write_if_changed(out / FULL_SEARCH_DOCUMENT, join_search_document([e.search_fragment for e in present], stamp))
+    del present
     documents = {
         "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
         "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),

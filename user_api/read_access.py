@@ -12,14 +12,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from urllib.parse import parse_qs
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from registry_gen.access import ALL, ANONYMOUS, Caller, package_of_path, read_status
+from registry_gen.access import ALL, ANONYMOUS, FULL_SEARCH_DOCUMENT, Caller, package_of_path, read_status
 from registry_gen.nginx_access import READ_CHECK_PATH
 from registry_gen.settings import Settings
 from user_api.groups import GroupStore
 from user_api.models import User
+from user_api.registry_routes import search_objects
 from user_api.store import UserStore
 
 StartResponse = Callable[..., Any]
@@ -36,6 +38,8 @@ class ReadGuard:
         self.rules = settings.packages
         self.store = store
         self.groups = groups
+        self.out_dir = settings.out_dir
+        self._search_cache: dict[str, Any] = {}
 
     def account(self, environ: dict[str, Any]) -> User | None:
         """The active account behind the request's token (or Basic credentials); None when there
@@ -79,6 +83,32 @@ class ReadGuard:
 
         return guarded
 
+    def search(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """`/-/v1/search` with rules in force: every package the caller may read, and only those."""
+        query = parse_qs(str(environ.get("QUERY_STRING") or ""))
+        try:
+            size = min(max(int(query.get("size", ["20"])[0]), 1), 250)
+            offset = max(int(query.get("from", ["0"])[0]), 0)
+        except ValueError:
+            return _json(start_response, "400 Bad Request", {"error": "size and from must be integers"})
+        user = self.account(environ)
+        caller = ANONYMOUS if user is None else Caller(user.username, self.groups.groups_of(user.id), user.is_admin)
+        document = self._full_search()
+        readable = [o for o in document.get("objects", []) if self.rules.may_read(str(o.get("package", {}).get("name")), caller)]
+        found = search_objects({"objects": readable}, query.get("text", [""])[0], size=size, offset=offset)
+        return _json(start_response, "200 OK", found)
+
+    def _full_search(self) -> dict[str, Any]:
+        path = self.out_dir / FULL_SEARCH_DOCUMENT
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return {"objects": []}
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if self._search_cache.get("stamp") != stamp:
+            self._search_cache = {"stamp": stamp, "document": json.loads(path.read_bytes())}
+        return self._search_cache["document"]  # type: ignore[no-any-return]
+
     def decision(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """nginx's auth_request answer for X-Original-URI (403 stands for 404: see the module doc)."""
         status = self.status(str(environ.get("HTTP_X_ORIGINAL_URI") or "/"), environ)
@@ -88,6 +118,12 @@ class ReadGuard:
             headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))  # nginx passes it on
         start_response(line, headers)
         return []
+
+
+def _json(start_response: StartResponse, status: str, body: Any) -> list[bytes]:
+    data = json.dumps(body).encode()
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(data))), ("Cache-Control", "no-store")])
+    return [data]
 
 
 def _reply(start_response: StartResponse, status: int, head: bool) -> list[bytes]:

@@ -42,6 +42,7 @@ USER_APP_PREFIXES: Final = ("/user/", "/-/user-api/")
 # Files of the tree below a dynamic prefix: the registry's public signing keys.
 STATIC_UNDER_DYNAMIC: Final = ("/" + KEYS_DOCUMENT,)
 STREAM_THRESHOLD: Final = 256 * 1024
+SEARCH_PATH: Final = "/-/v1/search"
 
 
 def is_user_app_path(path: str) -> bool:
@@ -222,6 +223,8 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
             return user_app(environ, start_response)  # type: ignore[no-any-return]
         if path == READ_CHECK_PATH:
             return read_check(environ, start_response)
+        if guard is not None and path == SEARCH_PATH:
+            return guard.search(environ, start_response)  # each caller sees what they may read
         method = environ.get("REQUEST_METHOD")
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)

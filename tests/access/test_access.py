@@ -166,8 +166,18 @@ def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
                   (out / "-/web/index.html").read_text()]  # fmt: skip
     assert all("plain" in text for text in everything)
     assert not any("secret-tool" in text or "@internal/lib" in text for text in everything)
-    found = _get(registry, "/-/v1/search?text=secret", "alice").json
-    assert [o["package"]["name"] for o in found["objects"]] == []
+    assert "secret-tool" in (out / ".registry-gen/search-all.json").read_text()  # the API's copy, never served
+
+
+@pytest.mark.parametrize(
+    ("who", "names"),
+    [(None, []), ("bob", ["@internal/lib"]), ("alice", ["@internal/lib", "secret-tool"])],
+)
+def test_npm_search_shows_each_caller_what_they_may_read(registry: Registry, who: str | None, names: list[str]) -> None:
+    found = _get(registry, "/-/v1/search?text=test+package", who).json
+    listed = sorted(o["package"]["name"] for o in found["objects"])
+    assert listed == sorted(["plain", *names])
+    assert _get(registry, "/-/v1/search?size=x", who).status_int == 400
 
 
 # ---------------------------------------------------------------- nginx config and deploy
