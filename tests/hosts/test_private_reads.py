@@ -148,6 +148,8 @@ def test_status_codes_and_listings(registry_kind: str, request: pytest.FixtureRe
     for listing in ("-/all", "-/v1/search?text=secret", "-/web/"):
         status, body = _status(base + listing)
         assert status == 200 and b"secret-tool" not in body and b"secret-lib" not in body, listing
+    found = json.loads(_status(base + "-/v1/search?text=secret", tokens["alice"])[1])
+    assert sorted(o["package"]["name"] for o in found["objects"]) == sorted(PRIVATE)  # npm search: per caller
 
 
 def test_nginx_asks_once_per_package_and_credential(nginx_private: PrivateRegistry) -> None:
