@@ -57,6 +57,7 @@ def server_part(check: ReadCheck) -> str:
         proxy_set_header Content-Length "";
         proxy_set_header Connection "";
         proxy_set_header Host $http_host;
+        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;  # for tokens limited to networks
         proxy_set_header X-Original-URI $request_uri;
         proxy_cache {CACHE_ZONE};
         proxy_cache_key "$registry_gen_read_key $http_authorization";

@@ -9,16 +9,15 @@ same 404 as a missing package, so names do not leak).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-from urllib.parse import parse_qs
 from collections.abc import Callable, Iterable
 from typing import Any, Final
+from urllib.parse import parse_qs
 
 from registry_gen.access import ALL, ANONYMOUS, FULL_SEARCH_DOCUMENT, Caller, package_of_path, read_status
 from registry_gen.nginx_access import READ_CHECK_PATH
 from registry_gen.settings import Settings
+from user_api import policy
 from user_api.groups import GroupStore
 from user_api.models import User
 from user_api.registry_routes import search_objects
@@ -42,20 +41,21 @@ class ReadGuard:
         self._search_cache: dict[str, Any] = {}
 
     def account(self, environ: dict[str, Any]) -> User | None:
-        """The active account behind the request's token (or Basic credentials); None when there
-        is none or it is not valid (the client then gets 401 and logs in again)."""
+        """The active account behind the request's Bearer token; None when there is none, it is
+        not valid, or it may not be used from the client's address (the client then gets 401).
+        Reads take tokens only: a password here would be a guessing oracle without the write
+        API's throttle."""
         scheme, _, value = str(environ.get("HTTP_AUTHORIZATION") or "").strip().partition(" ")
-        user = None
-        if scheme.lower() == "bearer" and value.strip():
-            found = self.store.authenticate_token(value.strip())
-            user = found[0] if found else None
-        elif scheme.lower() == "basic":
-            try:
-                username, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
-            except (binascii.Error, UnicodeDecodeError, ValueError):
-                return None
-            user = self.store.verify_password(username, password)
-        return user if user is not None and user.status == "active" else None
+        if scheme.lower() != "bearer" or not value.strip():
+            return None
+        found = self.store.authenticate_token(value.strip())
+        if found is None:
+            return None
+        user, info = found
+        # REMOTE_ADDR: behind nginx, waitress's trusted_proxy has put the client's address there.
+        if user.status != "active" or not policy.address_allowed(environ.get("REMOTE_ADDR"), info.cidr_whitelist):
+            return None
+        return user
 
     def status(self, path: str, environ: dict[str, Any]) -> int:
         """200, 401 or 404 (registry_gen.access.read_status), asking the stores only what the rule needs."""

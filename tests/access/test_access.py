@@ -3,6 +3,7 @@ nginx, the listings, and deploy's refusal."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from collections.abc import Iterator
@@ -200,3 +201,20 @@ def test_deploy_refuses_private_packages(tmp_path: Path, capsys: pytest.CaptureF
     code = registry_gen(["deploy", "s3://bucket", "--endpoint-url", "http://127.0.0.1:9", "-c", str(tmp_path / "registry.yaml")])
     assert code == 1
     assert "secret-tool" in capsys.readouterr().err  # refused before talking to any bucket
+
+
+def test_reads_honour_token_networks_and_take_no_passwords(registry: Registry) -> None:
+    from user_api.store import open_user_store
+
+    store = open_user_store(registry.settings)
+    try:
+        user = store.get_by_username("bob")
+        assert user is not None
+        limited = store.create_token(user.id, cidr=["10.0.0.0/8"])[0]
+    finally:
+        store.close()
+    headers = {"Authorization": f"Bearer {limited}"}
+    assert registry.app.get("/@internal/lib", headers=headers, extra_environ={"REMOTE_ADDR": "127.0.0.1"}, expect_errors=True).status_int == 401
+    assert registry.app.get("/@internal/lib", headers=headers, extra_environ={"REMOTE_ADDR": "10.1.2.3"}).status_int == 200
+    basic = {"Authorization": "Basic " + base64.b64encode(b"bob:bob-password-1").decode()}
+    assert registry.app.get("/@internal/lib", headers=basic, expect_errors=True).status_int == 401
