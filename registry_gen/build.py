@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
+from registry_gen.access import FULL_SEARCH_DOCUMENT
 from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
     CACHE_FILE,
@@ -43,6 +44,7 @@ from registry_gen.buildstate import (
 )
 from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
 from registry_gen.hosting import STATIC_EXTRAS, tag_documents
+from registry_gen.keyring import load_signer, publish_keys
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
 from registry_gen.names import package_dir, tarball_path
@@ -58,6 +60,7 @@ from registry_gen.packument import (
     summarize,
 )
 from registry_gen.settings import Limits, Settings
+from registry_gen.signing import Signer
 from registry_gen.versions import choose_dist_tags
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
 
@@ -367,6 +370,10 @@ def _read_changed(
 def settings_fingerprint(settings: Settings) -> str:
     """Anything that changes every output file forces a full rebuild when it changes."""
     parts = [__version__, settings.base_url, settings.site_title, str(settings.gzip), site.template_fingerprint(settings)]
+    if settings.signing_key is not None or settings.signing_key_pem:
+        parts.append("signed")  # turning signing on or off re-signs (or unsigns) every document; a new key does not
+    if settings.packages.in_force:
+        parts.append(repr(settings.packages))  # the listings show only what everyone may read
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
@@ -532,6 +539,7 @@ def _write_package(
     previous: dict[str, Any],
     result: BuildResult,
     registry_names: set[str],
+    signer: Signer | None = None,
 ) -> tuple[dict[str, Any], list[str], dict[str, str]]:
     out = settings.out_dir
     previous_files: list[str] = previous.get("files", [])
@@ -571,6 +579,7 @@ def _write_package(
         base_url=settings.base_url,
         readme=latest.get("readme"),
         readme_filename=latest.get("readmeFilename"),
+        signer=signer,
     )
     base = package_dir(name)
     for relative, data in (
@@ -606,9 +615,14 @@ class IndexEntry:
 
 def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
     out = settings.out_dir
-    listed = [e for e in entries if e.summary["versions"]]  # by name; version-less entries are not listed
+    # By name; version-less entries are not listed, nor packages some may not read (registry_gen.access).
+    present = [e for e in entries if e.summary["versions"]]
+    listed = [e for e in present if settings.packages.is_public(e.summary["name"])]
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
+    if settings.packages.in_force:  # every package, for the API's per-caller search (never served)
+        write_if_changed(out / FULL_SEARCH_DOCUMENT, join_search_document([e.search_fragment for e in present], stamp))
+    del present
     documents = {
         "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
         "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),
@@ -721,6 +735,7 @@ class _WriterContext:
     settings: Settings
     cache: ManifestCache
     registry_names: set[str]
+    signer: Signer | None = None
 
 
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
@@ -728,7 +743,8 @@ _worker_context: _WriterContext | None = None  # set once per worker process by 
 
 def _init_writer(settings: Settings, cache_path: str, registry_names: set[str]) -> None:
     global _worker_context
-    _worker_context = _WriterContext(settings, ManifestCache(Path(cache_path), readonly=True), registry_names)
+    cache = ManifestCache(Path(cache_path), readonly=True)
+    _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -749,6 +765,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
             job.previous,
             local,
             context.registry_names,
+            context.signer,
         )
     except RegistryError as exc:
         return PackageOutcome(job.name, None, local.written, local.removed, str(exc), new=not job.previous)
@@ -773,6 +790,7 @@ def _write_packages(
     jobs: Iterator[PackageJob],
     at_most: int,
     progress: ProgressCallback | None,
+    signer: Signer | None = None,
 ) -> Iterator[PackageOutcome]:
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
@@ -785,7 +803,7 @@ def _write_packages(
                     progress("write", index + 1, at_most)
                 yield outcome
     else:
-        context = _WriterContext(settings, cache, registry_names)
+        context = _WriterContext(settings, cache, registry_names, signer)
         for index, job in enumerate(jobs):
             if progress:
                 progress("write", index + 1, at_most)
@@ -807,11 +825,13 @@ def run_build(
     progress: ProgressCallback | None = None,
     lock_timeout: float = 600,
     changed: Iterable[str | Path] | None = None,
+    full: bool = False,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
+    `full`: write every package again (after a key rotation: re-sign everything with the new key).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -822,7 +842,7 @@ def run_build(
     lock = FileLock(str(settings.lock_file))
     try:
         with lock.acquire(timeout=lock_timeout):
-            return _build_locked(settings, progress, changed)
+            return _build_locked(settings, progress, changed, full)
     except Timeout as exc:
         raise LockTimeout(f"another build holds {settings.lock_file}") from exc
 
@@ -834,7 +854,7 @@ def build_lock(settings: Settings) -> FileLock:
 
 
 def _build_locked(
-    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None
+    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None, full: bool = False
 ) -> BuildResult:
     started = time.perf_counter()
     cache_dir = _cache_dir(settings.out_dir)
@@ -842,7 +862,7 @@ def _build_locked(
     cache = ManifestCache(cache_dir / CACHE_FILE)
     try:
         state.begin()
-        result, dropped = _build_in_transaction(settings, state, cache, progress, changed)
+        result, dropped = _build_in_transaction(settings, state, cache, progress, changed, full)
         state.commit()
     finally:
         state.close()
@@ -866,6 +886,7 @@ def _build_in_transaction(
     cache: ManifestCache,
     progress: ProgressCallback | None,
     changed: Iterable[str | Path] | None,
+    force_full: bool = False,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper; returns the result and the sha1s of tarballs the state no longer uses
     (None: any of them may be unused, look at all)."""
@@ -876,7 +897,8 @@ def _build_in_transaction(
         state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
     elif not state.has_live():
         _seed_live(state)  # a tree built before versions were pinned: pin what it serves now
-    full = state.get_setting("fingerprint") != fingerprint
+    signer = load_signer(settings)  # a bad key stops the build before it writes anything
+    full = force_full or state.get_setting("fingerprint") != fingerprint
     if full:
         state.forget_content()  # a new generator or new settings: read every archive again
         dropped = None  # and afterwards drop every cached manifest no archive uses
@@ -982,7 +1004,7 @@ def _build_in_transaction(
             yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest)
 
     to_write = [name for name, (action, _) in sorted(plans.items()) if action == "write"]
-    for outcome in _write_packages(settings, cache, registry_names, jobs(to_write), len(to_write), progress):
+    for outcome in _write_packages(settings, cache, registry_names, jobs(to_write), len(to_write), progress, signer):
         result.written.extend(outcome.written)
         result.removed.extend(outcome.removed)
         if outcome.record is None:
@@ -996,6 +1018,7 @@ def _build_in_transaction(
     if result.rebuilt_packages or package_set_changed or full:
         _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), result)
 
+    publish_keys(settings, state, signer, result.written)
     result.packages, result.versions = state.totals()
     result.skipped = result.packages - len(result.rebuilt_packages)
     archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r) for p, r in state.all_issues()]

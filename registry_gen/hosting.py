@@ -22,6 +22,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from registry_gen.nginx_access import ReadCheck, http_part, server_part
+from registry_gen.signing import KEYS_DOCUMENT
+
 PACKAGE_DOCUMENT = "index.html"  # the build's name for a package document (RATIONALE.md §1)
 ABBREVIATED_DOCUMENT = "abbreviated.json"
 ABBREVIATED_TYPE = "application/vnd.npm.install-v1+json"
@@ -41,6 +44,8 @@ WEB_ROOT = "-/web"
 API_READ_PREFIXES = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
 USER_API_PREFIXES = ("/user/", "/-/user-api/")
 USER_API_EXACT = ("/user",)
+# Files of the tree below those prefixes: the registry's public signing keys (registry_gen.signing).
+STATIC_UNDER_API = ("/" + KEYS_DOCUMENT,)
 
 
 _TAG_FOLDER = re.compile(r"^[A-Za-z][A-Za-z0-9._~-]{0,127}$")
@@ -227,6 +232,7 @@ def _json_error(code: int, message: str) -> str:
 
 _ERRORS = {
     400: "bad request",
+    401: "authentication required: log in (npm login) and send the token",
     403: "forbidden",
     404: "not found",
     405: "method not allowed: this registry is read-only",
@@ -238,6 +244,18 @@ _ERRORS = {
 }
 
 
+def _static_json_locations() -> str:
+    return "\n".join(
+        f"""    location = {path} {{
+        types {{ }}
+        default_type {JSON_TYPE};
+        add_header Cache-Control "{document_cache(0)}";
+        try_files $uri =404;
+    }}"""
+        for path in STATIC_UNDER_API
+    )
+
+
 def nginx_site(
     out_dir: Path | str,
     listen: str,
@@ -246,6 +264,7 @@ def nginx_site(
     server_name: str = "_",
     document_max_age: int = 0,
     max_body_size: str = "300m",
+    read_check: ReadCheck | None = None,
 ) -> str:
     """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
 
@@ -253,14 +272,23 @@ def nginx_site(
     `api_upstream` ("127.0.0.1:4874") is where `registry-gen api` listens: every method but
     GET and HEAD, and the GET endpoints that depend on the caller, go there, so one URL serves
     reads and writes. Without it the tree is read-only and writes get a JSON 405.
+    `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
     """
+    if read_check is not None and api_upstream is None:
+        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
     root = Path(out_dir).resolve()
     api = api_upstream is not None
     listen, server_name, max_body_size = _plain(listen, "listen"), _plain(server_name, "server_name"), _plain(max_body_size, "size")
     if api_upstream is not None:
         _plain(api_upstream, "API address")
     errors = " ".join(str(code) for code in _ERRORS)
-    error_pages = "\n".join(f"    error_page {code} @registry_gen_{code};" for code in _ERRORS)
+    # With read rules, the API's 403 (a token without access) is served as the 404 of a missing package.
+    denied = {403: 404} if read_check is not None else {}
+    error_pages = "\n".join(
+        f"    error_page {code} =404 @registry_gen_404;" if code in denied else f"    error_page {code} @registry_gen_{code};"
+        for code in _ERRORS
+    )
+    no_check = "\n        auth_request off;  # the API checks its own callers" if read_check is not None else ""
     error_locations = "\n".join(_json_error(code, message) for code, message in _ERRORS.items())
     docs = document_cache(document_max_age)
     upstream = (
@@ -288,15 +316,15 @@ upstream registry_gen_api {{
     )
     api_locations = (
         "\n".join(
-            f"""    location {match} {{
+            f"""    location {match} {{{no_check}
         proxy_pass http://registry_gen_api;
     }}"""
             for match in [f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT]
         )
-        + """
-    location @registry_gen_api {
+        + f"""
+    location @registry_gen_api {{{no_check}
         proxy_pass http://registry_gen_api;
-    }"""
+    }}"""
         if api
         else ""
     )
@@ -321,7 +349,7 @@ map $http_accept $registry_gen_document {{
     default {PACKAGE_DOCUMENT};
     "~*application/vnd\\.npm\\.install-v1\\+json" {ABBREVIATED_DOCUMENT};
 }}
-{upstream}
+{upstream}{http_part(read_check) if read_check is not None else ""}
 server {{
     listen {listen};
     server_name {server_name};
@@ -343,7 +371,7 @@ server {{
 {error_pages}
 
 {method_route}
-
+{server_part(read_check) if read_check is not None else ""}
     # Package documents, for every spelling of a scoped name: nginx decodes %2f and %2F into
     # "/" before this runs, so /@scope%2fname, /@scope%2Fname and /@scope/name all reach
     # @scope/name/{PACKAGE_DOCUMENT}, without the redirect a directory would cause. The file is
@@ -401,6 +429,10 @@ server {{
         return 404;
     }}
 
+    # The registry's public signing keys are a file of the tree, though npm asks for them
+    # under /-/npm/, where everything else is the API's.
+{_static_json_locations()}
+
 {api_locations}
 {error_locations}
 }}
@@ -418,6 +450,7 @@ def nginx_config(
     worker_processes: str = "auto",
     user: str | None = None,
     access_log: bool = False,
+    read_check: ReadCheck | None = None,
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -432,6 +465,7 @@ def nginx_config(
         server_name=server_name,
         document_max_age=document_max_age,
         max_body_size=max_body_size,
+        read_check=read_check,
     )
     indented = "\n".join(("    " + line) if line else "" for line in site.splitlines())
     user_line = f"user {_plain(user, 'user')};\n" if user else ""

@@ -166,6 +166,8 @@ class Importer:
         _prune_empty(self.staging)
         if not self.touched and self.settings.state_file.exists():
             return
+        # An import is an explicit write into content/: a registry that starts from one has none yet.
+        self.settings.content_dir.mkdir(parents=True, exist_ok=True)
         changed = [self.settings.content_dir / key for key in self.touched] if self.settings.state_file.exists() else None
         result = run_build(self.settings, changed=changed)
         self.summary.skipped += [Skipped("build", str(issue), error=True) for issue in result.errors]
