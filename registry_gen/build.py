@@ -41,7 +41,7 @@ from registry_gen.buildstate import (
     read_legacy_times,
 )
 from registry_gen.errors import InvalidArchive, InvalidManifest, LockTimeout, RegistryError
-from registry_gen.hosting import STATIC_EXTRAS, tag_documents
+from registry_gen.hosting import LEGACY_SEARCH_FOLDER, SEARCH_DOCUMENT, STATIC_EXTRAS, tag_documents
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
 from registry_gen.names import package_dir, tarball_path
@@ -640,7 +640,7 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
     documents = {
         "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
-        "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),
+        SEARCH_DOCUMENT: join_search_document([e.search_fragment for e in listed], stamp),
     }
     del listed
     # Both documents grow with the registry (MBs at 100,000 versions) and zlib lets go of the
@@ -659,6 +659,8 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
         if write_if_changed(out / relative, data):
             result.written.append(relative)
     _remove_stale_index_pages(out, pages, result)
+    if remove_tree(out, LEGACY_SEARCH_FOLDER):
+        result.removed.append(LEGACY_SEARCH_FOLDER)
 
 
 def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: BuildResult) -> None:
