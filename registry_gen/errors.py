@@ -62,5 +62,9 @@ class Forbidden(RegistryError):
     """The caller may not do this."""
 
 
+class AddressUnavailable(RegistryError):
+    """The server cannot listen on the address it was given (in use, not this machine's, privileged)."""
+
+
 class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""
