@@ -78,3 +78,11 @@ def test_debug_shows_the_traceback(folder: Path) -> None:
     (folder / "registry.yaml").write_text("site_title: 42\n")
     for proc in (run(["--debug", "build"], folder), run(["build"], folder, REGISTRY_GEN_DEBUG="1")):
         assert proc.returncode != 0 and "Traceback" in proc.stderr, proc.stderr
+
+
+def test_shell_completion_completes_commands(folder: Path) -> None:
+    script = run(["--show-completion", "bash"], folder)
+    assert script.returncode == 0 and "complete" in script.stdout and "_REGISTRY_GEN_COMPLETE" in script.stdout
+    # What bash asks when the user presses Tab after `registry-gen bu`.
+    proc = run([], folder, _REGISTRY_GEN_COMPLETE="complete_bash", COMP_WORDS="registry-gen bu", COMP_CWORD="1")
+    assert (proc.returncode, proc.stdout.split()) == (0, ["build"])
