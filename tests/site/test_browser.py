@@ -416,3 +416,18 @@ def test_version_page_and_file_list_in_a_browser(demo: tuple[Settings, str], pag
     page.goto(web_url(url, "package/left.pad_x/index.html"))
     expect(page.locator("#dependents a")).to_have_text(["@acme/widget.kit_core-x", "long-readme-pkg"])
     assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_the_not_found_page_names_a_missing_version_or_package(demo: tuple[Settings, str], page: Page) -> None:
+    """What nginx (error_page) or Pages show for a miss under /-/web/: the built 404 page."""
+    settings, url = demo
+    body = (settings.out_dir / site.NOT_FOUND_PAGE).read_bytes()
+    page.route(re.compile(r".*/-/web/package/.*(9\.9\.9|no-such-pkg).*"), lambda route: route.fulfill(status=404, body=body, content_type="text/html"))
+    page.goto(web_url(url, "package/left.pad_x/v/9.9.9/index.html"))
+    expect(page.locator("#not-found-detail")).to_contain_text("There is no version 9.9.9 of left.pad_x in this registry.")
+    page.get_by_role("link", name="See the versions it has").click()
+    expect(page.locator("#package-name")).to_have_text("left.pad_x")
+    page.goto(web_url(url, "package/no-such-pkg/index.html"))
+    expect(page.locator("#not-found-detail")).to_contain_text("There is no package called no-such-pkg in this registry.")
+    page.get_by_role("link", name="Search for it").click()
+    expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=no-such-pkg$"))
