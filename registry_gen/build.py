@@ -560,32 +560,30 @@ def _write_package(
             files.append(relative + ".gz")
     page_keys: dict[str, str] = {}
     if releases:
-        rendered = _render_site(settings, cache, packument, releases, registry_names, dependents, previous.get("pages", {}))
-        for relative, data in rendered.pages.items():
-            if write_if_changed(out / relative, data):
-                result.written.append(relative)
-            files.append(relative)
-        files.extend(rendered.kept)
-        page_keys = rendered.keys
+        site_files, page_keys = _write_site(settings, cache, packument, releases, registry_names, dependents, previous, result)
+        files.extend(site_files)
     for stale in sorted(set(previous_files) - set(files)):
         if remove_tree(out, stale):
             result.removed.append(stale)
     return packument, files, tarballs, page_keys
 
 
-def _render_site(
+def _write_site(
     settings: Settings,
     cache: ManifestCache,
     packument: dict[str, Any],
     releases: dict[str, ArchiveRecord],
     registry_names: set[str],
     dependents: tuple[str, ...],
-    previous_keys: dict[str, str],
-) -> site.PackageSite:
-    """The package's HTML pages; a version's pages still on disk from the same inputs are kept."""
+    previous: dict[str, Any],
+    result: BuildResult,
+) -> tuple[list[str], dict[str, str]]:
+    """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
+    kept as they are. Returns every page the package owns and each version's input key."""
     name = packument["name"]
+    previous_keys: dict[str, str] = previous.get("pages", {})
     on_disk = {v: k for v, k in previous_keys.items() if (settings.out_dir / site.version_page_path(name, v)).is_file()}
-    return site.render_package_site(
+    rendered = site.render_package_site(
         packument,
         settings,
         registry_names=registry_names,
@@ -594,6 +592,10 @@ def _render_site(
         extras=lambda version: _version_extras(cache, releases[version], settings),
         previous_keys=on_disk,
     )
+    for relative, data in rendered.pages.items():
+        if write_if_changed(settings.out_dir / relative, data):
+            result.written.append(relative)
+    return [*rendered.pages, *rendered.kept], rendered.keys
 
 
 def _refresh_dependents(

@@ -94,8 +94,6 @@ def _bind(application: Callable[..., Any], options: dict[str, Any]) -> Any:
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
-    import waitress
-
     from registry_gen.build import run_build
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
