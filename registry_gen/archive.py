@@ -61,6 +61,7 @@ class ArchiveContents:
     unpacked_size: int
     digests: Digests  # of the npm tarball that will be served
     converted: bytes | None  # the npm tarball, when the source was not servable byte for byte
+    files: tuple[tuple[str, int], ...] = ()  # (path inside the package, size), by path: file_list()
 
 
 def compute_digests(data: bytes) -> Digests:
@@ -255,6 +256,7 @@ class _Member:
     path: str
     mode: int
     data: bytes | None  # kept only for package.json, README and (when converting) every file
+    size: int = 0
 
 
 def _parents(path: str) -> list[str]:
@@ -328,7 +330,7 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
                 stream = tar.extractfile(info)
                 assert stream is not None
                 data = _read_capped(stream, info.size, budget, lambda: source.count, _bytes_to_keep(path, keep_all, budget.limits))
-                yield _Member(path, info.mode, data)
+                yield _Member(path, info.mode, data, info.size)
             # Past the end-of-archive block only zeros may follow: anything else is a second,
             # hidden archive that another tar reader might see instead of this one.
             # Reading to the end also takes the gzip stream to its end, which checks its CRC.
@@ -379,7 +381,7 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
                     # Declared sizes can lie (overlapping entries share bytes): the budget counts the
                     # bytes actually inflated, against no more than the archive's real size.
                     data = _read_capped(stream, info.file_size, budget, lambda: min(compressed_total, size), None)
-                yield _Member(path, unix_mode or 0o644, data)
+                yield _Member(path, unix_mode or 0o644, data, len(data or b""))
     except InvalidArchive:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error, NotImplementedError, ValueError) as exc:
@@ -460,6 +462,11 @@ def _pick_readme(members: dict[str, _Member], root: str, limits: Limits) -> tupl
     return None, None
 
 
+def file_list(sizes: dict[str, int], root: str) -> tuple[tuple[str, int], ...]:
+    """(path below the package root, size) of every file, by path: what a version's file page lists."""
+    return tuple(sorted((path[len(root):], size) for path, size in sizes.items() if path.startswith(root)))
+
+
 def build_npm_tarball(files: list[tuple[str, int, bytes]]) -> bytes:
     """A deterministic npm tarball: `package/` prefix, sorted entries, fixed mtimes and owners."""
     buffer = io.BytesIO()
@@ -507,8 +514,9 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     manifest = _parse_manifest(manifest_member.data, limits)
     readme, readme_filename = _pick_readme(members, root, limits)
     file_count = len(members)
+    listing = file_list({m.path: m.size for m in members.values()}, root)
     if kind == "tgz" and root:
-        return ArchiveContents(manifest, readme, readme_filename, file_count, budget.unpacked, hashing.digests(), None)
+        return ArchiveContents(manifest, readme, readme_filename, file_count, budget.unpacked, hashing.digests(), None, listing)
     if kind == "tgz":
         # Files at the root: npm strips one folder when unpacking, so repack under package/.
         source.seek(0)
@@ -517,7 +525,7 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     files = [(m.path[len(root):], m.mode, m.data or b"") for m in members.values()]
     tarball = build_npm_tarball(files)
     return ArchiveContents(
-        manifest, readme, readme_filename, file_count, budget.unpacked, compute_digests(tarball), tarball
+        manifest, readme, readme_filename, file_count, budget.unpacked, compute_digests(tarball), tarball, listing
     )
 
 

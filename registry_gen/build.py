@@ -43,7 +43,7 @@ from registry_gen.buildstate import (
     read_legacy_times,
 )
 from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
-from registry_gen.hosting import STATIC_EXTRAS, tag_documents
+from registry_gen.hosting import LEGACY_SEARCH_FOLDER, SEARCH_DOCUMENT, STATIC_EXTRAS, tag_documents
 from registry_gen.keyring import load_signer, publish_keys
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
@@ -315,7 +315,8 @@ def inspect_archive(
     record.converted = contents.converted is not None
     if contents.converted is not None:
         atomic_write_bytes(_converted_cache(out_dir, digests.shasum), contents.converted)
-    return record, CachedManifest(dumps(manifest), contents.readme, contents.readme_filename)
+    files = json.dumps(contents.files, separators=(",", ":")).encode()
+    return record, CachedManifest(dumps(manifest), contents.readme, contents.readme_filename, files)
 
 
 def _inspect_batch(args: tuple[str, str, list[str], Limits]) -> list[tuple[ArchiveRecord, CachedManifest | None]]:
@@ -384,22 +385,34 @@ def iso_from_ns(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
 
 
-def _load_cached(cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False) -> dict[str, Any]:
-    """{"manifest": ...} of one archive, plus "readme" and "readmeFilename" when asked."""
+def _load_cached(
+    cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False
+) -> dict[str, Any]:
+    """{"manifest": ...} of one archive, plus "readme" and "readmeFilename", and "files", when asked."""
     body = cache.manifest(record.shasum or "")
     stored = cache.readme(record.shasum or "") if readme and body is not None else None
-    if (body is None or (readme and stored is None)) and not record.path:
+    listing = cache.files(record.shasum or "") if files and body is not None else None
+    missing = body is None or (readme and stored is None) or (files and listing is None)
+    if missing and not record.path:
         raise RegistryError(f"the manifest cache lost a published version ({record.integrity}); put its archive back into content/")
-    if body is None or (readme and stored is None):
-        # The cache went missing (a cleaned tree): read this one archive again.
+    if missing:
+        # The cache went missing (a cleaned tree) or predates file lists: read this one archive again.
         fresh, cached = inspect_archive(settings.content_dir, settings.out_dir, record.path, settings.limits)
         if fresh.error or fresh.shasum != record.shasum or cached is None:
             raise RegistryError(f"{record.path}: changed while building, retry")
-        body, stored = cached.manifest, (cached.readme, cached.readme_filename)
+        body, stored, listing = cached.manifest, (cached.readme, cached.readme_filename), cached.files
     loaded: dict[str, Any] = {"manifest": json.loads(body)}
     if readme and stored is not None:
         loaded["readme"], loaded["readmeFilename"] = stored
+    if files and listing is not None:
+        loaded["files"] = tuple((path, size) for path, size in json.loads(listing))
     return loaded
+
+
+def _version_extras(cache: ManifestCache, record: ArchiveRecord, settings: Settings) -> site.VersionExtras:
+    """What a version's site pages need from its archive: README and file list (from the cache)."""
+    loaded = _load_cached(cache, record, settings, readme=True, files=True)
+    return site.VersionExtras(loaded.get("readme"), loaded.get("readmeFilename"), loaded.get("files"))
 
 
 def _update_metas(
@@ -540,7 +553,8 @@ def _write_package(
     result: BuildResult,
     registry_names: set[str],
     signer: Signer | None = None,
-) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    dependents: tuple[str, ...] = (),
+) -> tuple[dict[str, Any], list[str], dict[str, str], dict[str, str]]:
     out = settings.out_dir
     previous_files: list[str] = previous.get("files", [])
     previous_tarballs: dict[str, str] = previous.get("tarballs", {})
@@ -592,16 +606,72 @@ def _write_package(
         files.append(relative)
         if settings.gzip:
             files.append(relative + ".gz")
-    sizes = {version: record.tarball_size for version, record in releases.items()}
-    pages = site.package_pages(packument, settings, registry_names=registry_names, tarball_sizes=sizes) if releases else {}
-    for relative, data in pages.items():
-        if write_if_changed(out / relative, data):
-            result.written.append(relative)
-        files.append(relative)
+    page_keys: dict[str, str] = {}
+    if releases:
+        site_files, page_keys = _write_site(settings, cache, packument, releases, registry_names, dependents, previous, result)
+        files.extend(site_files)
     for stale in sorted(set(previous_files) - set(files)):
         if remove_tree(out, stale):
             result.removed.append(stale)
-    return packument, files, tarballs
+    return packument, files, tarballs, page_keys
+
+
+def _write_site(
+    settings: Settings,
+    cache: ManifestCache,
+    packument: dict[str, Any],
+    releases: dict[str, ArchiveRecord],
+    registry_names: set[str],
+    dependents: tuple[str, ...],
+    previous: dict[str, Any],
+    result: BuildResult,
+) -> tuple[list[str], dict[str, str]]:
+    """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
+    kept as they are. Returns every page the package owns and each version's input key."""
+    name = packument["name"]
+    previous_keys: dict[str, str] = previous.get("pages", {})
+    on_disk = {v: k for v, k in previous_keys.items() if (settings.out_dir / site.version_page_path(name, v)).is_file()}
+    rendered = site.render_package_site(
+        packument,
+        settings,
+        registry_names=registry_names,
+        tarball_sizes={version: record.tarball_size for version, record in releases.items()},
+        dependents=dependents,
+        extras=lambda version: _version_extras(cache, releases[version], settings),
+        previous_keys=on_disk,
+    )
+    for relative, data in rendered.pages.items():
+        if write_if_changed(settings.out_dir / relative, data):
+            result.written.append(relative)
+    return [*rendered.pages, *rendered.kept], rendered.keys
+
+
+def _refresh_dependents(
+    settings: Settings, state: BuildState, cache: ManifestCache, names: set[str], registry_names: set[str], result: BuildResult
+) -> None:
+    """Renders again the package page of each of `names`, whose list of dependents changed (from
+    its package document on disk: nothing else of the package changed)."""
+    for name in sorted(names):
+        record = state.package(name)
+        if not record or not record["present"]:
+            continue
+        try:
+            packument = json.loads((settings.out_dir / package_dir(name) / PACKUMENT_FILE).read_bytes())
+        except (OSError, ValueError):
+            continue  # not written (an error is reported for it); its next build renders it whole
+        releases, _ = _choose_releases(name, state.archives_of(name))
+        latest = releases.get(packument.get("dist-tags", {}).get("latest"))
+        page = site.package_page(
+            packument,
+            settings,
+            registry_names=registry_names,
+            tarball_sizes={version: r.tarball_size for version, r in releases.items()},
+            dependents=tuple(sorted(state.linking_to([name]) & registry_names)),
+            latest_files=_version_extras(cache, latest, settings).files if latest else None,
+        )
+        for relative, data in page.items():
+            if write_if_changed(settings.out_dir / relative, data):
+                result.written.append(relative)
 
 
 @dataclass(frozen=True)
@@ -625,7 +695,7 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
     del present
     documents = {
         "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
-        "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),
+        SEARCH_DOCUMENT: join_search_document([e.search_fragment for e in listed], stamp),
     }
     del listed
     # Both documents grow with the registry (MBs at 100,000 versions) and zlib lets go of the
@@ -644,6 +714,8 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
         if write_if_changed(out / relative, data):
             result.written.append(relative)
     _remove_stale_index_pages(out, pages, result)
+    if remove_tree(out, LEGACY_SEARCH_FOLDER):
+        result.removed.append(LEGACY_SEARCH_FOLDER)
 
 
 def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: BuildResult) -> None:
@@ -716,6 +788,7 @@ class PackageJob:
     meta: PackageMeta
     previous: dict[str, Any]
     digest: str
+    dependents: tuple[str, ...] = ()  # present packages whose latest version depends on this one
 
 
 @dataclass
@@ -755,7 +828,7 @@ def _pooled_write(job: PackageJob) -> PackageOutcome:
 def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcome:
     local = BuildResult()
     try:
-        packument, files, tarballs = _write_package(
+        packument, files, tarballs, page_keys = _write_package(
             context.settings,
             context.cache,
             job.name,
@@ -766,6 +839,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
             local,
             context.registry_names,
             context.signer,
+            job.dependents,
         )
     except RegistryError as exc:
         return PackageOutcome(job.name, None, local.written, local.removed, str(exc), new=not job.previous)
@@ -776,6 +850,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
         "files": files,
         "tarballs": tarballs,
         "links": site.linked_names(packument),
+        "pages": page_keys,
     }
     fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
     return PackageOutcome(
@@ -981,10 +1056,12 @@ def _build_in_transaction(
 
     _refuse_mass_removal(settings, state, plans)
     package_set_changed = False
+    removed_links: dict[str, list[str]] = {}
     for name, (action, _) in sorted(plans.items()):
         if action == "remove":
             previous = state.package(name)
             if previous:
+                removed_links[name] = previous.get("links", [])
                 _remove_package(settings, name, previous, result)
                 state.delete_package(name)
                 package_set_changed = True
@@ -1001,9 +1078,16 @@ def _build_in_transaction(
             digest = _package_digest(name, releases, times, meta)
             if previous and previous["digest"] == digest and not full and name not in relinked:
                 continue
-            yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest)
+            dependents = tuple(sorted(state.linking_to([name]) & registry_names))
+            yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 
     to_write = [name for name, (action, _) in sorted(plans.items()) if action == "write"]
+    # Whose "Dependents" changed: the targets a removed package linked to, and (below) the
+    # targets a rewritten package gained or lost.
+    dependents_changed: set[str] = set()
+    for name, (action, _) in plans.items():
+        if action == "remove":
+            dependents_changed.update(removed_links.get(name, ()))
     for outcome in _write_packages(settings, cache, registry_names, jobs(to_write), len(to_write), progress, signer):
         result.written.extend(outcome.written)
         result.removed.extend(outcome.removed)
@@ -1011,9 +1095,12 @@ def _build_in_transaction(
             build_errors.append(BuildIssue(outcome.name, outcome.error or "failed"))
             continue
         package_set_changed = package_set_changed or outcome.new
+        before = state.package(outcome.name) or {}
+        dependents_changed.update(set(before.get("links", ())) ^ set(outcome.record["links"]))
         state.put_package(outcome.name, outcome.record, present=plans[outcome.name][1], fragments=outcome.fragments)
         state.put_live(outcome.name, outcome.releases)
         result.rebuilt_packages.append(outcome.name)
+    _refresh_dependents(settings, state, cache, dependents_changed & registry_names, registry_names, result)
 
     if result.rebuilt_packages or package_set_changed or full:
         _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), result)

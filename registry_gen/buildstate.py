@@ -69,6 +69,8 @@ _CACHE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifests (
     shasum TEXT PRIMARY KEY, manifest BLOB NOT NULL, readme TEXT, readme_filename TEXT
 );
+-- A table of its own, so a cache made before file lists existed gains it without a migration.
+CREATE TABLE IF NOT EXISTS file_lists (shasum TEXT PRIMARY KEY, files BLOB NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -367,6 +369,7 @@ class CachedManifest:
     manifest: bytes  # the validated manifest, as JSON
     readme: str | None
     readme_filename: str | None
+    files: bytes | None = None  # the archive's file list as JSON [[path, size], ...] (site pages)
 
 
 class ManifestCache:
@@ -388,6 +391,10 @@ class ManifestCache:
         row = self.db.execute("SELECT readme, readme_filename FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
         return (row[0], row[1]) if row else None
 
+    def files(self, shasum: str) -> bytes | None:
+        row = self.db.execute("SELECT files FROM file_lists WHERE shasum = ?", (shasum,)).fetchone()
+        return row[0] if row else None
+
     def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
         if not items:
             return
@@ -396,6 +403,10 @@ class ManifestCache:
             self.db.executemany(
                 "INSERT OR REPLACE INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?)",
                 ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO file_lists (shasum, files) VALUES (?, ?)",
+                ((shasum, c.files) for shasum, c in items if c.files is not None),
             )
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -409,16 +420,19 @@ class ManifestCache:
         try:
             self.db.execute("BEGIN IMMEDIATE")
             if shasums is None:
-                self.db.execute(
-                    "DELETE FROM manifests WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
-                    " AND shasum NOT IN (SELECT shasum FROM state.live)"
-                )
+                for table in ("manifests", "file_lists"):
+                    self.db.execute(
+                        f"DELETE FROM {table} WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
+                        " AND shasum NOT IN (SELECT shasum FROM state.live)"
+                    )
             else:
-                self.db.executemany(
-                    "DELETE FROM manifests WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)"
-                    " AND NOT EXISTS (SELECT 1 FROM state.live WHERE shasum = ?1)",
-                    ((s,) for s in shasums),
-                )
+                doomed = list(shasums)
+                for table in ("manifests", "file_lists"):
+                    self.db.executemany(
+                        f"DELETE FROM {table} WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)"
+                        " AND NOT EXISTS (SELECT 1 FROM state.live WHERE shasum = ?1)",
+                        ((s,) for s in doomed),
+                    )
             self.db.execute("COMMIT")
         finally:
             if self.db.in_transaction:

@@ -39,6 +39,11 @@ NOJEKYLL = ".nojekyll"  # GitHub Pages: serve the files as they are, no Jekyll p
 # Files the build writes for hosts that cannot be configured: relative path -> bytes.
 STATIC_EXTRAS: dict[str, bytes] = {NOJEKYLL: b"", NOT_FOUND_DOCUMENT: NOT_FOUND_BODY, PAGES_NOT_FOUND: NOT_FOUND_BODY}
 WEB_ROOT = "-/web"
+# The unfiltered search document the API filters for `GET /-/v1/search`. It lives away from that
+# URL on purpose: a static host ignores the query string, so serving it there would answer every
+# `npm search` with every package. Without the API, /-/v1/search is a 404 and npm says so.
+SEARCH_DOCUMENT = "-/search.json"
+LEGACY_SEARCH_FOLDER = "-/v1/search"  # where trees built before kept it; the build removes it
 # GET paths whose answer depends on who asks or on the query: never files. The same lists as
 # `registry-gen serve` uses (user_api/server.py; a test keeps them equal).
 API_READ_PREFIXES = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")

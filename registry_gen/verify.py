@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from registry_gen.errors import InvalidName, InvalidVersion
+from registry_gen.hosting import SEARCH_DOCUMENT
 from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
 from registry_gen.packument import abbreviate
 from registry_gen.ranges import INVALID, parse_spec, resolves
@@ -367,7 +368,7 @@ def check_indexes(out_dir: Path, names: list[str]) -> list[TreeProblem]:
         missing = sorted(set(names) - set(listed))
         extra = sorted(set(listed) - set(names))
         problems.append(TreeProblem("-/all/index.html", "index-mismatch", f"missing {missing}, extra {extra}"))
-    _, problem = _load_json(out_dir, "-/v1/search/index.html", "index")
+    _, problem = _load_json(out_dir, SEARCH_DOCUMENT, "index")
     if problem:
         problems.append(problem)
     return problems

@@ -33,6 +33,7 @@ from filelock import Timeout
 from registry_gen import publish
 from registry_gen.build import PACKUMENT_FILE, BuildResult, _build_locked, build_lock
 from registry_gen.buildstate import BuildState
+from registry_gen.hosting import SEARCH_DOCUMENT
 from registry_gen.errors import (
     Forbidden,
     InvalidArchive,
@@ -419,7 +420,7 @@ def _matches(package: Mapping[str, Any], term: str) -> bool:
 
 
 def search_objects(document: Mapping[str, Any], text: str, *, size: int, offset: int) -> dict[str, Any]:
-    """Filters the built search document (`-/v1/search/index.html`) by npm's search text.
+    """Filters the built search document (`-/search.json`) by npm's search text.
     Every term must match; exact names first, then names containing the text, then the rest."""
     terms = [t for t in text.lower().split() if t]
     objects = [o for o in document.get("objects", []) if all(_matches(o.get("package", {}), t) for t in terms)]
@@ -619,7 +620,7 @@ def create_registry_app(
             offset = max(int(query.get("from") or 0), 0)
         except ValueError:
             raise BadRequest("size and from must be integers")
-        path = settings.out_dir / "-/v1/search/index.html"
+        path = settings.out_dir / SEARCH_DOCUMENT
         try:
             stat = path.stat()
         except FileNotFoundError:

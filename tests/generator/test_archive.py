@@ -279,3 +279,12 @@ def test_zip_member_climbing_out_is_refused() -> None:
     with pytest.raises(InvalidArchive) as caught:
         read_archive_bytes(buffer.getvalue())
     assert caught.value.rule == "member-path"
+
+
+def test_the_file_list_names_every_file_below_the_package_root_with_its_size() -> None:
+    manifest = json.dumps(MANIFEST).encode()
+    tgz = _raw_tgz([("package/package.json", manifest), ("package/lib/b.js", b"12345"), ("package/a.js", b"")])
+    assert read_archive_bytes(tgz).files == (("a.js", 0), ("lib/b.js", 5), ("package.json", len(manifest)))
+    zipped = read_archive_bytes(deterministic_zip(MANIFEST, {"src/x.js": "abc"}, top="demo-pkg-main/"))
+    assert [(path, size) for path, size in zipped.files if path != "package.json"] == [("src/x.js", 3)]
+    assert zipped.file_count == len(zipped.files)

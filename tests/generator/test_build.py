@@ -44,7 +44,7 @@ def test_first_build_writes_every_document(settings: Settings) -> None:
         "demo-zip/-/demo-zip-0.1.0.tgz",
         "-/package/@demo/b/dist-tags",
         "-/all/index.html",
-        "-/v1/search/index.html",
+        "-/search.json",
         "-/ping",
         "-/web/index.html",
         "-/web/package/@demo/b/index.html",
@@ -140,7 +140,7 @@ def test_removing_the_last_archive_removes_the_package_folders(settings: Setting
     assert "@demo/gone/index.html" in result.removed
     assert result.packages == 1
     assert set(json.loads((out / "-/all/index.html").read_bytes())) == {"_updated", "demo-stays"}
-    assert b"@demo/gone" not in (out / "-/v1/search/index.html").read_bytes()
+    assert b"@demo/gone" not in (out / "-/search.json").read_bytes()
     assert (out / "demo-stays/index.html").is_file()
 
 

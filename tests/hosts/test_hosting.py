@@ -44,7 +44,7 @@ DOCS = "public, max-age=0, must-revalidate"
         ("-/package/@acme/widget/dist-tags", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/ping", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/all/index.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
-        ("-/v1/search/index.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
+        ("-/search.json", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/404.json", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("404.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/web/index.html", ObjectKind.WEB, "text/html; charset=utf-8", DOCS),

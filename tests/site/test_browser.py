@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
 from registry_gen import site
 from registry_gen.build import run_build
@@ -73,6 +75,34 @@ Text after the attacks.
 """
 
 
+LONG_README = "\n".join(
+    [
+        "# A package with a long README",
+        "",
+        "[![build](https://example.invalid/badge.svg)](https://example.invalid/ci) ![logo](docs/logo.png)",
+        "",
+        *(f"Paragraph {n}: " + "words that wrap normally " * 30 for n in range(12)),
+        "",
+        "A bare URL: https://example.org/" + "a-very-long-path-segment-without-any-break-" * 6,
+        "",
+        "Averyveryverylongwordwithoutanyspacethatkeepsgoing" * 4,
+        "",
+        "```sh",
+        "npx long-readme-pkg --with --a --very --long --command --line --that --never --wraps --on --a --phone --screen --at --all",
+        "```",
+        "",
+        "| " + " | ".join(f"column {n}" for n in range(12)) + " |",
+        "| " + " | ".join("---" for _ in range(12)) + " |",
+        "| " + " | ".join(f"value-{n}-that-is-wide" for n in range(12)) + " |",
+        "",
+        "- [x] task lists render",
+        "- [ ] and show their state",
+        "",
+        '<img src="https://example.invalid/wide.png" width="1600" height="400" alt="a wide picture">',
+    ]
+)
+
+
 def build_demo_tree(content: Path) -> None:
     """A small demo-like registry: scoped and dotted names, tags, deprecation, deps, READMEs."""
     name = "@acme/widget.kit_core-x"
@@ -99,6 +129,17 @@ def build_demo_tree(content: Path) -> None:
         "1.0.0",
         files={"README.md": HOSTILE_README},
         description="A README full of attacks",
+    )
+    make_tarball(
+        content,
+        "long-readme-pkg",
+        "3.2.1",
+        files={"README.md": LONG_README, "index.js": "", "index.d.ts": "", **{f"lib/deeply/nested/folder/structure/module-with-a-long-name-{n}.js": "x" * n for n in range(30)}},
+        description="A package whose README is long and wide " * 3,
+        bin={"long-readme-pkg": "bin/cli.js", "a-command-with-a-rather-long-name": "bin/other.js"},
+        engines={"node": ">=18.0.0 || ^16.20.0"},
+        dependencies={"left.pad_x": "^1.0.0", "@acme/widget.kit_core-x": "^1.1.0"},
+        repository={"type": "git", "url": "git+https://github.com/acme/long-readme.git"},
     )
     for index in range(FILLERS):
         make_tarball(content, f"filler-{index:02d}", "0.1.0", description=f"Filler package number {index}")
@@ -132,9 +173,29 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+def png(width: int, height: int) -> bytes:
+    """A plain grey PNG of the given size (for README images that point off this machine)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x99" * (width * 3) for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+WIDE_PICTURE = png(1600, 400)
+
+
+def offline_images(context: BrowserContext) -> None:
+    """READMEs point at images on the internet, which this machine cannot reach: every such
+    request gets a wide picture instead, so layouts are tested with real, oversized images."""
+    context.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.fulfill(body=WIDE_PICTURE, content_type="image/png"))
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    offline_images(context)
     opened = context.new_page()
     problems: list[str] = []
     opened.on("console", lambda message: _record(problems, message))
@@ -161,7 +222,7 @@ def web_url(base: str, relative: str) -> str:
 
 def test_front_page_lists_packages_and_paginates(demo: tuple[Settings, str], page: Page) -> None:
     settings, url = demo
-    total = FILLERS + 3
+    total = FILLERS + 4
     page.goto(web_url(url, "index.html"))
     expect(page).to_have_title("Acme packages")
     expect(page.locator("#package-count")).to_have_text(str(total))
@@ -240,9 +301,10 @@ def test_package_page_shows_readme_install_and_versions(demo: tuple[Settings, st
     tarball = page.request.get(rows.nth(1).get_by_role("link", name=".tgz").evaluate("a => a.href"))
     assert tarball.ok and tarball.body()[:2] == b"\x1f\x8b"
     # Dependencies link when the package is in this registry, and only then.
-    expect(page.locator(".dep-list a")).to_have_count(1)
-    expect(page.locator(".dep-list")).to_contain_text("not-in-this-registry")
-    page.locator(".dep-list").get_by_role("link", name="left.pad_x").click()
+    dependencies = page.locator(".deps:not(#dependents) .dep-list")
+    expect(dependencies.locator("a")).to_have_count(1)
+    expect(dependencies).to_contain_text("not-in-this-registry")
+    dependencies.get_by_role("link", name="left.pad_x").click()
     expect(page.locator("#package-name")).to_have_text("left.pad_x")
     expect(page.locator("#readme")).to_have_text("This package has no README.")
     assert page.problems == []  # type: ignore[attr-defined]
@@ -293,3 +355,79 @@ def test_the_tree_was_not_changed_by_browsing(demo: tuple[Settings, str]) -> Non
     settings, _ = demo
     again = run_build(dataclasses.replace(settings))
     assert again.written == [] and again.removed == []
+
+
+WIDTHS = [390, 1280]
+PAGES = {
+    "front-page": "index.html",
+    "long-readme": "package/long-readme-pkg/index.html",
+    "scoped-package": "package/@acme/widget.kit_core-x/index.html",
+    "version-page": "package/long-readme-pkg/v/3.2.1/index.html",
+    "file-list": "package/long-readme-pkg/v/3.2.1/files/index.html",
+}
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("which", sorted(PAGES))
+def test_pages_fit_phones_and_desktops(demo: tuple[Settings, str], browser: Browser, which: str, width: int) -> None:
+    """No horizontal scrolling at 390 px (a phone) or 1,280 px: wide content scrolls inside its box."""
+    settings, url = demo
+    context = browser.new_context(viewport={"width": width, "height": 844 if width < 800 else 900}, service_workers="block")
+    offline_images(context)
+    try:
+        page = context.new_page()
+        page.goto(web_url(url, PAGES[which]))
+        page.wait_for_load_state("load")
+        scroll_width, inner_width = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        screenshot(page, f"{which}-{width}px")
+        assert inner_width == width
+        assert scroll_width <= inner_width, f"{which} is {scroll_width}px wide in a {inner_width}px window"
+        # Nothing that must stay reachable is cut off or hidden off-screen.
+        for selector in ("#install-npm", "button.copy", "#readme", "#package-list", "table.files"):
+            for box in [b for b in (h.bounding_box() for h in page.locator(selector).element_handles()) if b]:
+                assert box["x"] >= 0 and box["x"] + box["width"] <= width + 0.5, (selector, box)
+    finally:
+        context.close()
+
+
+def test_version_page_and_file_list_in_a_browser(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    page.goto(web_url(url, "package/long-readme-pkg/index.html"))
+    expect(page.locator("#types-badge")).to_have_text("TS")
+    expect(page.locator("#bin")).to_contain_text("a-command-with-a-rather-long-name")
+    expect(page.locator("#dependents")).to_contain_text("No package in this registry depends on long-readme-pkg.")
+    # README relative image resolved against the GitHub repository, bare URL linked, task list.
+    expect(page.locator("#readme img[alt=logo]")).to_have_attribute(
+        "src", "https://raw.githubusercontent.com/acme/long-readme/HEAD/docs/logo.png"
+    )
+    expect(page.locator("#readme a", has_text="https://example.org/a-very-long")).to_have_count(1)
+    expect(page.locator("#readme .task-done")).to_have_count(1)
+    page.locator("table.versions").get_by_role("link", name="3.2.1").click()
+    expect(page).to_have_url(re.compile(r"/-/web/package/long-readme-pkg/v/3\.2\.1/index\.html$"))
+    expect(page.locator("#install-npm")).to_contain_text("npm install long-readme-pkg@3.2.1")
+    expect(page.locator("#engines")).to_contain_text(">=18.0.0")
+    page.locator("#browse-files").click()
+    rows = page.locator("table.files tbody tr")
+    expect(rows).to_have_count(34)  # package.json, README.md, index.js, index.d.ts and 30 modules
+    expect(page.locator("table.files")).to_contain_text("module-with-a-long-name-29.js")
+    page.get_by_role("link", name="3.2.1").click()
+    expect(page.locator("#version")).to_have_text("3.2.1")
+    # Dependents on the pages of what it depends on.
+    page.goto(web_url(url, "package/left.pad_x/index.html"))
+    expect(page.locator("#dependents a")).to_have_text(["@acme/widget.kit_core-x", "long-readme-pkg"])
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_the_not_found_page_names_a_missing_version_or_package(demo: tuple[Settings, str], page: Page) -> None:
+    """What nginx (error_page) or Pages show for a miss under /-/web/: the built 404 page."""
+    settings, url = demo
+    body = (settings.out_dir / site.NOT_FOUND_PAGE).read_bytes()
+    page.route(re.compile(r".*/-/web/package/.*(9\.9\.9|no-such-pkg).*"), lambda route: route.fulfill(status=404, body=body, content_type="text/html"))
+    page.goto(web_url(url, "package/left.pad_x/v/9.9.9/index.html"))
+    expect(page.locator("#not-found-detail")).to_contain_text("There is no version 9.9.9 of left.pad_x in this registry.")
+    page.get_by_role("link", name="See the versions it has").click()
+    expect(page.locator("#package-name")).to_have_text("left.pad_x")
+    page.goto(web_url(url, "package/no-such-pkg/index.html"))
+    expect(page.locator("#not-found-detail")).to_contain_text("There is no package called no-such-pkg in this registry.")
+    page.get_by_role("link", name="Search for it").click()
+    expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=no-such-pkg$"))
