@@ -659,7 +659,7 @@ def _refresh_dependents(
             packument = json.loads((settings.out_dir / package_dir(name) / PACKUMENT_FILE).read_bytes())
         except (OSError, ValueError):
             continue  # not written (an error is reported for it); its next build renders it whole
-        releases, _ = _choose_releases(name, state.archives_of(name))
+        releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
         latest = releases.get(packument.get("dist-tags", {}).get("latest"))
         page = site.package_page(
             packument,

@@ -163,7 +163,7 @@ def test_the_read_check_answers_nginx(registry: Registry) -> None:
 
 def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
     out = registry.settings.out_dir
-    everything = [(out / "-/all/index.html").read_text(), (out / "-/v1/search/index.html").read_text(),
+    everything = [(out / "-/all/index.html").read_text(), (out / "-/search.json").read_text(),
                   (out / "-/web/index.html").read_text()]  # fmt: skip
     assert all("plain" in text for text in everything)
     assert not any("secret-tool" in text or "@internal/lib" in text for text in everything)
