@@ -807,24 +807,33 @@ def run_build(
     progress: ProgressCallback | None = None,
     lock_timeout: float = 600,
     changed: Iterable[str | Path] | None = None,
+    on_lock_wait: Callable[[], None] | None = None,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
+    `on_lock_wait` is called once when another process holds the lock and this build waits.
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
             f"content folder {settings.content_dir} does not exist; nothing in {settings.out_dir} was changed "
             "(check the path, or create the folder first)"
         )
-    settings.out_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(settings.lock_file))
+    lock = build_lock(settings)
     try:
-        with lock.acquire(timeout=lock_timeout):
-            return _build_locked(settings, progress, changed)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_lock_wait is not None:
+                on_lock_wait()
+            lock.acquire(timeout=lock_timeout)
     except Timeout as exc:
         raise LockTimeout(f"another build holds {settings.lock_file}") from exc
+    try:
+        return _build_locked(settings, progress, changed)
+    finally:
+        lock.release()
 
 
 def build_lock(settings: Settings) -> FileLock:

@@ -152,7 +152,7 @@ class WatchStats:
     builds: int = 0
     failed_builds: int = 0
     events: int = 0
-    phase: str = "starting"  # starting, idle, settling, building, stopped
+    phase: str = "starting"  # starting, idle, settling, building, waiting for the build lock, stopped
     errors: list[BuildIssue] = field(default_factory=list)
     last_report: BuildReport | None = None
 
@@ -339,7 +339,7 @@ class Watcher:
         number = self.stats.builds + 1
         hints = self._take_hints()
         try:
-            result = run_build(self.settings, changed=hints)
+            result = run_build(self.settings, changed=hints, on_lock_wait=self._waiting_for_lock)
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad build
             log.error("watch build %d failed: %s", number, exc, exc_info=not isinstance(exc, ConfigError))
             report = BuildReport(number, reason, None, failure=str(exc) or type(exc).__name__)
@@ -375,6 +375,10 @@ class Watcher:
         )
         self.stats.errors = list(result.errors)
         self._finish(report)
+
+    def _waiting_for_lock(self) -> None:
+        self.stats.phase = "waiting for the build lock"
+        log.info("watch: another build holds %s; waiting for it", self.settings.lock_file)
 
     def _finish(self, report: BuildReport) -> None:
         with self._changed:

@@ -303,3 +303,17 @@ def test_a_changed_base_url_rewrites_every_tarball_url(settings: Settings) -> No
     tarball = _doc(moved, "demo-a")["versions"]["1.0.0"]["dist"]["tarball"]
     assert tarball == "https://npm.example.org/sub/demo-a/-/demo-a-1.0.0.tgz"
     assert "demo-a/-/demo-a-1.0.0.tgz" not in result.written  # the tarball's bytes did not change
+
+
+def test_the_readme_is_capped_at_max_readme_bytes(tmp_path: Path) -> None:
+    from registry_gen.settings import Limits
+
+    content = tmp_path / "content"
+    readme = "# Title\n" + "".join(f"line {n:05d} of a long readme\n" for n in range(400))  # about 11 KB
+    make_tarball(content, "wordy", "1.0.0", files={"README.md": readme, "index.js": "1;\n"})
+    settings = Settings(content_dir=content, out_dir=tmp_path / "public", limits=Limits(max_readme_bytes=2000))
+    assert not run_build(settings).errors
+    document = json.loads((settings.out_dir / "wordy/index.html").read_bytes())
+    assert document["readme"] == readme[:2000]
+    page = (settings.out_dir / "-/web/package/wordy/index.html").read_text()
+    assert "line 00010 of" in page and "line 00399 of" not in page

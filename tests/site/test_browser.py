@@ -289,7 +289,16 @@ def test_links_work_from_a_sub_path_and_a_scoped_page(demo: tuple[Settings, str]
     assert document["name"] == "@acme/widget.kit_core-x"
 
 
-def test_the_tree_was_not_changed_by_browsing(demo: tuple[Settings, str]) -> None:
+def test_a_second_build_of_the_browsed_tree_rewrites_nothing(demo: tuple[Settings, str]) -> None:
+    """The pages just browsed stay byte for byte and stat for stat: an unchanged content/ rewrites no file
+    (a CDN would otherwise see new Last-Modified values and drop its cache)."""
     settings, _ = demo
+
+    def tree() -> dict[str, tuple[bytes, int]]:
+        files = (p for p in sorted(settings.out_dir.rglob("*")) if p.is_file() and ".registry-gen" not in p.parts)
+        return {str(p.relative_to(settings.out_dir)): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+
+    before = tree()
     again = run_build(dataclasses.replace(settings))
     assert again.written == [] and again.removed == []
+    assert tree() == before and len(before) > 20
