@@ -24,7 +24,6 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,6 +56,7 @@ from registry_gen.packument import (
     search_fragment,
     summarize,
 )
+from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
 from registry_gen.versions import choose_dist_tags
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
@@ -371,10 +371,6 @@ def settings_fingerprint(settings: Settings) -> str:
 
 
 # ---------------------------------------------------------------- the build
-
-
-def iso_from_ns(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
 
 
 def _load_cached(cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False) -> dict[str, Any]:

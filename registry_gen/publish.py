@@ -48,10 +48,15 @@ class AccessNotSupported(BadRequest):
     """`access: restricted`: this registry's tree is world-readable (HTTP 400)."""
 
 
+def iso_from_ns(ns: int) -> str:
+    """The registry's timestamp format: UTC, milliseconds, `Z` (as npm's `time` fields).
+    Integer arithmetic only: a float of ns since 1970 rounds …20.9999999 s up to the next second."""
+    seconds, rest = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
+
+
 def now_iso() -> str:
-    """The registry's timestamp format: UTC, milliseconds, `Z` (as npm's `time` fields)."""
-    ns = time.time_ns()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000)) + f".{(ns // 1_000_000) % 1000:03d}Z"
+    return iso_from_ns(time.time_ns())
 
 
 @dataclass(frozen=True)

@@ -317,3 +317,15 @@ def test_the_readme_is_capped_at_max_readme_bytes(tmp_path: Path) -> None:
     assert document["readme"] == readme[:2000]
     page = (settings.out_dir / "-/web/package/wordy/index.html").read_text()
     assert "line 00010 of" in page and "line 00399 of" not in page
+
+
+def test_first_seen_times_from_mtimes_are_not_rounded_up(tmp_path: Path) -> None:
+    """An archive dropped at …:20.9999999 s was first seen at …:20.999Z, never …:21.999Z."""
+    content = tmp_path / "content"
+    archive = make_tarball(content, "edge-time", "1.0.0")
+    mtime_ns = 1_700_000_020_999_999_999  # 2023-11-14T22:13:40.999999999Z
+    os.utime(archive, ns=(mtime_ns, mtime_ns))
+    settings = Settings(content_dir=content, out_dir=tmp_path / "public")
+    assert not run_build(settings).errors
+    document = json.loads((settings.out_dir / "edge-time/index.html").read_bytes())
+    assert document["time"]["1.0.0"] == "2023-11-14T22:13:40.999Z"
