@@ -844,14 +844,18 @@ def _build_locked(
     started = time.perf_counter()
     cache_dir = _cache_dir(settings.out_dir)
     state = BuildState(settings.state_file)
-    cache = ManifestCache(cache_dir / CACHE_FILE)
     try:
-        state.begin()
-        result, dropped = _build_in_transaction(settings, state, cache, progress, changed)
-        state.commit()
-    finally:
+        cache = ManifestCache(cache_dir / CACHE_FILE)
+    except BaseException:
         state.close()
-    try:
+        raise
+    try:  # both connections close whatever happens: serve and watch run many builds in one process
+        try:
+            state.begin()
+            result, dropped = _build_in_transaction(settings, state, cache, progress, changed)
+            state.commit()
+        finally:
+            state.close()
         if dropped is None or dropped:
             cache.forget_unreferenced(dropped, settings.state_file)
     finally:

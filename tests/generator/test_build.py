@@ -329,3 +329,34 @@ def test_first_seen_times_from_mtimes_are_not_rounded_up(tmp_path: Path) -> None
     assert not run_build(settings).errors
     document = json.loads((settings.out_dir / "edge-time/index.html").read_bytes())
     assert document["time"]["1.0.0"] == "2023-11-14T22:13:40.999Z"
+
+
+def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeypatch: Any) -> None:
+    """serve and watch run many builds in one process: a build that raises must not leak a connection."""
+    import pytest
+
+    from registry_gen import build
+
+    opened: list[Any] = []
+    for name in ("ManifestCache", "BuildState"):
+        real = getattr(build, name)
+
+        class Tracked(real):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.closed = False
+                opened.append(self)
+
+            def close(self) -> None:
+                self.closed = True
+                super().close()
+
+        monkeypatch.setattr(build, name, Tracked)
+    theme = tmp_path / "theme"
+    theme.mkdir()
+    (theme / "index.html").write_text("{% for %}")
+    make_tarball(tmp_path / "content", "leaky", "1.0.0")
+    settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", template_dir=theme)
+    with pytest.raises(Exception, match="index.html"):
+        run_build(settings)
+    assert len(opened) == 2 and all(c.closed for c in opened)
