@@ -24,6 +24,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
+
 SCHEMA_VERSION = 5
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
@@ -134,18 +136,29 @@ class BuildState:
     def __init__(self, path: Path):
         self.path = path
         self.db = open_database(path, _STATE_SCHEMA)
+        self.ledger = FirstSeenLedger(path.parent / LEDGER_FILE)
 
     # -- transaction
 
     def begin(self) -> None:
         self.db.execute("BEGIN IMMEDIATE")
+        self._recover_times()
 
     def commit(self) -> None:
+        self.ledger.flush()  # first: a crash between the two leaves times recorded, never lost
         self.db.execute("COMMIT")
 
     def rollback(self) -> None:
+        self.ledger.discard()
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
+
+    def _recover_times(self) -> None:
+        """A state without times (new schema, recreated after corruption) takes them from the ledger."""
+        if self.db.execute("SELECT 1 FROM times LIMIT 1").fetchone() is not None:
+            return
+        for name, stamps in self.ledger.load().items():
+            self._insert_times(name, stamps)
 
     def close(self) -> None:
         self.rollback()
@@ -251,13 +264,18 @@ class BuildState:
         return dict(self.db.execute("SELECT version, stamp FROM times WHERE name = ?", (name,)))
 
     def put_times(self, name: str, stamps: dict[str, str]) -> None:
+        self._insert_times(name, stamps)
+        self.ledger.record(name, stamps)
+
+    def _insert_times(self, name: str, stamps: dict[str, str]) -> None:
         self.db.executemany(
             "INSERT OR REPLACE INTO times (name, version, stamp) VALUES (?, ?, ?)",
             ((name, version, stamp) for version, stamp in stamps.items()),
         )
 
     def delete_times(self, name: str) -> None:
-        self.db.execute("DELETE FROM times WHERE name = ?", (name,))
+        if self.db.execute("DELETE FROM times WHERE name = ?", (name,)).rowcount:
+            self.ledger.forget(name)
 
     def import_times(self, times: dict[str, dict[str, str]]) -> None:
         for name, stamps in times.items():

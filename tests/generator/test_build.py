@@ -360,3 +360,38 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     with pytest.raises(Exception, match="index.html"):
         run_build(settings)
     assert len(opened) == 2 and all(c.closed for c in opened)
+
+
+def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) -> None:
+    """The state database may be dropped (corrupt, new schema); the first-seen times, which nothing
+    can rebuild once the file's mtime changed, come back from the durable ledger beside it."""
+    import sqlite3
+
+    content = tmp_path / "content"
+    archive = make_tarball(content, "dated", "1.0.0")
+    first = 1_600_000_000_123_000_000  # 2020-09-13T12:26:40.123Z
+    os.utime(archive, ns=(first, first))
+    settings = Settings(content_dir=content, out_dir=tmp_path / "public")
+    assert not run_build(settings).errors
+
+    def served_time() -> str:
+        return str(json.loads((settings.out_dir / "dated/index.html").read_bytes())["time"]["1.0.0"])
+
+    assert served_time() == "2020-09-13T12:26:40.123Z"
+    later = first + 86_400 * 10**9 * 400  # the same archive copied again (a restore, a sync): a new mtime
+    os.utime(archive, ns=(later, later))
+    settings.state_file.write_bytes(b"this is not a database" * 100)  # corrupt state
+    for suffix in ("-wal", "-shm"):
+        Path(str(settings.state_file) + suffix).unlink(missing_ok=True)
+    assert not run_build(settings).errors
+    assert served_time() == "2020-09-13T12:26:40.123Z"
+    with sqlite3.connect(settings.state_file) as db:  # an older schema: the state is dropped again
+        db.execute("PRAGMA user_version=1")
+    assert not run_build(settings).errors
+    assert served_time() == "2020-09-13T12:26:40.123Z"
+    (content / archive.name).unlink()  # a version that left the registry is forgotten
+    run_build(settings)
+    make_tarball(content, "dated", "1.0.0")
+    os.utime(archive, ns=(later, later))
+    run_build(settings)
+    assert served_time() != "2020-09-13T12:26:40.123Z"
