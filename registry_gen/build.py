@@ -22,7 +22,7 @@ import stat as stat_module
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,6 +59,7 @@ from registry_gen.packument import (
 from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
 from registry_gen.versions import choose_dist_tags
+from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
 
 log = logging.getLogger(__name__)
@@ -346,7 +347,7 @@ def _read_changed(
     workers = _worker_count()
     done = 0
     if len(ordered) >= PARALLEL_THRESHOLD and workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with worker_pool(workers) as pool:
             for batch in ordered_map(pool, _inspect_batch, batches, window=workers * 4):
                 yield from batch
                 done += len(batch)
@@ -773,9 +774,7 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with ProcessPoolExecutor(
-            max_workers=workers, initializer=_init_writer, initargs=(settings, str(cache.path), registry_names)
-        ) as pool:
+        with worker_pool(workers, _init_writer, (settings, str(cache.path), registry_names)) as pool:
             for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                 if progress:
                     progress("write", index + 1, at_most)
