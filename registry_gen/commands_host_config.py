@@ -14,13 +14,11 @@ from urllib.parse import urlsplit
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
 
 SettingsFactory = Callable[..., Settings]
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 TreeOption = Annotated[Path | None, typer.Option("--tree", help="The built tree (default: out_dir from the config, else ./public).")]
 MaxAgeOption = Annotated[
     int, typer.Option("--document-max-age", min=0, help="Seconds clients may reuse a package document before revalidating.")

@@ -18,14 +18,12 @@ from typing import Annotated, Any
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.settings import Settings
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 HostOption = Annotated[str | None, typer.Option("--host", help="Address to listen on (default from config, else 127.0.0.1).")]
 PortOption = Annotated[int | None, typer.Option("--port", help="Port (0 picks a free one; default from config, else 4873).")]
 BaseUrlOption = Annotated[
