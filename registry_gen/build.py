@@ -80,8 +80,12 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class BuildIssue:
+    """Something of content/ the build did not serve: `path` is the file (or the package name when
+    the whole package failed); `package` is the package it concerns, when known."""
+
     path: str
     reason: str
+    package: str | None = None
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
@@ -99,6 +103,11 @@ class BuildResult:
     errors: list[BuildIssue] = field(default_factory=list)
     refused: int = 0  # archives of content/ not served: unreadable, unaddressable, or in conflict
     seconds: float = 0.0
+
+    def refusals(self, package: str, files: Iterable[str]) -> list[BuildIssue]:
+        """What this build refused of `package`: any of `files` of content/, or the package itself."""
+        wanted = set(files)
+        return [i for i in self.errors if i.package in (package, None) and (i.path in wanted or i.path == package)]
 
     def summary(self) -> str:
         return (
@@ -837,6 +846,12 @@ def build_lock(settings: Settings) -> FileLock:
     return FileLock(str(settings.lock_file))
 
 
+def build_locked(settings: Settings, changed: Iterable[str | Path] | None = None) -> BuildResult:
+    """The build for a caller that already holds `build_lock(settings)` (the write service): only
+    the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken."""
+    return _build_locked(settings, None, changed)
+
+
 def _build_locked(
     settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None
 ) -> BuildResult:
@@ -945,7 +960,7 @@ def _build_in_transaction(
         try:
             meta = _meta_of(settings, state, name)
         except (InvalidManifest, OSError) as exc:
-            build_errors.append(BuildIssue(name, f"cannot read its registry-meta.json again: {exc}"))
+            build_errors.append(BuildIssue(name, f"cannot read its registry-meta.json again: {exc}", name))
             plans[name] = ("keep", was_present)
             return
         if not releases and not (meta and is_open_entry(meta)):
@@ -994,7 +1009,7 @@ def _build_in_transaction(
         result.written.extend(outcome.written)
         result.removed.extend(outcome.removed)
         if outcome.record is None:
-            build_errors.append(BuildIssue(outcome.name, outcome.error or "failed"))
+            build_errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
             continue
         package_set_changed = package_set_changed or outcome.new
         state.put_package(outcome.name, outcome.record, present=plans[outcome.name][1], fragments=outcome.fragments)
@@ -1006,7 +1021,7 @@ def _build_in_transaction(
 
     result.packages, result.versions = state.totals()
     result.skipped = result.packages - len(result.rebuilt_packages)
-    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r) for p, r in state.all_issues()]
+    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
     result.refused = len({issue.path for issue in archive_issues})
     result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + build_errors
     state.set_setting("fingerprint", fingerprint)

@@ -366,8 +366,9 @@ class BuildState:
         self.db.execute("DELETE FROM issues WHERE name = ?", (name,))
         self.db.executemany("INSERT INTO issues (name, path, reason) VALUES (?, ?, ?)", ((name, p, r) for p, r in issues))
 
-    def all_issues(self) -> list[tuple[str, str]]:
-        return list(self.db.execute("SELECT path, reason FROM issues ORDER BY path, reason"))
+    def all_issues(self) -> list[tuple[str, str, str]]:
+        """(package, path, reason) of every archive a package's build refused."""
+        return list(self.db.execute("SELECT name, path, reason FROM issues ORDER BY path, reason"))
 
 
 def read_legacy_times(cache_dir: Path) -> dict[str, dict[str, str]]:

@@ -22,13 +22,10 @@ from registry_gen.settings import Settings
 from user_api import policy
 from user_api.errors import (
     AuthenticationRequired,
-    BadRequest,
     FieldError,
     InvalidCredentials,
     InvalidFields,
-    InvalidToken,
     NotAcceptable,
-    PayloadTooLarge,
     PreconditionFailed,
     RateLimited,
     UserApiError,
@@ -59,6 +56,8 @@ from user_api.policy import Caller
 from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
 from user_api.ratelimit import RateLimiter
 from user_api.store import KEEP, UserStore
+from user_api import web
+from user_api.web import read_body
 
 log = logging.getLogger(__name__)
 
@@ -119,26 +118,6 @@ class RequestContext:
         return parse_body(raw, self.environ.get("CONTENT_TYPE"), xml_root=xml_root)
 
 
-def read_body(environ: Mapping[str, Any], limit: int) -> bytes:
-    """At most `limit` bytes, refused before reading when Content-Length already says more."""
-    header = str(environ.get("CONTENT_LENGTH") or "").strip()
-    stream = environ["wsgi.input"]
-    if header:
-        if not header.isdigit():
-            raise BadRequest("Content-Length is not a number.")
-        length = int(header)
-        if length > limit:
-            raise PayloadTooLarge(f"Bodies are limited to {limit} bytes.")
-        data = stream.read(length) if length else b""
-    elif environ.get("wsgi.input_terminated"):
-        data = stream.read(limit + 1)
-        if len(data) > limit:
-            raise PayloadTooLarge(f"Bodies are limited to {limit} bytes.")
-    else:
-        data = b""
-    return bytes(data)
-
-
 # ---- encoding ---------------------------------------------------------------------------------
 
 
@@ -185,19 +164,8 @@ def lenient_media(environ: Mapping[str, Any]) -> MediaChoice:
 
 
 def authenticate(environ: Mapping[str, Any], store: UserStore) -> Caller | None:
-    header = environ.get("HTTP_AUTHORIZATION")
-    if header is None:
-        return None
-    scheme, _, token = str(header).strip().partition(" ")
-    if scheme.lower() != "bearer":
-        raise AuthenticationRequired("Use Authorization: Bearer <token>.")
-    found = store.authenticate_token(token.strip())
-    if found is None:
-        raise InvalidToken()
-    user, info = found
-    if not policy.address_allowed(environ.get("REMOTE_ADDR"), info.cidr_whitelist):
-        raise InvalidToken()
-    return Caller(user, info)
+    """A bearer token only (the shared rules of user_api.web; no Basic on this API)."""
+    return web.authenticate(environ, store)
 
 
 class UserApiPlugin:
