@@ -22,22 +22,12 @@ from user_api.models import User
 from user_api.policy import Caller
 from user_api.ratelimit import RateLimiter
 from user_api.store import UserStore
-from user_api.web import BEARER_REALM, JSON_BODY_LIMIT, HttpError, json_response
+from user_api.web import BEARER_REALM, JSON_BODY_LIMIT, HttpError, WebLimits, json_response
 
 CONTEXT_KEY: Final = "registry.context"
 
 
-@dataclass(frozen=True)
-class RegistryLimits:
-    """Rates of the login edge; tests may loosen them. Attempts, not failures, are counted."""
-
-    login_per_account_per_minute: float = 10
-    login_per_account_burst: int = 10
-    login_per_address_per_minute: float = 30
-    login_per_address_burst: int = 30
-    web_login_seconds: int = 600
-    web_login_sessions: int = 1000
-    done_retry_after: int = 1
+RegistryLimits = WebLimits  # the npm side's name for the one limits object
 
 
 def publish_body_limit(settings: Settings) -> int:

@@ -23,8 +23,10 @@ from typing import Any, Final
 from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
 from registry_gen.settings import Settings
 from user_api.app import create_user_app
+from user_api.negotiation import parse_accept
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
+from user_api.web import etag_matches
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -65,27 +67,7 @@ def _wsgi_path(environ: dict[str, Any]) -> str:
 
 
 def _wants_abbreviated(accept: str) -> bool:
-    for part in accept.split(","):
-        media, *params = [p.strip() for p in part.split(";")]
-        if media.lower() != ABBREVIATED_TYPE:
-            continue
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    return float(value) > 0
-                except ValueError:
-                    return False
-        return True
-    return False
-
-
-def _etag_match(header: str, etag: str) -> bool:
-    """If-None-Match uses the weak comparison (RFC 9110 §13.1.2)."""
-    if header.strip() == "*":
-        return True
-    bare = etag.removeprefix("W/")
-    return any(candidate.strip().removeprefix("W/") == bare for candidate in header.split(","))
+    return any(media == ABBREVIATED_TYPE and quality > 0 for media, quality in parse_accept(accept))
 
 
 class StaticTree:
@@ -190,7 +172,7 @@ class StaticTree:
     def _not_modified(environ: dict[str, Any], etag: str, mtime: float) -> bool:
         if_none_match = environ.get("HTTP_IF_NONE_MATCH")
         if if_none_match is not None:
-            return _etag_match(str(if_none_match), etag)  # If-Modified-Since is ignored then (RFC 9110)
+            return etag_matches(str(if_none_match), etag, weak=True)  # If-Modified-Since is ignored then (RFC 9110)
         since = environ.get("HTTP_IF_MODIFIED_SINCE")
         if not since:
             return False

@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 import bottle
@@ -43,6 +44,25 @@ BEARER_REALM: Final = {"WWW-Authenticate": 'Bearer realm="registry"'}
 LOGOUT_PREFIX: Final = "/-/user/token/"  # npm logout puts the token itself in the path
 
 __all__ = ["Caller", "HttpError", "authenticate", "error_status", "read_body"]
+
+
+@dataclass(frozen=True)
+class WebLimits:
+    """The one limits object of the HTTP edge (docs/user-api.md §8.9); tests pass looser rates.
+    Login and sign-up attempts, not failures, are counted."""
+
+    max_body_bytes: int = 64 * 1024  # the /user app's bodies
+    signup_per_minute: float = 5  # anonymous sign-ups on POST /user, per address
+    signup_burst: int = 5
+    login_per_minute: float = 10  # POST /-/user-api/tokens, per address
+    login_burst: int = 10
+    login_per_account_per_minute: float = 10  # npm logins, per account and per address
+    login_per_account_burst: int = 10
+    login_per_address_per_minute: float = 30
+    login_per_address_burst: int = 30
+    web_login_seconds: int = 600  # npm web login sessions
+    web_login_sessions: int = 1000
+    done_retry_after: int = 1
 
 
 class HttpError(Exception):
@@ -169,6 +189,17 @@ def json_response(status: int, data: Any, headers: Mapping[str, str] | None = No
     for name, value in {**NO_STORE, **(headers or {})}.items():
         response.set_header(name, value)
     return response
+
+
+def etag_matches(header: str, etag: str, *, weak: bool) -> bool:
+    """If-None-Match compares weakly (RFC 9110 §13.1.2); If-Match strongly: W/ tags never match (§13.1.1)."""
+    if header.strip() == "*":
+        return True
+    candidates = [candidate.strip() for candidate in header.split(",")]
+    if weak:
+        bare = etag.removeprefix("W/")
+        return any(candidate.removeprefix("W/") == bare for candidate in candidates)
+    return etag in candidates
 
 
 # ---------------------------------------------------------------- who is calling
