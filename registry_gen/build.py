@@ -21,9 +21,10 @@ import shutil
 import stat as stat_module
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -650,10 +651,10 @@ def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: Buil
 
 
 def _resolve_times(
-    name: str, releases: dict[str, ArchiveRecord], meta: PackageMeta | None, state: BuildState
-) -> dict[str, str]:
-    """Publish time per version: the meta file's, else first seen (kept in state), else the file's mtime."""
-    known = state.times_of(name)
+    releases: dict[str, ArchiveRecord], meta: PackageMeta | None, known: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Publish time per version: the meta file's, else first seen (`known`, kept in state), else
+    the file's mtime; and the times that differ from `known` (for the caller to record)."""
     times = {}
     for version, record in releases.items():
         if meta and version in meta.time:
@@ -661,10 +662,7 @@ def _resolve_times(
         else:
             stamp = known.get(version) or iso_from_ns(record.mtime_ns)
         times[version] = stamp
-    fresh = {v: s for v, s in times.items() if known.get(v) != s}
-    if fresh:
-        state.put_times(name, fresh)
-    return times
+    return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
 def _refuse_mass_removal(settings: Settings, state: BuildState, plans: dict[str, tuple[str, bool]]) -> None:
@@ -883,6 +881,42 @@ def _build_locked(
     return result
 
 
+class Action(Enum):
+    """What the build does with one package."""
+
+    KEEP = "keep"  # its meta file is broken or unreadable: the tree keeps what it had
+    REMOVE = "remove"  # nothing in content/ serves it any more
+    WRITE = "write"  # (re)write its files when their inputs changed
+
+
+@dataclass(frozen=True)
+class PackagePlan:
+    """The plan for one package: the action, whether it has a page after this build, and what
+    the plan found wrong (archives refused, a meta file it could not read)."""
+
+    name: str
+    action: Action
+    present: bool
+    was_present: bool
+    refusals: tuple[tuple[str, str], ...] | None = None  # (archive path, reason); None: not looked at
+    error: str | None = None
+
+
+@dataclass
+class _Run:
+    """One build's working set, passed from phase to phase."""
+
+    settings: Settings
+    state: BuildState
+    cache: ManifestCache
+    progress: ProgressCallback | None
+    result: BuildResult = field(default_factory=BuildResult)
+    errors: list[BuildIssue] = field(default_factory=list)
+    dropped: set[str] | None = field(default_factory=set)  # tarball sha1s no longer used (None: look at all)
+    full: bool = False
+    package_set_changed: bool = False
+
+
 def _build_in_transaction(
     settings: Settings,
     state: BuildState,
@@ -890,139 +924,173 @@ def _build_in_transaction(
     progress: ProgressCallback | None,
     changed: Iterable[str | Path] | None,
 ) -> tuple[BuildResult, set[str] | None]:
-    """The build proper; returns the result and the sha1s of tarballs the state no longer uses
-    (None: any of them may be unused, look at all)."""
-    result = BuildResult()
-    dropped: set[str] | None = set()
+    """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
+    no longer uses (None: any of them may be unused, look at all)."""
+    run = _Run(settings, state, cache, progress)
+    changes = _detect(run, changed)
+    affected = _read(run, changes)
+    plans = _plan(settings, state, affected)
+    relinked = _relinked(state, plans)
+    plans.update(_plan(settings, state, relinked - affected))
+    _write(run, plans, relinked)
+    if run.result.rebuilt_packages or run.package_set_changed or run.full:
+        _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), run.result)
+    return _commit(run), run.dropped
+
+
+def _detect(run: _Run, changed: Iterable[str | Path] | None) -> ContentChanges:
+    """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
+    state, settings = run.state, run.settings
     fingerprint = settings_fingerprint(settings)
     if state.is_empty():
         state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
     elif not state.has_live():
         _seed_live(state)  # a tree built before versions were pinned: pin what it serves now
-    full = state.get_setting("fingerprint") != fingerprint
-    if full:
+    run.full = state.get_setting("fingerprint") != fingerprint
+    if run.full:
         state.forget_content()  # a new generator or new settings: read every archive again
-        dropped = None  # and afterwards drop every cached manifest no archive uses
-    if changed is None or full:
-        changes = detect_changes(settings.content_dir, state)
-    else:
-        changes = detect_hinted_changes(settings.content_dir, state, changed)
+        run.dropped = None  # and afterwards drop every cached manifest no archive uses
+    if changed is None or run.full:
+        return detect_changes(settings.content_dir, state)
+    return detect_hinted_changes(settings.content_dir, state, changed)
 
-    # Archives: only new and changed ones are opened; their packages are the ones to look at.
+
+def _read(run: _Run, changes: ContentChanges) -> set[str]:
+    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
+    state = run.state
     affected: set[str] = set()
     for relative in changes.removed_archives:
         previous = state.archive(relative)
         if previous:
-            if previous.name:
-                affected.add(previous.name)
-            if previous.shasum and dropped is not None:
-                dropped.add(previous.shasum)
+            affected.update([previous.name] if previous.name else [])
+            _drop_tarball(run, previous.shasum)
             state.delete_archive(relative)
-    pending_cache: list[tuple[str, CachedManifest]] = []
-    for record, body in _read_changed(settings, changes.archives, progress):
+    pending: list[tuple[str, CachedManifest]] = []
+    for record, body in _read_changed(run.settings, changes.archives, run.progress):
         previous = state.archive(record.path)
-        if previous and previous.name:
-            affected.add(previous.name)
-        if previous and previous.shasum and previous.shasum != record.shasum and dropped is not None:
-            dropped.add(previous.shasum)
-        if record.name:
-            affected.add(record.name)
+        affected.update(n for n in (previous.name if previous else None, record.name) if n)
+        if previous and previous.shasum != record.shasum:
+            _drop_tarball(run, previous.shasum)
         state.put_archive(record)
         if body is not None and record.shasum:
-            pending_cache.append((record.shasum, body))
-            if len(pending_cache) >= 256:
-                cache.put_many(pending_cache)
-                pending_cache.clear()
-    cache.put_many(pending_cache)
-    result.archives_read = len(changes.archives)
-
-    build_errors: list[BuildIssue] = []
-    meta_affected = _update_metas(settings, state, changes, build_errors)
-    affected |= meta_affected
-    if full:
+            pending.append((record.shasum, body))
+            if len(pending) >= 256:
+                run.cache.put_many(pending)
+                pending.clear()
+    run.cache.put_many(pending)
+    run.result.archives_read = len(changes.archives)
+    affected |= _update_metas(run.settings, state, changes, run.errors)
+    if run.full:
         affected.update(state.package_names())
         affected.update(state.archive_names())
         affected.update(state.meta_names())
-    meta_issues, broken = _meta_problems(state)
+    return affected
 
-    # Decide per package: keep (broken meta), remove, or (re)write. Presence drives page links.
-    plans: dict[str, tuple[str, bool]] = {}  # name -> (keep|remove|write, has a page after this build)
-    appeared_or_gone: set[str] = set()
 
-    def plan(name: str) -> None:
-        previous = state.package(name)
-        was_present = bool(previous and previous["present"])
-        if name in broken:
-            plans[name] = ("keep", was_present)
-            return
-        releases, issues = _choose_releases(name, state.archives_of(name), state.live_of(name))
-        state.set_issues(name, issues)
-        try:
-            meta = _meta_of(settings, state, name)
-        except (InvalidManifest, OSError) as exc:
-            build_errors.append(BuildIssue(name, f"cannot read its registry-meta.json again: {exc}", name))
-            plans[name] = ("keep", was_present)
-            return
-        if not releases and not (meta and is_open_entry(meta)):
-            plans[name] = ("remove", False)
-        else:
-            plans[name] = ("write", bool(releases))
-        if plans[name][1] != was_present:
-            appeared_or_gone.add(name)
+def _drop_tarball(run: _Run, shasum: str | None) -> None:
+    if shasum and run.dropped is not None:
+        run.dropped.add(shasum)
 
-    for name in sorted(affected):
-        plan(name)
-    # Package pages link dependencies only to packages in the registry, so a page whose linked
-    # names gained or lost a package is rendered again.
-    relinked = state.linking_to(appeared_or_gone) if appeared_or_gone else set()
-    for name in sorted(relinked - affected):
-        plan(name)
+
+def _plan(settings: Settings, state: BuildState, names: Iterable[str]) -> dict[str, PackagePlan]:
+    """Phase 3 (pure: reads the state, writes nothing): keep, remove or write, per package."""
+    _, broken = _meta_problems(state)
+    return {name: _plan_package(settings, state, name, name in broken) for name in sorted(names)}
+
+
+def _plan_package(settings: Settings, state: BuildState, name: str, broken: bool) -> PackagePlan:
+    previous = state.package(name)
+    was_present = bool(previous and previous["present"])
+    if broken:
+        return PackagePlan(name, Action.KEEP, was_present, was_present)
+    releases, refusals = _choose_releases(name, state.archives_of(name), state.live_of(name))
+    try:
+        meta = _meta_of(settings, state, name)
+    except (InvalidManifest, OSError) as exc:
+        error = f"cannot read its registry-meta.json again: {exc}"
+        return PackagePlan(name, Action.KEEP, was_present, was_present, tuple(refusals), error)
+    if not releases and not (meta and is_open_entry(meta)):
+        return PackagePlan(name, Action.REMOVE, False, was_present, tuple(refusals))
+    return PackagePlan(name, Action.WRITE, bool(releases), was_present, tuple(refusals))
+
+
+def _relinked(state: BuildState, plans: Mapping[str, PackagePlan]) -> set[str]:
+    """Package pages link dependencies only to packages in the registry, so a page whose linked
+    names gained or lost a package is rendered again."""
+    appeared_or_gone = {p.name for p in plans.values() if p.present != p.was_present}
+    return state.linking_to(appeared_or_gone) if appeared_or_gone else set()
+
+
+def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None:
+    """Phase 4: records what the plan found, removes what went, writes what changed."""
+    settings, state = run.settings, run.state
+    for plan in plans.values():
+        if plan.refusals is not None:
+            state.set_issues(plan.name, list(plan.refusals))
+        if plan.error is not None:
+            run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
+    _refuse_mass_removal(settings, state, {n: (p.action.value, p.present) for n, p in plans.items()})
+    for plan in plans.values():
+        if plan.action is Action.REMOVE:
+            _remove(run, plan.name)
     registry_names = {n for n in state.present_names() if n not in plans} if plans else set()
-    registry_names.update(n for n, (_, present) in plans.items() if present)
+    registry_names.update(n for n, p in plans.items() if p.present)
+    to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
+    fresh_times: dict[str, dict[str, str]] = {}
+    jobs = _jobs(run, to_write, relinked, fresh_times)
+    for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress):
+        _take_outcome(run, outcome, plans[outcome.name].present)
+    for name, stamps in fresh_times.items():
+        state.put_times(name, stamps)
 
-    _refuse_mass_removal(settings, state, plans)
-    package_set_changed = False
-    for name, (action, _) in sorted(plans.items()):
-        if action == "remove":
-            previous = state.package(name)
-            if previous:
-                _remove_package(settings, name, previous, result)
-                state.delete_package(name)
-                package_set_changed = True
-            state.delete_times(name)
 
-    def jobs(names: list[str]) -> Iterator[PackageJob]:
-        """The packages whose inputs changed (or whose page links did), built one at a time so
-        that memory does not grow with the registry."""
-        for name in names:
-            previous = state.package(name)
-            releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
-            meta = _meta_of(settings, state, name)
-            times = _resolve_times(name, releases, meta, state)
-            digest = _package_digest(name, releases, times, meta)
-            if previous and previous["digest"] == digest and not full and name not in relinked:
-                continue
-            yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest)
+def _remove(run: _Run, name: str) -> None:
+    previous = run.state.package(name)
+    if previous:
+        _remove_package(run.settings, name, previous, run.result)
+        run.state.delete_package(name)
+        run.package_set_changed = True
+    run.state.delete_times(name)
 
-    to_write = [name for name, (action, _) in sorted(plans.items()) if action == "write"]
-    for outcome in _write_packages(settings, cache, registry_names, jobs(to_write), len(to_write), progress):
-        result.written.extend(outcome.written)
-        result.removed.extend(outcome.removed)
-        if outcome.record is None:
-            build_errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
+
+def _jobs(run: _Run, names: list[str], relinked: set[str], fresh_times: dict[str, dict[str, str]]) -> Iterator[PackageJob]:
+    """The packages whose inputs changed (or whose page links did), one at a time so that memory
+    does not grow with the registry. New first-seen times are collected, stored by the caller."""
+    state, settings = run.state, run.settings
+    for name in names:
+        previous = state.package(name)
+        releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
+        meta = _meta_of(settings, state, name)
+        times, fresh = _resolve_times(releases, meta, state.times_of(name))
+        if fresh:
+            fresh_times[name] = fresh
+        digest = _package_digest(name, releases, times, meta)
+        if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        package_set_changed = package_set_changed or outcome.new
-        state.put_package(outcome.name, outcome.record, present=plans[outcome.name][1], fragments=outcome.fragments)
-        state.put_live(outcome.name, outcome.releases)
-        result.rebuilt_packages.append(outcome.name)
+        yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest)
 
-    if result.rebuilt_packages or package_set_changed or full:
-        _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), result)
 
+def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:
+    run.result.written.extend(outcome.written)
+    run.result.removed.extend(outcome.removed)
+    if outcome.record is None:
+        run.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
+        return
+    run.package_set_changed = run.package_set_changed or outcome.new
+    run.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments)
+    run.state.put_live(outcome.name, outcome.releases)
+    run.result.rebuilt_packages.append(outcome.name)
+
+
+def _commit(run: _Run) -> BuildResult:
+    """Phase 6: totals and issues into the result, the settings fingerprint into the state."""
+    state, result = run.state, run.result
+    meta_issues, _ = _meta_problems(state)
     result.packages, result.versions = state.totals()
     result.skipped = result.packages - len(result.rebuilt_packages)
-    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
+    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()]
+    archive_issues += [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
     result.refused = len({issue.path for issue in archive_issues})
-    result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + build_errors
-    state.set_setting("fingerprint", fingerprint)
-    return result, dropped
+    result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + run.errors
+    state.set_setting("fingerprint", settings_fingerprint(run.settings))
+    return result
