@@ -41,10 +41,12 @@ from registry_gen.buildstate import (
     ManifestCache,
     read_legacy_times,
 )
+from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
 from registry_gen.hosting import STATIC_EXTRAS, tag_documents
+from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.manifest import validate_manifest
-from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
+from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, tarball_path
 from registry_gen.packument import (
     Release,
@@ -67,13 +69,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ArchiveRecord", "BuildIssue", "BuildResult", "build_lock", "run_build", "scan_content"]
 
-ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".zip")
-TEMP_SUFFIXES = ("~", ".tmp", ".part", ".crdownload", ".partial")
 PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker processes
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
-PACKUMENT_FILE = "index.html"  # served for /<name> by index-file lookup; see RATIONALE.md
-ABBREVIATED_FILE = "abbreviated.json"
+PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
+ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 ProgressCallback = Callable[[str, int, int], None]
 T = TypeVar("T")
 R = TypeVar("R")
@@ -121,18 +121,6 @@ class BuildResult:
 # ---------------------------------------------------------------- scanning and reading
 
 
-def _is_candidate(name: str) -> bool:
-    return not name.startswith(".") and not name.endswith(TEMP_SUFFIXES)
-
-
-def _kind(name: str) -> str | None:
-    if name.lower().endswith(ARCHIVE_SUFFIXES):
-        return "archive"
-    if name == META_FILENAME:
-        return "meta"
-    return None
-
-
 def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
     """(size, mtime_ns) of every archive and every registry-meta.json below content_dir, by
     relative path (hidden and temp files skipped), from the same walk the build uses."""
@@ -140,7 +128,7 @@ def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[st
     metas: dict[str, tuple[int, int]] = {}
     for folder, listing in _walk_listings(content_dir):
         for name, size, mtime_ns in listing:
-            (archives if _kind(name) == "archive" else metas)[_join(folder, name)] = (size, mtime_ns)
+            (archives if content_kind(name) == "archive" else metas)[_join(folder, name)] = (size, mtime_ns)
     return archives, metas
 
 
@@ -161,11 +149,11 @@ def _walk_listings(content_dir: Path) -> Iterator[tuple[str, Listing]]:
             with os.scandir(os.path.join(root, folder) if folder else root) as entries:
                 for entry in entries:
                     name = entry.name
-                    if name[0] == "." or name.endswith(TEMP_SUFFIXES):
+                    if not is_candidate(name):
                         continue
                     if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
                         stack.append(f"{folder}/{name}" if folder else name)
-                    elif (name.lower().endswith(ARCHIVE_SUFFIXES) or name == META_FILENAME) and entry.is_file(
+                    elif content_kind(name) is not None and entry.is_file(
                         follow_symlinks=False
                     ):
                         stat = entry.stat(follow_symlinks=False)
@@ -205,9 +193,9 @@ class ContentChanges:
         for name, size, mtime in new or ():
             seen.add(name)
             if old.get(name) != (size, mtime):
-                (self.archives if _kind(name) == "archive" else self.metas).append(_join(folder, name))
+                (self.archives if content_kind(name) == "archive" else self.metas).append(_join(folder, name))
         for name in old.keys() - seen:
-            (self.removed_archives if _kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
+            (self.removed_archives if content_kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
 
 
 def _store_listing(state: BuildState, folder: str, listing: Listing | None) -> None:
@@ -258,7 +246,7 @@ def detect_hinted_changes(content_dir: Path, state: BuildState, paths: Iterable[
     by_folder: dict[str, set[str]] = defaultdict(set)
     for path in paths:
         folder, _, name = _relative_hint(content_dir, path).rpartition("/")
-        if _is_candidate(name) and _kind(name) and not any(p.startswith(".") for p in folder.split("/") if p):
+        if is_candidate(name) and content_kind(name) and not any(p.startswith(".") for p in folder.split("/") if p):
             by_folder[folder].add(name)
     changes = ContentChanges()
     for folder, names in sorted(by_folder.items()):
@@ -529,77 +517,70 @@ def _write_json_pair(
             written.append(relative + ".gz")
 
 
-def _write_package(
-    settings: Settings,
-    cache: ManifestCache,
-    name: str,
-    releases: dict[str, ArchiveRecord],
-    times: dict[str, str],
-    meta: PackageMeta,
-    previous: dict[str, Any],
-    result: BuildResult,
-    registry_names: set[str],
-) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-    out = settings.out_dir
-    previous_files: list[str] = previous.get("files", [])
-    previous_tarballs: dict[str, str] = previous.get("tarballs", {})
-    files: list[str] = []
+def _write_package(context: _WriterContext, job: PackageJob, result: BuildResult) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+    """One package's files: tarballs first (a document must never point at a missing file), then
+    its documents and pages; files it had before and has no more go. Returns the package
+    document, its files and its tarballs (path -> sha1)."""
+    settings = context.settings
+    built, tarballs = _write_tarballs(context, job, result)
+    tags = choose_dist_tags(job.releases, job.meta.dist_tags)
+    latest = _load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True) if tags else {}
+    packument = build_packument(
+        job.name, built, job.meta, base_url=settings.base_url,
+        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"),
+    )
+    files = [*tarballs, *_write_documents(settings, packument, result)]
+    if job.releases:
+        sizes = {version: record.tarball_size for version, record in job.releases.items()}
+        pages = site.package_pages(packument, settings, registry_names=context.registry_names, tarball_sizes=sizes)
+        for relative, data in pages.items():
+            if write_if_changed(settings.out_dir / relative, data):
+                result.written.append(relative)
+            files.append(relative)
+    for stale in sorted(set(job.previous.get("files", [])) - set(files)):
+        if remove_tree(settings.out_dir, stale):
+            result.removed.append(stale)
+    return packument, files, tarballs
+
+
+def _write_tarballs(context: _WriterContext, job: PackageJob, result: BuildResult) -> tuple[list[Release], dict[str, str]]:
+    """Copies each version's tarball unless the tree already has those bytes; the releases for the document."""
+    settings = context.settings
+    previous_tarballs: dict[str, str] = job.previous.get("tarballs", {})
     tarballs: dict[str, str] = {}
     built: list[Release] = []
-    for version, record in releases.items():
-        cached = _load_cached(cache, record, settings)
-        built.append(
-            Release(
-                version=version,
-                manifest=cached["manifest"],
-                shasum=record.shasum or "",
-                integrity=record.integrity or "",
-                size=record.tarball_size,
-                file_count=record.file_count,
-                unpacked_size=record.unpacked_size,
-                time=times[version],
-            )
-        )
-        # Tarballs first: a packument must never point at a file that is not there yet.
-        relative = tarball_path(name, version)
-        files.append(relative)
+    for version, record in job.releases.items():
+        cached = _load_cached(context.cache, record, settings)
+        built.append(Release(
+            version=version, manifest=cached["manifest"], shasum=record.shasum or "", integrity=record.integrity or "",
+            size=record.tarball_size, file_count=record.file_count, unpacked_size=record.unpacked_size,
+            time=job.times[version],
+        ))
+        relative = tarball_path(job.name, version)
         tarballs[relative] = record.shasum or ""
-        target = out / relative
+        target = settings.out_dir / relative
         unchanged = previous_tarballs.get(relative) == record.shasum
         if not (unchanged and target.exists() and target.stat().st_size == record.tarball_size):
-            atomic_copy(_tarball_source(settings, name, version, record), target)
+            atomic_copy(_tarball_source(settings, job.name, version, record), target)
             result.written.append(relative)
-    tags = choose_dist_tags(releases, meta.dist_tags)
-    latest = _load_cached(cache, releases[tags["latest"]], settings, readme=True) if tags else {}
-    packument = build_packument(
-        name,
-        built,
-        meta,
-        base_url=settings.base_url,
-        readme=latest.get("readme"),
-        readme_filename=latest.get("readmeFilename"),
-    )
-    base = package_dir(name)
+    return built, tarballs
+
+
+def _write_documents(settings: Settings, packument: dict[str, Any], result: BuildResult) -> list[str]:
+    """The full and abbreviated documents, the dist-tags, one document per tag (GET /<name>/<tag>)."""
+    base = package_dir(packument["name"])
+    files = []
     for relative, data in (
         (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
         (f"{base}/{ABBREVIATED_FILE}", dumps(abbreviate(packument))),
         (f"-/package/{base}/dist-tags", dumps(packument["dist-tags"])),
-        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),  # GET /<name>/<tag>
+        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),
     ):
-        _write_json_pair(out, relative, data, settings, result.written)
+        _write_json_pair(settings.out_dir, relative, data, settings, result.written)
         files.append(relative)
         if settings.gzip:
             files.append(relative + ".gz")
-    sizes = {version: record.tarball_size for version, record in releases.items()}
-    pages = site.package_pages(packument, settings, registry_names=registry_names, tarball_sizes=sizes) if releases else {}
-    for relative, data in pages.items():
-        if write_if_changed(out / relative, data):
-            result.written.append(relative)
-        files.append(relative)
-    for stale in sorted(set(previous_files) - set(files)):
-        if remove_tree(out, stale):
-            result.removed.append(stale)
-    return packument, files, tarballs
+    return files
 
 
 @dataclass(frozen=True)
@@ -617,8 +598,8 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
     documents = {
-        "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
-        "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),
+        ALL_DOCUMENT: join_all_index(stamp, (e.all_fragment for e in listed)),
+        SEARCH_DOCUMENT: join_search_document([e.search_fragment for e in listed], stamp),
     }
     del listed
     # Both documents grow with the registry (MBs at 100,000 versions) and zlib lets go of the
@@ -743,17 +724,7 @@ def _pooled_write(job: PackageJob) -> PackageOutcome:
 def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcome:
     local = BuildResult()
     try:
-        packument, files, tarballs = _write_package(
-            context.settings,
-            context.cache,
-            job.name,
-            job.releases,
-            job.times,
-            job.meta,
-            job.previous,
-            local,
-            context.registry_names,
-        )
+        packument, files, tarballs = _write_package(context, job, local)
     except RegistryError as exc:
         return PackageOutcome(job.name, None, local.written, local.removed, str(exc), new=not job.previous)
     summary = summarize(packument)

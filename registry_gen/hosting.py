@@ -25,26 +25,27 @@ from typing import Any
 
 import jinja2
 
-PACKAGE_DOCUMENT = "index.html"  # the build's name for a package document (RATIONALE.md §1)
-ABBREVIATED_DOCUMENT = "abbreviated.json"
-ABBREVIATED_TYPE = "application/vnd.npm.install-v1+json"
-JSON_TYPE = "application/json"
-TARBALL_TYPE = "application/octet-stream"
-IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
-ERROR_CACHE = "no-cache"
+from registry_gen.layout import (
+    ABBREVIATED_DOCUMENT,
+    ABBREVIATED_TYPE,
+    API_READ_PREFIXES,
+    ERROR_CACHE,
+    IMMUTABLE_CACHE,
+    JSON_TYPE,
+    NOJEKYLL,
+    NOT_FOUND_DOCUMENT,
+    PACKAGE_DOCUMENT,
+    PAGES_NOT_FOUND,
+    TARBALL_TYPE,
+    USER_API_EXACT,
+    USER_API_PREFIXES,
+    WEB_ROOT,
+)
+
 NOT_FOUND_BODY = b'{"error":"not found"}\n'
-NOT_FOUND_DOCUMENT = "-/404.json"  # the object store's error document
-PAGES_NOT_FOUND = "404.html"  # GitHub Pages serves this one, with status 404, for any missing path
-NOJEKYLL = ".nojekyll"  # GitHub Pages: serve the files as they are, no Jekyll pass
 # Files the build writes for hosts that cannot be configured: relative path -> bytes.
 STATIC_EXTRAS: dict[str, bytes] = {NOJEKYLL: b"", NOT_FOUND_DOCUMENT: NOT_FOUND_BODY, PAGES_NOT_FOUND: NOT_FOUND_BODY}
-WEB_ROOT = "-/web"
 TEMPLATES = Path(__file__).resolve().parent / "templates"  # the nginx *.conf.j2 files
-# GET paths whose answer depends on who asks or on the query: never files. The same lists as
-# `registry-gen serve` uses (user_api/server.py; a test keeps them equal).
-API_READ_PREFIXES = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
-USER_API_PREFIXES = ("/user/", "/-/user-api/")
-USER_API_EXACT = ("/user",)
 
 
 _TAG_FOLDER = re.compile(r"^[A-Za-z][A-Za-z0-9._~-]{0,127}$")

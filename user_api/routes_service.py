@@ -8,11 +8,11 @@ from typing import Any
 
 import bottle
 
+from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.publish import BadRequest, now_iso
 from user_api.registry_context import context, required_caller
 from user_api.web import json_response
 
-SEARCH_DOCUMENT = "-/v1/search/index.html"  # written by the build: every package's search entry
 
 
 def ping() -> bottle.HTTPResponse:

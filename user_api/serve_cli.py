@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from registry_gen.cli_options import ConfigOption
+from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.settings import Settings
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
@@ -42,7 +43,7 @@ def _public_url(host: str, port: int) -> str:
 def _example_package(out_dir: Path) -> str:
     """A package the tree holds, for the "try" line (the built search document lists them)."""
     try:
-        document = json.loads((out_dir / "-/v1/search/index.html").read_bytes())
+        document = json.loads((out_dir / SEARCH_DOCUMENT).read_bytes())
         return str(document["objects"][0]["package"]["name"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return "<package>"

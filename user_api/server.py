@@ -21,6 +21,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
+from registry_gen.layout import (
+    ABBREVIATED_TYPE,
+    API_READ_PREFIXES,
+    DOCUMENT_CACHE,
+    IMMUTABLE_CACHE,
+    JSON_TYPE,
+    USER_API_PREFIXES,
+)
 from registry_gen.settings import Settings
 from user_api.app import create_user_app
 from user_api.negotiation import parse_accept
@@ -31,13 +39,10 @@ from user_api.web import etag_matches
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
-ABBREVIATED_TYPE: Final = "application/vnd.npm.install-v1+json"
-JSON_TYPE: Final = "application/json"
-TARBALL_CACHE: Final = "public, max-age=31536000, immutable"  # a name@version is never reused
-DOCUMENT_CACHE: Final = "public, max-age=0, must-revalidate"  # new versions show up at once
-# GET paths whose answer depends on the caller or the query: never files.
-DYNAMIC_GET_PREFIXES: Final = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
-USER_APP_PREFIXES: Final = ("/user/", "/-/user-api/")
+TARBALL_CACHE: Final = IMMUTABLE_CACHE
+# GET paths whose answer depends on the caller or the query: never files (registry_gen.layout).
+DYNAMIC_GET_PREFIXES: Final = API_READ_PREFIXES
+USER_APP_PREFIXES: Final = USER_API_PREFIXES
 STREAM_THRESHOLD: Final = 256 * 1024
 
 
