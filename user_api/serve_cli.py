@@ -56,6 +56,17 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _greet(settings: Settings, listening: str, threads: int, static: bool) -> None:
+    if static:
+        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
+        typer.echo(f"listening on {listening} ({threads} threads); try:")
+        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
+        typer.echo(f"  npm adduser --registry {settings.base_url}")
+    else:
+        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
+        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+
+
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
@@ -92,15 +103,7 @@ def _run(
         typer.echo(f"built {settings.out_dir}: {result.summary()}")
     store = open_user_store(settings)
     holder["app"] = create_server_app(settings, store, static=static)
-    listening = _public_url(settings.host, port)
-    if static:
-        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
-        typer.echo(f"listening on {listening} ({threads} threads); try:")
-        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
-        typer.echo(f"  npm adduser --registry {settings.base_url}")
-    else:
-        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
-        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+    _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
         from registry_gen.watch import start_watcher
