@@ -3,7 +3,7 @@
 Pure functions over a `PackageState` (the package's registry-meta.json plus the versions the tree
 serves); they return the new `PackageMeta` or raise. Decoding a publish body is pure too (bytes
 in, a checked `Upload` out). The I/O — content/ storage, the build lock, the rebuild — lives in
-the web layer's orchestrator (user_api.registry_routes).
+the write service (registry_gen.writes).
 
 Who may write (see RATIONALE in the report): a package with maintainers accepts writes from them
 and from administrators; a package built from archives dropped into content/ by hand (no
