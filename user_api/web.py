@@ -27,7 +27,6 @@ from registry_gen.errors import (
     InvalidVersion,
     LockTimeout,
     NotFound,
-    RegistryError,
     VersionConflict,
 )
 from registry_gen.publish import ArchiveTooLarge, BadRequest
@@ -121,8 +120,6 @@ def error_status(error: BaseException) -> tuple[int, str, dict[str, str]]:
         if isinstance(error, kind):
             headers = {"Retry-After": "5"} if status == 503 else {}
             return status, (_message(error) or "the registry is busy; retry shortly"), headers
-    if isinstance(error, RegistryError):
-        return 400, str(error), {}
     return 500, "internal error; the registry log has the details", {}
 
 
