@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 4873
 STAMP := $(VENV)/.installed
 
-.PHONY: run test build check bench venv clean demo system-deps
+.PHONY: run test build check bench venv clean demo system-deps corpus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ run: $(STAMP)
 ## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones).
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## Fetch the real-world corpus's tarballs into ~/.cache/registry-gen-tests/ (tests/realworld/README.md).
+corpus: $(STAMP)
+	$(BIN)/python -m tests.realworld.corpus fetch
 
 build: $(STAMP)
 	$(BIN)/registry-gen build

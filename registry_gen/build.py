@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
+from registry_gen.access import FULL_SEARCH_DOCUMENT
 from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
     CACHE_FILE,
@@ -44,6 +45,7 @@ from registry_gen.buildstate import (
 from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
 from registry_gen.hosting import STATIC_EXTRAS, tag_documents
+from registry_gen.keyring import load_signer, publish_keys
 from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import PackageMeta, parse_meta
@@ -61,6 +63,7 @@ from registry_gen.packument import (
 )
 from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
+from registry_gen.signing import Signer
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
@@ -366,6 +369,10 @@ def _read_changed(
 def settings_fingerprint(settings: Settings) -> str:
     """Anything that changes every output file forces a full rebuild when it changes."""
     parts = [__version__, settings.base_url, settings.site_title, str(settings.gzip), site.template_fingerprint(settings)]
+    if settings.signing_key is not None or settings.signing_key_pem:
+        parts.append("signed")  # turning signing on or off re-signs (or unsigns) every document; a new key does not
+    if settings.packages.in_force:
+        parts.append(repr(settings.packages))  # the listings show only what everyone may read
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
@@ -527,7 +534,7 @@ def _write_package(context: _WriterContext, job: PackageJob, result: BuildResult
     latest = _load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True) if tags else {}
     packument = build_packument(
         job.name, built, job.meta, base_url=settings.base_url,
-        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"),
+        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"), signer=context.signer,
     )
     files = [*tarballs, *_write_documents(settings, packument, result)]
     if job.releases:
@@ -594,9 +601,14 @@ class IndexEntry:
 
 def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
     out = settings.out_dir
-    listed = [e for e in entries if e.summary["versions"]]  # by name; version-less entries are not listed
+    # By name; version-less entries are not listed, nor packages some may not read (registry_gen.access).
+    present = [e for e in entries if e.summary["versions"]]
+    listed = [e for e in present if settings.packages.is_public(e.summary["name"])]
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
+    if settings.packages.in_force:  # every package, for the API's per-caller search (never served)
+        write_if_changed(out / FULL_SEARCH_DOCUMENT, join_search_document([e.search_fragment for e in present], stamp))
+    del present
     documents = {
         ALL_DOCUMENT: join_all_index(stamp, (e.all_fragment for e in listed)),
         SEARCH_DOCUMENT: join_search_document([e.search_fragment for e in listed], stamp),
@@ -706,6 +718,7 @@ class _WriterContext:
     settings: Settings
     cache: ManifestCache
     registry_names: set[str]
+    signer: Signer | None = None
 
 
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
@@ -713,7 +726,8 @@ _worker_context: _WriterContext | None = None  # set once per worker process by 
 
 def _init_writer(settings: Settings, cache_path: str, registry_names: set[str]) -> None:
     global _worker_context
-    _worker_context = _WriterContext(settings, ManifestCache(Path(cache_path), readonly=True), registry_names)
+    cache = ManifestCache(Path(cache_path), readonly=True)
+    _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -748,6 +762,7 @@ def _write_packages(
     jobs: Iterator[PackageJob],
     at_most: int,
     progress: ProgressCallback | None,
+    signer: Signer | None = None,
 ) -> Iterator[PackageOutcome]:
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
@@ -758,7 +773,7 @@ def _write_packages(
                     progress("write", index + 1, at_most)
                 yield outcome
     else:
-        context = _WriterContext(settings, cache, registry_names)
+        context = _WriterContext(settings, cache, registry_names, signer)
         for index, job in enumerate(jobs):
             if progress:
                 progress("write", index + 1, at_most)
@@ -781,12 +796,14 @@ def run_build(
     lock_timeout: float = 600,
     changed: Iterable[str | Path] | None = None,
     on_lock_wait: Callable[[], None] | None = None,
+    full: bool = False,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
     `on_lock_wait` is called once when another process holds the lock and this build waits.
+    `full`: write every package again (after a key rotation: re-sign everything with the new key).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -804,7 +821,7 @@ def run_build(
     except Timeout as exc:
         raise LockTimeout(f"another build holds {settings.lock_file}") from exc
     try:
-        return _build_locked(settings, progress, changed)
+        return _build_locked(settings, progress, changed, full)
     finally:
         lock.release()
 
@@ -822,7 +839,7 @@ def build_locked(settings: Settings, changed: Iterable[str | Path] | None = None
 
 
 def _build_locked(
-    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None
+    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None, full: bool = False
 ) -> BuildResult:
     started = time.perf_counter()
     cache_dir = _cache_dir(settings.out_dir)
@@ -835,7 +852,7 @@ def _build_locked(
     try:  # both connections close whatever happens: serve and watch run many builds in one process
         try:
             state.begin()
-            result, dropped = _build_in_transaction(settings, state, cache, progress, changed)
+            result, dropped = _build_in_transaction(settings, state, cache, progress, changed, full)
             state.commit()
         finally:
             state.close()
@@ -886,6 +903,7 @@ class _Run:
     dropped: set[str] | None = field(default_factory=set)  # tarball sha1s no longer used (None: look at all)
     full: bool = False
     package_set_changed: bool = False
+    signer: Signer | None = None
 
 
 def _build_in_transaction(
@@ -894,11 +912,12 @@ def _build_in_transaction(
     cache: ManifestCache,
     progress: ProgressCallback | None,
     changed: Iterable[str | Path] | None,
+    force_full: bool = False,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
     run = _Run(settings, state, cache, progress)
-    changes = _detect(run, changed)
+    changes = _detect(run, changed, force_full)
     affected = _read(run, changes)
     plans = _plan(settings, state, affected)
     relinked = _relinked(state, plans)
@@ -906,10 +925,11 @@ def _build_in_transaction(
     _write(run, plans, relinked)
     if run.result.rebuilt_packages or run.package_set_changed or run.full:
         _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), run.result)
+    publish_keys(settings, state, run.signer, run.result.written)
     return _commit(run), run.dropped
 
 
-def _detect(run: _Run, changed: Iterable[str | Path] | None) -> ContentChanges:
+def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -> ContentChanges:
     """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
     state, settings = run.state, run.settings
     fingerprint = settings_fingerprint(settings)
@@ -917,7 +937,8 @@ def _detect(run: _Run, changed: Iterable[str | Path] | None) -> ContentChanges:
         state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
     elif not state.has_live():
         _seed_live(state)  # a tree built before versions were pinned: pin what it serves now
-    run.full = state.get_setting("fingerprint") != fingerprint
+    run.signer = load_signer(settings)  # a bad key stops the build before it writes anything
+    run.full = force_full or state.get_setting("fingerprint") != fingerprint
     if run.full:
         state.forget_content()  # a new generator or new settings: read every archive again
         run.dropped = None  # and afterwards drop every cached manifest no archive uses
@@ -1009,7 +1030,7 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
     jobs = _jobs(run, to_write, relinked, fresh_times)
-    for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress):
+    for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress, run.signer):
         _take_outcome(run, outcome, plans[outcome.name].present)
     for name, stamps in fresh_times.items():
         state.put_times(name, stamps)

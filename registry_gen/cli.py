@@ -63,6 +63,7 @@ def build_command(
     prune: Annotated[
         bool, typer.Option("--prune", help="Allow a build that removes most of the tree's packages (content/ really lost them).")
     ] = False,
+    full: Annotated[bool, typer.Option("--full", help="Write every package again (re-signs everything after a key rotation).")] = False,
     config: ConfigOption = None,
 ) -> None:
     """Build the static registry tree from a folder of archives (incremental).
@@ -76,7 +77,7 @@ def build_command(
     )
     report, stop = _progress_reporter()
     try:
-        result = run_build(settings, progress=report)
+        result = run_build(settings, progress=report, full=full)
     finally:
         stop()
     for issue in result.errors:
@@ -153,7 +154,7 @@ def create_cli() -> typer.Typer:
     )
     app.command("build")(build_command)
     app.command("check")(check_command)
-    for extra in ("watch", "verify", "host_config"):
+    for extra in ("watch", "verify", "host_config", "import", "keys"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
             module.register(app, settings_from_options)

@@ -49,6 +49,30 @@ def _write_text(text: str, out: Path | None) -> None:
     typer.echo(f"wrote {out}", err=True)
 
 
+def private_packages(settings: Settings) -> list[str]:
+    """Packages in the built tree that the read rules do not let everyone read."""
+    from registry_gen.buildstate import BuildState
+
+    if not settings.packages.in_force or not settings.state_file.exists():
+        return []
+    state = BuildState(settings.state_file)
+    try:
+        return sorted(name for name in state.present_names() if not settings.packages.is_public(name))
+    finally:
+        state.close()
+
+
+def refuse_private_upload(settings: Settings, include_private: bool) -> None:
+    """An object store cannot run the read check: private packages would become public."""
+    private = private_packages(settings)
+    if private and not include_private:
+        shown = ", ".join(private[:5]) + (f" and {len(private) - 5} more" if len(private) > 5 else "")
+        raise ConfigError(
+            f"deploy: {len(private)} package(s) are private under the read rules ({shown}); a bucket would serve them to "
+            "anyone. Serve the tree with nginx or registry-gen serve, or pass --include-private if the bucket itself is private"
+        )
+
+
 def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
     host = typer.Typer(help="Configuration for the web server or object store that serves the tree.", no_args_is_help=True)
     _register_nginx(host, settings_from_options)
@@ -73,6 +97,13 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         user: Annotated[str | None, typer.Option("--user", help="With --standalone under root: the workers' user.")] = None,
         workers: Annotated[str, typer.Option("--workers", help="With --standalone: worker_processes.")] = "auto",
         document_max_age: MaxAgeOption = 0,
+        read_cache_seconds: Annotated[
+            int, typer.Option("--read-cache-seconds", min=0, help="With read rules: seconds nginx reuses a read decision.")
+        ] = 10,
+        read_cache_path: Annotated[
+            str | None,
+            typer.Option("--read-cache-path", help="With read rules: folder of cached decisions (default: read_cache in the runtime folder with --standalone, else /var/cache/nginx/registry-gen-read)."),
+        ] = None,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -90,6 +121,11 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             "document_max_age": document_max_age,
             "max_body_size": default_max_body_size(settings),
         }
+        if settings.packages.in_force:
+            from registry_gen.nginx_access import ReadCheck
+
+            default_path = "read_cache" if standalone else "/var/cache/nginx/registry-gen-read"
+            common["read_check"] = ReadCheck(read_cache_path or default_path, read_cache_seconds)
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -142,6 +178,10 @@ def _register_deploy(app: typer.Typer, settings_from_options: SettingsFactory) -
         ] = False,
         jobs: Annotated[int, typer.Option("--jobs", min=1, max=64, help="Parallel uploads.")] = 8,
         document_max_age: MaxAgeOption = 0,
+        include_private: Annotated[
+            bool,
+            typer.Option("--include-private", help="Upload even packages the read rules keep private (the bucket cannot check reads)."),
+        ] = False,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -151,6 +191,7 @@ def _register_deploy(app: typer.Typer, settings_from_options: SettingsFactory) -
         from registry_gen.errors import LockTimeout
 
         settings = settings_from_options(config, out_dir=tree)
+        refuse_private_upload(settings, include_private)
         target = parse_s3_url(url)
         client = make_client(endpoint_url=endpoint_url, region=region)
         lock = build_lock(settings)

@@ -41,11 +41,15 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
     WEB_ROOT,
 )
+from registry_gen.nginx_access import ReadCheck, http_part, server_part
+from registry_gen.signing import KEYS_DOCUMENT
 
 NOT_FOUND_BODY = b'{"error":"not found"}\n'
 # Files the build writes for hosts that cannot be configured: relative path -> bytes.
 STATIC_EXTRAS: dict[str, bytes] = {NOJEKYLL: b"", NOT_FOUND_DOCUMENT: NOT_FOUND_BODY, PAGES_NOT_FOUND: NOT_FOUND_BODY}
 TEMPLATES = Path(__file__).resolve().parent / "templates"  # the nginx *.conf.j2 files
+# Files of the tree below the API's prefixes: the registry's public signing keys (registry_gen.signing).
+STATIC_UNDER_API = ("/" + KEYS_DOCUMENT,)
 
 
 _TAG_FOLDER = re.compile(r"^[A-Za-z][A-Za-z0-9._~-]{0,127}$")
@@ -222,6 +226,7 @@ def _plain(value: str, what: str) -> str:
 
 _ERRORS = {
     400: "bad request",
+    401: "authentication required: log in (npm login) and send the token",
     403: "forbidden",
     404: "not found",
     405: "method not allowed: this registry is read-only",
@@ -241,6 +246,7 @@ def nginx_site(
     server_name: str = "_",
     document_max_age: int = 0,
     max_body_size: str = "300m",
+    read_check: ReadCheck | None = None,
 ) -> str:
     """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
 
@@ -248,8 +254,11 @@ def nginx_site(
     `api_upstream` ("127.0.0.1:4874") is where `registry-gen api` listens: every method but
     GET and HEAD, and the GET endpoints that depend on the caller, go there, so one URL serves
     reads and writes. Without it the tree is read-only and writes get a JSON 405.
+    `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
     Every value reaching the template is checked here (no directive can be split or injected).
     """
+    if read_check is not None and api_upstream is None:
+        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
     root = Path(out_dir).resolve()
     return _templates().get_template("nginx_site.conf.j2").render(
         root=root,
@@ -260,7 +269,14 @@ def nginx_site(
         api_upstream=None if api_upstream is None else _plain(api_upstream, "API address"),
         api_matches=[f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT],
         errors=_ERRORS,
+        # With read rules, the API's 403 (a token without access) is served as the 404 of a missing package.
+        denied={403} if read_check is not None else set(),
+        read_check=read_check is not None,
+        http_part=http_part(read_check) if read_check is not None else "",
+        server_part=server_part(read_check) if read_check is not None else "",
+        static_json_paths=STATIC_UNDER_API,
         document_cache=document_cache(document_max_age),
+        static_cache=document_cache(0),
         package_document=PACKAGE_DOCUMENT,
         abbreviated_document=ABBREVIATED_DOCUMENT,
         abbreviated_type=ABBREVIATED_TYPE,
@@ -285,6 +301,7 @@ def nginx_config(
     worker_processes: str = "auto",
     user: str | None = None,
     access_log: bool = False,
+    read_check: ReadCheck | None = None,
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -295,6 +312,7 @@ def nginx_config(
     site = nginx_site(
         out_dir, listen, api_upstream,
         server_name=server_name, document_max_age=document_max_age, max_body_size=max_body_size,
+        read_check=read_check,
     )
     return _templates().get_template("nginx.conf.j2").render(
         site=site,

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
@@ -17,6 +18,7 @@ CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
 # `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
 CHECK_PROFILES = ("npm", "commonjs")
+SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,9 @@ class Settings:
     check_profile: str = "npm"
     check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
+    signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
+    signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
+    packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -78,8 +83,8 @@ class Settings:
         return self.out_dir.parent / f".{self.out_dir.name}.lock"
 
 
-_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir"}
-_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore"}
+_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir", "signing_key"}
+_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type, str]] = {
     "content_dir": (str, "a path (string)"),
@@ -97,6 +102,7 @@ _YAML_TYPES: dict[str, tuple[type, str]] = {
     "prune": (bool, "true or false"),
     "check_profile": (str, "a string"),
     "check_ignore": (list, "a list of rule ids"),
+    "signing_key": (str, "a path (string)"),
 }
 
 
@@ -124,6 +130,8 @@ def _limits_from(value: Any) -> Limits:
 def _value_from(key: str, value: Any, source: Path) -> Any:
     if key == "limits":
         return _limits_from(value)
+    if key == "packages":
+        return parse_rules(value)
     if value is None and key in _NULLABLE_KEYS:
         return None
     expected, wanted = _YAML_TYPES[key]
@@ -132,7 +140,7 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = set(_YAML_TYPES) | {"limits"}
+    known = set(_YAML_TYPES) | {"limits", "packages"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
@@ -162,6 +170,8 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         raise ConfigError(f"{path}: config file not found")
     if os.environ.get(DATABASE_URL_ENV):
         values["database_url"] = os.environ[DATABASE_URL_ENV]
+    if os.environ.get(SIGNING_KEY_ENV):
+        values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings(**values)

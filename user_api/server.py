@@ -30,8 +30,11 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
 )
 from registry_gen.settings import Settings
+from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
+from user_api.groups import GroupStore
 from user_api.negotiation import parse_accept
+from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
 from user_api.web import etag_matches
@@ -43,6 +46,9 @@ TARBALL_CACHE: Final = IMMUTABLE_CACHE
 # GET paths whose answer depends on the caller or the query: never files (registry_gen.layout).
 DYNAMIC_GET_PREFIXES: Final = API_READ_PREFIXES
 USER_APP_PREFIXES: Final = USER_API_PREFIXES
+# Files of the tree below a dynamic prefix: the registry's public signing keys.
+STATIC_UNDER_DYNAMIC: Final = ("/" + KEYS_DOCUMENT,)
+SEARCH_PATH: Final = "/-/v1/search"
 STREAM_THRESHOLD: Final = 256 * 1024
 
 
@@ -51,7 +57,7 @@ def is_user_app_path(path: str) -> bool:
 
 
 def is_dynamic_get(path: str) -> bool:
-    return path.startswith(DYNAMIC_GET_PREFIXES)
+    return path.startswith(DYNAMIC_GET_PREFIXES) and path not in STATIC_UNDER_DYNAMIC
 
 
 def _json_reply(start_response: StartResponse, status: str, data: Any, head: bool = False) -> list[bytes]:
@@ -191,12 +197,21 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
     """The combined app; `static=False` for `registry-gen api` behind a static host."""
     user_app = create_user_app(settings, store)
     registry_app = create_registry_app(settings, store)
-    tree = StaticTree(settings.out_dir) if static else None
+    tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
+    # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
+    guard = ReadGuard(settings, store, GroupStore.for_settings(settings)) if settings.packages.in_force else None
+    if tree is not None and guard is not None:
+        tree = guard.protect(tree)
+    read_check = guard.decision if guard is not None else allow_all
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = _wsgi_path(environ)
         if is_user_app_path(path):
             return user_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == READ_CHECK_PATH:
+            return read_check(environ, start_response)
+        if guard is not None and path == SEARCH_PATH:
+            return guard.search(environ, start_response)  # each caller sees what they may read
         method = environ.get("REQUEST_METHOD")
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)

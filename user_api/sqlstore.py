@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from user_api.credentials import PasswordHasher, new_token, token_digest, token_prefix
+from user_api.credentials import PasswordHasher, is_legacy_hash, new_token, token_digest, token_prefix
 from user_api.errors import (
     FieldError,
     InvalidFields,
@@ -440,8 +440,8 @@ class SqlUserStore:
                     problems += email_problems(record.email)
                 if record.full_name is not None:
                     problems += full_name_problems(record.full_name)
-                if not record.password_hash.startswith("$argon2"):
-                    problems.append("password_hash must be an argon2 PHC string")
+                if not (record.password_hash.startswith("$argon2") or is_legacy_hash(record.password_hash)):
+                    problems.append("password_hash must be an argon2 PHC string or an htpasswd hash (bcrypt, crypt, {SHA})")
                 if problems:
                     raise InvalidFields(errors=[FieldError(p, pointer=f"#/{index}") for p in problems])
                 yield (str(uuid.uuid4()), record.username, record.email, record.full_name, record.role,
