@@ -1029,11 +1029,15 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     registry_names.update(n for n, p in plans.items() if p.present)
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
-    jobs = _jobs(run, to_write, relinked, fresh_times)
+    meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
+    jobs = _jobs(run, to_write, relinked, fresh_times, meta_times)
     for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress, run.signer):
         _take_outcome(run, outcome, plans[outcome.name].present)
     for name, stamps in fresh_times.items():
-        state.put_times(name, stamps)
+        kept = meta_times.get(name, {})
+        first_seen = {v: t for v, t in stamps.items() if v not in kept}
+        state.put_times(name, first_seen)
+        state.put_times(name, kept, durable=False)
 
 
 def _remove(run: _Run, name: str) -> None:
@@ -1045,7 +1049,9 @@ def _remove(run: _Run, name: str) -> None:
     run.state.delete_times(name)
 
 
-def _jobs(run: _Run, names: list[str], relinked: set[str], fresh_times: dict[str, dict[str, str]]) -> Iterator[PackageJob]:
+def _jobs(
+    run: _Run, names: list[str], relinked: set[str], fresh_times: dict[str, dict[str, str]], meta_times: dict[str, dict[str, str]]
+) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
     does not grow with the registry. New first-seen times are collected, stored by the caller."""
     state, settings = run.state, run.settings
@@ -1056,6 +1062,10 @@ def _jobs(run: _Run, names: list[str], relinked: set[str], fresh_times: dict[str
         times, fresh = _resolve_times(releases, meta, state.times_of(name))
         if fresh:
             fresh_times[name] = fresh
+            if meta is not None:
+                kept = {v: t for v, t in fresh.items() if meta.time.get(v) == t}
+                if kept:
+                    meta_times[name] = kept
         digest = _package_digest(name, releases, times, meta)
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue

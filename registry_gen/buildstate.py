@@ -263,9 +263,12 @@ class BuildState:
     def times_of(self, name: str) -> dict[str, str]:
         return dict(self.db.execute("SELECT version, stamp FROM times WHERE name = ?", (name,)))
 
-    def put_times(self, name: str, stamps: dict[str, str]) -> None:
+    def put_times(self, name: str, stamps: dict[str, str], *, durable: bool = True) -> None:
+        """Records publish times; `durable=False` for times a registry-meta.json already keeps
+        (content/ is their durable home: no ledger line, no fsync)."""
         self._insert_times(name, stamps)
-        self.ledger.record(name, stamps)
+        if durable:
+            self.ledger.record(name, stamps)
 
     def _insert_times(self, name: str, stamps: dict[str, str]) -> None:
         self.db.executemany(
