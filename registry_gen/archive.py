@@ -123,55 +123,44 @@ def _refuse_unless_zeros(data: bytes, what: str) -> None:
 
 
 class _GunzipReader(io.RawIOBase):
-    """Inflates the gzip stream under the caps, so every byte tarfile sees has been counted.
+    """The stdlib's gzip reader, with every inflated byte counted against the caps.
 
     Tar headers, padding and data tarfile skips on its own all pass through here, so nothing
-    escapes the budget. Several gzip members are read in turn (as gunzip and Node do); a stream
-    that ends early or fails its CRC is refused, as are bytes after the last member (zeros aside).
+    escapes the budget. `gzip.GzipFile` reads several members in turn (as gunzip and Node do)
+    and skips zero padding after the last one; its errors become InvalidArchive: a stream that
+    ends early or fails its CRC is corrupt, anything but zeros after the last member is trailing data.
     """
 
     def __init__(self, source: _HashingReader, limits: Limits):
         self._source = source
         self._limits = limits
         self._cap = limits.max_unpacked_bytes + limits.max_members * TAR_OVERHEAD_PER_MEMBER
-        self._inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-        self._pending = b""
-        self._finished = False
+        self._gzip = gzip.GzipFile(fileobj=source, mode="rb")
         self.count = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while not self._finished and len(buffer):
-            if self._inflater.eof:
-                self._start_next_member()
-                continue
-            if not self._pending:
-                self._pending = self._source.read(GZIP_READ)
-                if not self._pending:
-                    raise InvalidArchive("corrupt-archive", "gzip stream is truncated")
-            data = self._inflater.decompress(self._pending, len(buffer))
-            self._pending = self._inflater.unconsumed_tail
-            if data:
-                self.count += len(data)
-                _check_expansion(self.count, self._source.count, self._limits, self._cap)
-                buffer[: len(data)] = data
-                return len(data)
-        return 0
+        data = self._inflate(min(len(buffer), GZIP_READ))
+        if data:
+            self.count += len(data)
+            _check_expansion(self.count, self._source.count, self._limits, self._cap)
+            buffer[: len(data)] = data
+        return len(data)
 
-    def _start_next_member(self) -> None:
-        rest = self._inflater.unused_data
-        while len(rest) < 2 and (more := self._source.read(GZIP_READ)):
-            rest += more
-        if rest.startswith(b"\x1f\x8b"):
-            self._inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-            self._pending = rest
-            return
-        _refuse_unless_zeros(rest, "gzip stream")
-        while more := self._source.read(GZIP_READ):
-            _refuse_unless_zeros(more, "gzip stream")
-        self._finished = True
+    def _inflate(self, size: int) -> bytes:
+        try:
+            return self._gzip.read(size)
+        except EOFError as exc:
+            raise InvalidArchive("corrupt-archive", "gzip stream is truncated") from exc
+        except gzip.BadGzipFile as exc:
+            # The first member's magic was checked before: a bad one later is data after the stream.
+            if str(exc).startswith("Not a gzipped file"):
+                raise InvalidArchive("trailing-data", "archive has bytes after the end of the gzip stream") from exc
+            raise InvalidArchive("corrupt-archive", f"gzip stream is corrupt ({exc})") from exc
+        except zlib.error as exc:
+            raise InvalidArchive("corrupt-archive", f"gzip stream is corrupt ({exc})") from exc
 
 
 class _GuardedTarInfo(tarfile.TarInfo):

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from registry_gen import __version__
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
 from registry_gen.settings import Settings, load_settings
 
@@ -26,9 +27,6 @@ log = logging.getLogger(__name__)
 PLUGIN_GROUP = "registry_gen.commands"
 DEBUG_ENV = "REGISTRY_GEN_DEBUG"
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 ContentArg = Annotated[Path | None, typer.Argument(help="Folder of archives (default from config, else ./content).")]
 OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="Public URL the tree is served at.")]

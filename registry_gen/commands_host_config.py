@@ -14,13 +14,11 @@ from urllib.parse import urlsplit
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
 
 SettingsFactory = Callable[..., Settings]
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 TreeOption = Annotated[Path | None, typer.Option("--tree", help="The built tree (default: out_dir from the config, else ./public).")]
 MaxAgeOption = Annotated[
     int, typer.Option("--document-max-age", min=0, help="Seconds clients may reuse a package document before revalidating.")
@@ -77,7 +75,13 @@ def refuse_private_upload(settings: Settings, include_private: bool) -> None:
 
 def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
     host = typer.Typer(help="Configuration for the web server or object store that serves the tree.", no_args_is_help=True)
+    _register_nginx(host, settings_from_options)
+    _register_object_store(host, settings_from_options)
+    app.add_typer(host, name="host-config")
+    _register_deploy(app, settings_from_options)
 
+
+def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -> None:
     @host.command("nginx")
     def nginx_command(
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the config here (default: stdout).")] = None,
@@ -132,6 +136,8 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
             raise ConfigError(str(exc)) from exc
         _write_text(text, out)
 
+
+def _register_object_store(host: typer.Typer, settings_from_options: SettingsFactory) -> None:
     @host.command("object-store")
     def object_store_command(
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the list here (default: stdout).")] = None,
@@ -152,8 +158,8 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
         ]
         _write_text("".join(line + "\n" for line in lines), out)
 
-    app.add_typer(host, name="host-config")
 
+def _register_deploy(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
     @app.command("deploy")
     def deploy_command(
         url: Annotated[str, typer.Argument(help="s3://BUCKET or s3://BUCKET/PREFIX")],

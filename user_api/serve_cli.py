@@ -20,16 +20,14 @@ from typing import Annotated, Any
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import AddressUnavailable
-from registry_gen.hosting import SEARCH_DOCUMENT
+from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.settings import Settings
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 HostOption = Annotated[str | None, typer.Option("--host", help="Address to listen on (default from config, else 127.0.0.1).")]
 PortOption = Annotated[
     int | None, typer.Option("--port", min=0, max=65535, help="Port (0 picks a free one; default from config, else 4873).")
@@ -91,6 +89,17 @@ def _bind(application: Callable[..., Any], options: dict[str, Any]) -> Any:
         raise AddressUnavailable(listen_problem(options["host"], options["port"], exc) or str(exc)) from exc
 
 
+def _greet(settings: Settings, listening: str, threads: int, static: bool) -> None:
+    if static:
+        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
+        typer.echo(f"listening on {listening} ({threads} threads); try:")
+        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
+        typer.echo(f"  npm adduser --registry {settings.base_url}")
+    else:
+        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
+        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+
+
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
@@ -125,15 +134,7 @@ def _run(
         typer.echo(f"built {settings.out_dir}: {result.summary()}")
     store = open_user_store(settings)
     holder["app"] = create_server_app(settings, store, static=static)
-    listening = _public_url(settings.host, port)
-    if static:
-        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
-        typer.echo(f"listening on {listening} ({threads} threads); try:")
-        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
-        typer.echo(f"  npm adduser --registry {settings.base_url}")
-    else:
-        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
-        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+    _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
         from registry_gen.watch import start_watcher

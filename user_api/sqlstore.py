@@ -353,14 +353,14 @@ class SqlUserStore:
         status: str | Keep,
         password: str | Keep,
     ) -> dict[str, Any]:
-        """Column -> new value for every argument that is not KEEP; the password arrives hashed."""
+        """Column -> new value for every argument that is not KEEP; the password leaves hashed."""
         rules = (
             ("username", username, username_problems, "#/username"),
             ("email", email, email_problems, "#/email"),
             ("full_name", full_name, full_name_problems, "#/fullName"),
             ("role", role, role_problems, "#/role"),
             ("status", status, status_problems, "#/status"),
-            ("password_hash", password, password_problems, "#/password"),
+            ("password", password, password_problems, "#/password"),
         )
         changes: dict[str, Any] = {}
         problems: list[FieldError] = []
@@ -376,8 +376,9 @@ class SqlUserStore:
             changes["email"] = normalize_email(changes["email"])
         if isinstance(changes.get("full_name"), str):
             changes["full_name"] = normalize_text(changes["full_name"])
-        if "password_hash" in changes:
-            changes["password_hash"] = self.hasher.hash(changes["password_hash"])
+        if "password" in changes:
+            # The plaintext is only ever held under its own name, and replaced by its hash here.
+            changes["password_hash"] = self.hasher.hash(changes.pop("password"))
         return changes
 
     def _locked_user(self, tx: Tx, key: str) -> User:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from registry_gen.build import run_build
-from registry_gen.hosting import SEARCH_DOCUMENT
+from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.settings import Settings
 from tests.support import Npm, make_tarball, static_server
 
