@@ -4,41 +4,53 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 4873
-STAMP := $(VENV)/.installed
+# Two stamps: running needs only the runtime dependencies (`make run` stays small); the tests
+# add their extras (playwright, moto, schemathesis, boto3...) on top, in the same venv.
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test build check bench venv clean demo system-deps
+.PHONY: run test build check bench venv clean demo system-deps corpus
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,s3]'
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
 
-venv: $(STAMP)
+$(TEST_STAMP): $(RUNTIME_STAMP)
+	$(BIN)/pip install --quiet -e '.[test,s3]'
+	touch $(TEST_STAMP)
+
+## The development environment: runtime and test dependencies.
+venv: $(TEST_STAMP)
 
 ## Debian packages the tests drive for real (nginx, PostgreSQL, Chromium, wrk); a no-op when present.
 system-deps:
 	bash .ci/install-system-deps
 
 ## Build content/ into public/ and serve the registry and the API on $(HOST):$(PORT).
-run: $(STAMP)
+run: $(RUNTIME_STAMP)
 	$(BIN)/registry-gen serve --host $(HOST) --port $(PORT)
 
 ## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones).
-test: $(STAMP) system-deps
+test: $(TEST_STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
-build: $(STAMP)
+## Fetch the real-world corpus's tarballs into ~/.cache/registry-gen-tests/ (tests/realworld/README.md).
+corpus: $(TEST_STAMP)
+	$(BIN)/python -m tests.realworld.corpus fetch
+
+build: $(RUNTIME_STAMP)
 	$(BIN)/registry-gen build
 
-check: $(STAMP)
+check: $(RUNTIME_STAMP)
 	$(BIN)/registry-gen check
 
-bench: $(STAMP) system-deps
+bench: $(TEST_STAMP) system-deps
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 ## Regenerate the demo archives in content/ from tests/demo_packages.py.
-demo: $(STAMP)
+demo: $(TEST_STAMP)
 	$(BIN)/python -m tests.demo_packages content
 
 clean:

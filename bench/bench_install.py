@@ -40,14 +40,15 @@ def _npm_env(home: Path, registry: str) -> dict[str, str]:
     return env
 
 
-def cold_install(registry: str, roots: list[str], scratch: Path) -> tuple[float, int]:
-    """Seconds for one cold install, and how many packages it put in node_modules."""
+def cold_install(registry: str, roots: list[str], scratch: Path, npmrc: str = "") -> tuple[float, int]:
+    """Seconds for one cold install, and how many packages it put in node_modules; `npmrc` is
+    the user config's text (a token, say)."""
     home = scratch / "home"
     project = scratch / "project"
     for folder in (home, project):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-    (home / ".npmrc").touch()
+    (home / ".npmrc").write_text(npmrc)
     manifest = {"name": "bench-project", "version": "1.0.0", "private": True, "dependencies": {r: "^1.0.0" for r in roots}}
     (project / "package.json").write_text(json.dumps(manifest, indent=2))
     started = time.perf_counter()

@@ -61,6 +61,7 @@ class ArchiveContents:
     unpacked_size: int
     digests: Digests  # of the npm tarball that will be served
     converted: bytes | None  # the npm tarball, when the source was not servable byte for byte
+    files: tuple[tuple[str, int], ...] = ()  # (path inside the package, size), by path: file_list()
 
 
 def compute_digests(data: bytes) -> Digests:
@@ -122,55 +123,44 @@ def _refuse_unless_zeros(data: bytes, what: str) -> None:
 
 
 class _GunzipReader(io.RawIOBase):
-    """Inflates the gzip stream under the caps, so every byte tarfile sees has been counted.
+    """The stdlib's gzip reader, with every inflated byte counted against the caps.
 
     Tar headers, padding and data tarfile skips on its own all pass through here, so nothing
-    escapes the budget. Several gzip members are read in turn (as gunzip and Node do); a stream
-    that ends early or fails its CRC is refused, as are bytes after the last member (zeros aside).
+    escapes the budget. `gzip.GzipFile` reads several members in turn (as gunzip and Node do)
+    and skips zero padding after the last one; its errors become InvalidArchive: a stream that
+    ends early or fails its CRC is corrupt, anything but zeros after the last member is trailing data.
     """
 
     def __init__(self, source: _HashingReader, limits: Limits):
         self._source = source
         self._limits = limits
         self._cap = limits.max_unpacked_bytes + limits.max_members * TAR_OVERHEAD_PER_MEMBER
-        self._inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-        self._pending = b""
-        self._finished = False
+        self._gzip = gzip.GzipFile(fileobj=source, mode="rb")
         self.count = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        while not self._finished and len(buffer):
-            if self._inflater.eof:
-                self._start_next_member()
-                continue
-            if not self._pending:
-                self._pending = self._source.read(GZIP_READ)
-                if not self._pending:
-                    raise InvalidArchive("corrupt-archive", "gzip stream is truncated")
-            data = self._inflater.decompress(self._pending, len(buffer))
-            self._pending = self._inflater.unconsumed_tail
-            if data:
-                self.count += len(data)
-                _check_expansion(self.count, self._source.count, self._limits, self._cap)
-                buffer[: len(data)] = data
-                return len(data)
-        return 0
+        data = self._inflate(min(len(buffer), GZIP_READ))
+        if data:
+            self.count += len(data)
+            _check_expansion(self.count, self._source.count, self._limits, self._cap)
+            buffer[: len(data)] = data
+        return len(data)
 
-    def _start_next_member(self) -> None:
-        rest = self._inflater.unused_data
-        while len(rest) < 2 and (more := self._source.read(GZIP_READ)):
-            rest += more
-        if rest.startswith(b"\x1f\x8b"):
-            self._inflater = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16)
-            self._pending = rest
-            return
-        _refuse_unless_zeros(rest, "gzip stream")
-        while more := self._source.read(GZIP_READ):
-            _refuse_unless_zeros(more, "gzip stream")
-        self._finished = True
+    def _inflate(self, size: int) -> bytes:
+        try:
+            return self._gzip.read(size)
+        except EOFError as exc:
+            raise InvalidArchive("corrupt-archive", "gzip stream is truncated") from exc
+        except gzip.BadGzipFile as exc:
+            # The first member's magic was checked before: a bad one later is data after the stream.
+            if str(exc).startswith("Not a gzipped file"):
+                raise InvalidArchive("trailing-data", "archive has bytes after the end of the gzip stream") from exc
+            raise InvalidArchive("corrupt-archive", f"gzip stream is corrupt ({exc})") from exc
+        except zlib.error as exc:
+            raise InvalidArchive("corrupt-archive", f"gzip stream is corrupt ({exc})") from exc
 
 
 class _GuardedTarInfo(tarfile.TarInfo):
@@ -255,6 +245,7 @@ class _Member:
     path: str
     mode: int
     data: bytes | None  # kept only for package.json, README and (when converting) every file
+    size: int = 0
 
 
 def _parents(path: str) -> list[str]:
@@ -328,7 +319,7 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
                 stream = tar.extractfile(info)
                 assert stream is not None
                 data = _read_capped(stream, info.size, budget, lambda: source.count, _bytes_to_keep(path, keep_all, budget.limits))
-                yield _Member(path, info.mode, data)
+                yield _Member(path, info.mode, data, info.size)
             # Past the end-of-archive block only zeros may follow: anything else is a second,
             # hidden archive that another tar reader might see instead of this one.
             # Reading to the end also takes the gzip stream to its end, which checks its CRC.
@@ -379,7 +370,7 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
                     # Declared sizes can lie (overlapping entries share bytes): the budget counts the
                     # bytes actually inflated, against no more than the archive's real size.
                     data = _read_capped(stream, info.file_size, budget, lambda: min(compressed_total, size), None)
-                yield _Member(path, unix_mode or 0o644, data)
+                yield _Member(path, unix_mode or 0o644, data, len(data or b""))
     except InvalidArchive:
         raise
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, zlib.error, NotImplementedError, ValueError) as exc:
@@ -460,6 +451,11 @@ def _pick_readme(members: dict[str, _Member], root: str, limits: Limits) -> tupl
     return None, None
 
 
+def file_list(sizes: dict[str, int], root: str) -> tuple[tuple[str, int], ...]:
+    """(path below the package root, size) of every file, by path: what a version's file page lists."""
+    return tuple(sorted((path[len(root):], size) for path, size in sizes.items() if path.startswith(root)))
+
+
 def build_npm_tarball(files: list[tuple[str, int, bytes]]) -> bytes:
     """A deterministic npm tarball: `package/` prefix, sorted entries, fixed mtimes and owners."""
     buffer = io.BytesIO()
@@ -507,8 +503,9 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     manifest = _parse_manifest(manifest_member.data, limits)
     readme, readme_filename = _pick_readme(members, root, limits)
     file_count = len(members)
+    listing = file_list({m.path: m.size for m in members.values()}, root)
     if kind == "tgz" and root:
-        return ArchiveContents(manifest, readme, readme_filename, file_count, budget.unpacked, hashing.digests(), None)
+        return ArchiveContents(manifest, readme, readme_filename, file_count, budget.unpacked, hashing.digests(), None, listing)
     if kind == "tgz":
         # Files at the root: npm strips one folder when unpacking, so repack under package/.
         source.seek(0)
@@ -517,7 +514,7 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     files = [(m.path[len(root):], m.mode, m.data or b"") for m in members.values()]
     tarball = build_npm_tarball(files)
     return ArchiveContents(
-        manifest, readme, readme_filename, file_count, budget.unpacked, compute_digests(tarball), tarball
+        manifest, readme, readme_filename, file_count, budget.unpacked, compute_digests(tarball), tarball, listing
     )
 
 

@@ -21,16 +21,17 @@ import shutil
 import stat as stat_module
 import time
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
+from registry_gen.access import FULL_SEARCH_DOCUMENT
 from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
     CACHE_FILE,
@@ -41,10 +42,13 @@ from registry_gen.buildstate import (
     ManifestCache,
     read_legacy_times,
 )
+from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
-from registry_gen.hosting import STATIC_EXTRAS, tag_documents
+from registry_gen.hosting import LEGACY_SEARCH_FOLDER, STATIC_EXTRAS, tag_documents
+from registry_gen.keyring import load_signer, publish_keys
+from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.manifest import validate_manifest
-from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
+from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, tarball_path
 from registry_gen.packument import (
     Release,
@@ -57,21 +61,22 @@ from registry_gen.packument import (
     search_fragment,
     summarize,
 )
+from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
+from registry_gen.signing import Signer
 from registry_gen.versions import choose_dist_tags
+from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ArchiveRecord", "BuildIssue", "BuildResult", "build_lock", "run_build", "scan_content"]
 
-ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".zip")
-TEMP_SUFFIXES = ("~", ".tmp", ".part", ".crdownload", ".partial")
 PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker processes
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
-PACKUMENT_FILE = "index.html"  # served for /<name> by index-file lookup; see RATIONALE.md
-ABBREVIATED_FILE = "abbreviated.json"
+PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
+ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 ProgressCallback = Callable[[str, int, int], None]
 T = TypeVar("T")
 R = TypeVar("R")
@@ -79,8 +84,12 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class BuildIssue:
+    """Something of content/ the build did not serve: `path` is the file (or the package name when
+    the whole package failed); `package` is the package it concerns, when known."""
+
     path: str
     reason: str
+    package: str | None = None
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
@@ -99,6 +108,11 @@ class BuildResult:
     refused: int = 0  # archives of content/ not served: unreadable, unaddressable, or in conflict
     seconds: float = 0.0
 
+    def refusals(self, package: str, files: Iterable[str]) -> list[BuildIssue]:
+        """What this build refused of `package`: any of `files` of content/, or the package itself."""
+        wanted = set(files)
+        return [i for i in self.errors if i.package in (package, None) and (i.path in wanted or i.path == package)]
+
     def summary(self) -> str:
         return (
             f"{self.packages} packages, {self.versions} versions, {len(self.written)} files written, "
@@ -110,18 +124,6 @@ class BuildResult:
 # ---------------------------------------------------------------- scanning and reading
 
 
-def _is_candidate(name: str) -> bool:
-    return not name.startswith(".") and not name.endswith(TEMP_SUFFIXES)
-
-
-def _kind(name: str) -> str | None:
-    if name.lower().endswith(ARCHIVE_SUFFIXES):
-        return "archive"
-    if name == META_FILENAME:
-        return "meta"
-    return None
-
-
 def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
     """(size, mtime_ns) of every archive and every registry-meta.json below content_dir, by
     relative path (hidden and temp files skipped), from the same walk the build uses."""
@@ -129,7 +131,7 @@ def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[st
     metas: dict[str, tuple[int, int]] = {}
     for folder, listing in _walk_listings(content_dir):
         for name, size, mtime_ns in listing:
-            (archives if _kind(name) == "archive" else metas)[_join(folder, name)] = (size, mtime_ns)
+            (archives if content_kind(name) == "archive" else metas)[_join(folder, name)] = (size, mtime_ns)
     return archives, metas
 
 
@@ -150,11 +152,11 @@ def _walk_listings(content_dir: Path) -> Iterator[tuple[str, Listing]]:
             with os.scandir(os.path.join(root, folder) if folder else root) as entries:
                 for entry in entries:
                     name = entry.name
-                    if name[0] == "." or name.endswith(TEMP_SUFFIXES):
+                    if not is_candidate(name):
                         continue
                     if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
                         stack.append(f"{folder}/{name}" if folder else name)
-                    elif (name.lower().endswith(ARCHIVE_SUFFIXES) or name == META_FILENAME) and entry.is_file(
+                    elif content_kind(name) is not None and entry.is_file(
                         follow_symlinks=False
                     ):
                         stat = entry.stat(follow_symlinks=False)
@@ -194,9 +196,9 @@ class ContentChanges:
         for name, size, mtime in new or ():
             seen.add(name)
             if old.get(name) != (size, mtime):
-                (self.archives if _kind(name) == "archive" else self.metas).append(_join(folder, name))
+                (self.archives if content_kind(name) == "archive" else self.metas).append(_join(folder, name))
         for name in old.keys() - seen:
-            (self.removed_archives if _kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
+            (self.removed_archives if content_kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
 
 
 def _store_listing(state: BuildState, folder: str, listing: Listing | None) -> None:
@@ -247,7 +249,7 @@ def detect_hinted_changes(content_dir: Path, state: BuildState, paths: Iterable[
     by_folder: dict[str, set[str]] = defaultdict(set)
     for path in paths:
         folder, _, name = _relative_hint(content_dir, path).rpartition("/")
-        if _is_candidate(name) and _kind(name) and not any(p.startswith(".") for p in folder.split("/") if p):
+        if is_candidate(name) and content_kind(name) and not any(p.startswith(".") for p in folder.split("/") if p):
             by_folder[folder].add(name)
     changes = ContentChanges()
     for folder, names in sorted(by_folder.items()):
@@ -312,7 +314,8 @@ def inspect_archive(
     record.converted = contents.converted is not None
     if contents.converted is not None:
         atomic_write_bytes(_converted_cache(out_dir, digests.shasum), contents.converted)
-    return record, CachedManifest(dumps(manifest), contents.readme, contents.readme_filename)
+    files = json.dumps(contents.files, separators=(",", ":")).encode()
+    return record, CachedManifest(dumps(manifest), contents.readme, contents.readme_filename, files)
 
 
 def _inspect_batch(args: tuple[str, str, list[str], Limits]) -> list[tuple[ArchiveRecord, CachedManifest | None]]:
@@ -346,7 +349,7 @@ def _read_changed(
     workers = _worker_count()
     done = 0
     if len(ordered) >= PARALLEL_THRESHOLD and workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        with worker_pool(workers) as pool:
             for batch in ordered_map(pool, _inspect_batch, batches, window=workers * 4):
                 yield from batch
                 done += len(batch)
@@ -367,32 +370,44 @@ def _read_changed(
 def settings_fingerprint(settings: Settings) -> str:
     """Anything that changes every output file forces a full rebuild when it changes."""
     parts = [__version__, settings.base_url, settings.site_title, str(settings.gzip), site.template_fingerprint(settings)]
+    if settings.signing_key is not None or settings.signing_key_pem:
+        parts.append("signed")  # turning signing on or off re-signs (or unsigns) every document; a new key does not
+    if settings.packages.in_force:
+        parts.append(repr(settings.packages))  # the listings show only what everyone may read
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------- the build
 
 
-def iso_from_ns(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{(ns // 1_000_000) % 1000:03d}Z"
-
-
-def _load_cached(cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False) -> dict[str, Any]:
-    """{"manifest": ...} of one archive, plus "readme" and "readmeFilename" when asked."""
+def _load_cached(
+    cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False
+) -> dict[str, Any]:
+    """{"manifest": ...} of one archive, plus "readme" and "readmeFilename", and "files", when asked."""
     body = cache.manifest(record.shasum or "")
     stored = cache.readme(record.shasum or "") if readme and body is not None else None
-    if (body is None or (readme and stored is None)) and not record.path:
+    listing = cache.files(record.shasum or "") if files and body is not None else None
+    missing = body is None or (readme and stored is None) or (files and listing is None)
+    if missing and not record.path:
         raise RegistryError(f"the manifest cache lost a published version ({record.integrity}); put its archive back into content/")
-    if body is None or (readme and stored is None):
-        # The cache went missing (a cleaned tree): read this one archive again.
+    if missing:
+        # The cache went missing (a cleaned tree) or predates file lists: read this one archive again.
         fresh, cached = inspect_archive(settings.content_dir, settings.out_dir, record.path, settings.limits)
         if fresh.error or fresh.shasum != record.shasum or cached is None:
             raise RegistryError(f"{record.path}: changed while building, retry")
-        body, stored = cached.manifest, (cached.readme, cached.readme_filename)
+        body, stored, listing = cached.manifest, (cached.readme, cached.readme_filename), cached.files
     loaded: dict[str, Any] = {"manifest": json.loads(body)}
     if readme and stored is not None:
         loaded["readme"], loaded["readmeFilename"] = stored
+    if files and listing is not None:
+        loaded["files"] = tuple((path, size) for path, size in json.loads(listing))
     return loaded
+
+
+def _version_extras(cache: ManifestCache, record: ArchiveRecord, settings: Settings) -> site.VersionExtras:
+    """What a version's site pages need from its archive: README and file list (from the cache)."""
+    loaded = _load_cached(cache, record, settings, readme=True, files=True)
+    return site.VersionExtras(loaded.get("readme"), loaded.get("readmeFilename"), loaded.get("files"))
 
 
 def _update_metas(
@@ -523,76 +538,119 @@ def _write_json_pair(
 
 
 def _write_package(
-    settings: Settings,
-    cache: ManifestCache,
-    name: str,
-    releases: dict[str, ArchiveRecord],
-    times: dict[str, str],
-    meta: PackageMeta,
-    previous: dict[str, Any],
-    result: BuildResult,
-    registry_names: set[str],
-) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-    out = settings.out_dir
-    previous_files: list[str] = previous.get("files", [])
-    previous_tarballs: dict[str, str] = previous.get("tarballs", {})
-    files: list[str] = []
+    context: _WriterContext, job: PackageJob, result: BuildResult
+) -> tuple[dict[str, Any], list[str], dict[str, str], dict[str, str]]:
+    """One package's files: tarballs first (a document must never point at a missing file), then
+    its documents and pages; files it had before and has no more go. Returns the package
+    document, its files, its tarballs (path -> sha1) and each version page's input key."""
+    settings = context.settings
+    built, tarballs = _write_tarballs(context, job, result)
+    tags = choose_dist_tags(job.releases, job.meta.dist_tags)
+    latest = _load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True) if tags else {}
+    packument = build_packument(
+        job.name, built, job.meta, base_url=settings.base_url,
+        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"), signer=context.signer,
+    )
+    files = [*tarballs, *_write_documents(settings, packument, result)]
+    page_keys: dict[str, str] = {}
+    if job.releases:
+        site_files, page_keys = _write_site(context, job, packument, result)
+        files.extend(site_files)
+    for stale in sorted(set(job.previous.get("files", [])) - set(files)):
+        if remove_tree(settings.out_dir, stale):
+            result.removed.append(stale)
+    return packument, files, tarballs, page_keys
+
+
+def _write_tarballs(context: _WriterContext, job: PackageJob, result: BuildResult) -> tuple[list[Release], dict[str, str]]:
+    """Copies each version's tarball unless the tree already has those bytes; the releases for the document."""
+    settings = context.settings
+    previous_tarballs: dict[str, str] = job.previous.get("tarballs", {})
     tarballs: dict[str, str] = {}
     built: list[Release] = []
-    for version, record in releases.items():
-        cached = _load_cached(cache, record, settings)
-        built.append(
-            Release(
-                version=version,
-                manifest=cached["manifest"],
-                shasum=record.shasum or "",
-                integrity=record.integrity or "",
-                size=record.tarball_size,
-                file_count=record.file_count,
-                unpacked_size=record.unpacked_size,
-                time=times[version],
-            )
-        )
-        # Tarballs first: a packument must never point at a file that is not there yet.
-        relative = tarball_path(name, version)
-        files.append(relative)
+    for version, record in job.releases.items():
+        cached = _load_cached(context.cache, record, settings)
+        built.append(Release(
+            version=version, manifest=cached["manifest"], shasum=record.shasum or "", integrity=record.integrity or "",
+            size=record.tarball_size, file_count=record.file_count, unpacked_size=record.unpacked_size,
+            time=job.times[version],
+        ))
+        relative = tarball_path(job.name, version)
         tarballs[relative] = record.shasum or ""
-        target = out / relative
+        target = settings.out_dir / relative
         unchanged = previous_tarballs.get(relative) == record.shasum
         if not (unchanged and target.exists() and target.stat().st_size == record.tarball_size):
-            atomic_copy(_tarball_source(settings, name, version, record), target)
+            atomic_copy(_tarball_source(settings, job.name, version, record), target)
             result.written.append(relative)
-    tags = choose_dist_tags(releases, meta.dist_tags)
-    latest = _load_cached(cache, releases[tags["latest"]], settings, readme=True) if tags else {}
-    packument = build_packument(
-        name,
-        built,
-        meta,
-        base_url=settings.base_url,
-        readme=latest.get("readme"),
-        readme_filename=latest.get("readmeFilename"),
-    )
-    base = package_dir(name)
+    return built, tarballs
+
+
+def _write_documents(settings: Settings, packument: dict[str, Any], result: BuildResult) -> list[str]:
+    """The full and abbreviated documents, the dist-tags, one document per tag (GET /<name>/<tag>)."""
+    base = package_dir(packument["name"])
+    files = []
     for relative, data in (
         (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
         (f"{base}/{ABBREVIATED_FILE}", dumps(abbreviate(packument))),
         (f"-/package/{base}/dist-tags", dumps(packument["dist-tags"])),
-        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),  # GET /<name>/<tag>
+        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),
     ):
-        _write_json_pair(out, relative, data, settings, result.written)
+        _write_json_pair(settings.out_dir, relative, data, settings, result.written)
         files.append(relative)
         if settings.gzip:
             files.append(relative + ".gz")
-    sizes = {version: record.tarball_size for version, record in releases.items()}
-    pages = site.package_pages(packument, settings, registry_names=registry_names, tarball_sizes=sizes) if releases else {}
-    for relative, data in pages.items():
-        if write_if_changed(out / relative, data):
+    return files
+
+
+def _write_site(
+    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: BuildResult
+) -> tuple[list[str], dict[str, str]]:
+    """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
+    kept as they are. Returns every page the package owns and each version's input key."""
+    settings, name = context.settings, job.name
+    previous_keys: dict[str, str] = job.previous.get("pages", {})
+    on_disk = {v: k for v, k in previous_keys.items() if (settings.out_dir / site.version_page_path(name, v)).is_file()}
+    rendered = site.render_package_site(
+        packument,
+        settings,
+        registry_names=context.registry_names,
+        tarball_sizes={version: record.tarball_size for version, record in job.releases.items()},
+        dependents=job.dependents,
+        extras=lambda version: _version_extras(context.cache, job.releases[version], settings),
+        previous_keys=on_disk,
+    )
+    for relative, data in rendered.pages.items():
+        if write_if_changed(settings.out_dir / relative, data):
             result.written.append(relative)
-        files.append(relative)
-    for stale in sorted(set(previous_files) - set(files)):
-        if remove_tree(out, stale):
-            result.removed.append(stale)
-    return packument, files, tarballs
+    return [*rendered.pages, *rendered.kept], rendered.keys
+
+
+def _refresh_dependents(
+    settings: Settings, state: BuildState, cache: ManifestCache, names: set[str], registry_names: set[str], result: BuildResult
+) -> None:
+    """Renders again the package page of each of `names`, whose list of dependents changed (from
+    its package document on disk: nothing else of the package changed)."""
+    for name in sorted(names):
+        record = state.package(name)
+        if not record or not record["present"]:
+            continue
+        try:
+            packument = json.loads((settings.out_dir / package_dir(name) / PACKUMENT_FILE).read_bytes())
+        except (OSError, ValueError):
+            continue  # not written (an error is reported for it); its next build renders it whole
+        releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
+        latest = releases.get(packument.get("dist-tags", {}).get("latest"))
+        page = site.package_page(
+            packument,
+            settings,
+            registry_names=registry_names,
+            tarball_sizes={version: r.tarball_size for version, r in releases.items()},
+            dependents=tuple(sorted(state.linking_to([name]) & registry_names)),
+            latest_files=_version_extras(cache, latest, settings).files if latest else None,
+        )
+        for relative, data in page.items():
+            if write_if_changed(settings.out_dir / relative, data):
+                result.written.append(relative)
 
 
 @dataclass(frozen=True)
@@ -606,12 +664,17 @@ class IndexEntry:
 
 def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
     out = settings.out_dir
-    listed = [e for e in entries if e.summary["versions"]]  # by name; version-less entries are not listed
+    # By name; version-less entries are not listed, nor packages some may not read (registry_gen.access).
+    present = [e for e in entries if e.summary["versions"]]
+    listed = [e for e in present if settings.packages.is_public(e.summary["name"])]
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
+    if settings.packages.in_force:  # every package, for the API's per-caller search (never served)
+        write_if_changed(out / FULL_SEARCH_DOCUMENT, join_search_document([e.search_fragment for e in present], stamp))
+    del present
     documents = {
-        "-/all/index.html": join_all_index(stamp, (e.all_fragment for e in listed)),
-        "-/v1/search/index.html": join_search_document([e.search_fragment for e in listed], stamp),
+        ALL_DOCUMENT: join_all_index(stamp, (e.all_fragment for e in listed)),
+        SEARCH_DOCUMENT: join_search_document([e.search_fragment for e in listed], stamp),
     }
     del listed
     # Both documents grow with the registry (MBs at 100,000 versions) and zlib lets go of the
@@ -630,6 +693,8 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
         if write_if_changed(out / relative, data):
             result.written.append(relative)
     _remove_stale_index_pages(out, pages, result)
+    if remove_tree(out, LEGACY_SEARCH_FOLDER):
+        result.removed.append(LEGACY_SEARCH_FOLDER)
 
 
 def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: BuildResult) -> None:
@@ -644,10 +709,10 @@ def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: Buil
 
 
 def _resolve_times(
-    name: str, releases: dict[str, ArchiveRecord], meta: PackageMeta | None, state: BuildState
-) -> dict[str, str]:
-    """Publish time per version: the meta file's, else first seen (kept in state), else the file's mtime."""
-    known = state.times_of(name)
+    releases: dict[str, ArchiveRecord], meta: PackageMeta | None, known: Mapping[str, str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Publish time per version: the meta file's, else first seen (`known`, kept in state), else
+    the file's mtime; and the times that differ from `known` (for the caller to record)."""
     times = {}
     for version, record in releases.items():
         if meta and version in meta.time:
@@ -655,10 +720,7 @@ def _resolve_times(
         else:
             stamp = known.get(version) or iso_from_ns(record.mtime_ns)
         times[version] = stamp
-    fresh = {v: s for v, s in times.items() if known.get(v) != s}
-    if fresh:
-        state.put_times(name, fresh)
-    return times
+    return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
 def _refuse_mass_removal(settings: Settings, state: BuildState, plans: dict[str, tuple[str, bool]]) -> None:
@@ -702,6 +764,7 @@ class PackageJob:
     meta: PackageMeta
     previous: dict[str, Any]
     digest: str
+    dependents: tuple[str, ...] = ()  # present packages whose latest version depends on this one
 
 
 @dataclass
@@ -721,6 +784,7 @@ class _WriterContext:
     settings: Settings
     cache: ManifestCache
     registry_names: set[str]
+    signer: Signer | None = None
 
 
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
@@ -728,7 +792,8 @@ _worker_context: _WriterContext | None = None  # set once per worker process by 
 
 def _init_writer(settings: Settings, cache_path: str, registry_names: set[str]) -> None:
     global _worker_context
-    _worker_context = _WriterContext(settings, ManifestCache(Path(cache_path), readonly=True), registry_names)
+    cache = ManifestCache(Path(cache_path), readonly=True)
+    _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -739,17 +804,7 @@ def _pooled_write(job: PackageJob) -> PackageOutcome:
 def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcome:
     local = BuildResult()
     try:
-        packument, files, tarballs = _write_package(
-            context.settings,
-            context.cache,
-            job.name,
-            job.releases,
-            job.times,
-            job.meta,
-            job.previous,
-            local,
-            context.registry_names,
-        )
+        packument, files, tarballs, page_keys = _write_package(context, job, local)
     except RegistryError as exc:
         return PackageOutcome(job.name, None, local.written, local.removed, str(exc), new=not job.previous)
     summary = summarize(packument)
@@ -759,6 +814,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
         "files": files,
         "tarballs": tarballs,
         "links": site.linked_names(packument),
+        "pages": page_keys,
     }
     fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
     return PackageOutcome(
@@ -773,19 +829,18 @@ def _write_packages(
     jobs: Iterator[PackageJob],
     at_most: int,
     progress: ProgressCallback | None,
+    signer: Signer | None = None,
 ) -> Iterator[PackageOutcome]:
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with ProcessPoolExecutor(
-            max_workers=workers, initializer=_init_writer, initargs=(settings, str(cache.path), registry_names)
-        ) as pool:
+        with worker_pool(workers, _init_writer, (settings, str(cache.path), registry_names)) as pool:
             for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                 if progress:
                     progress("write", index + 1, at_most)
                 yield outcome
     else:
-        context = _WriterContext(settings, cache, registry_names)
+        context = _WriterContext(settings, cache, registry_names, signer)
         for index, job in enumerate(jobs):
             if progress:
                 progress("write", index + 1, at_most)
@@ -807,24 +862,35 @@ def run_build(
     progress: ProgressCallback | None = None,
     lock_timeout: float = 600,
     changed: Iterable[str | Path] | None = None,
+    on_lock_wait: Callable[[], None] | None = None,
+    full: bool = False,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
+    `on_lock_wait` is called once when another process holds the lock and this build waits.
+    `full`: write every package again (after a key rotation: re-sign everything with the new key).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
             f"content folder {settings.content_dir} does not exist; nothing in {settings.out_dir} was changed "
             "(check the path, or create the folder first)"
         )
-    settings.out_dir.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(settings.lock_file))
+    lock = build_lock(settings)
     try:
-        with lock.acquire(timeout=lock_timeout):
-            return _build_locked(settings, progress, changed)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_lock_wait is not None:
+                on_lock_wait()
+            lock.acquire(timeout=lock_timeout)
     except Timeout as exc:
         raise LockTimeout(f"another build holds {settings.lock_file}") from exc
+    try:
+        return _build_locked(settings, progress, changed, full)
+    finally:
+        lock.release()
 
 
 def build_lock(settings: Settings) -> FileLock:
@@ -833,20 +899,30 @@ def build_lock(settings: Settings) -> FileLock:
     return FileLock(str(settings.lock_file))
 
 
+def build_locked(settings: Settings, changed: Iterable[str | Path] | None = None) -> BuildResult:
+    """The build for a caller that already holds `build_lock(settings)` (the write service): only
+    the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken."""
+    return _build_locked(settings, None, changed)
+
+
 def _build_locked(
-    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None
+    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None, full: bool = False
 ) -> BuildResult:
     started = time.perf_counter()
     cache_dir = _cache_dir(settings.out_dir)
     state = BuildState(settings.state_file)
-    cache = ManifestCache(cache_dir / CACHE_FILE)
     try:
-        state.begin()
-        result, dropped = _build_in_transaction(settings, state, cache, progress, changed)
-        state.commit()
-    finally:
+        cache = ManifestCache(cache_dir / CACHE_FILE)
+    except BaseException:
         state.close()
-    try:
+        raise
+    try:  # both connections close whatever happens: serve and watch run many builds in one process
+        try:
+            state.begin()
+            result, dropped = _build_in_transaction(settings, state, cache, progress, changed, full)
+            state.commit()
+        finally:
+            state.close()
         if dropped is None or dropped:
             cache.forget_unreferenced(dropped, settings.state_file)
     finally:
@@ -860,146 +936,245 @@ def _build_locked(
     return result
 
 
+class Action(Enum):
+    """What the build does with one package."""
+
+    KEEP = "keep"  # its meta file is broken or unreadable: the tree keeps what it had
+    REMOVE = "remove"  # nothing in content/ serves it any more
+    WRITE = "write"  # (re)write its files when their inputs changed
+
+
+@dataclass(frozen=True)
+class PackagePlan:
+    """The plan for one package: the action, whether it has a page after this build, and what
+    the plan found wrong (archives refused, a meta file it could not read)."""
+
+    name: str
+    action: Action
+    present: bool
+    was_present: bool
+    refusals: tuple[tuple[str, str], ...] | None = None  # (archive path, reason); None: not looked at
+    error: str | None = None
+
+
+@dataclass
+class _Run:
+    """One build's working set, passed from phase to phase."""
+
+    settings: Settings
+    state: BuildState
+    cache: ManifestCache
+    progress: ProgressCallback | None
+    result: BuildResult = field(default_factory=BuildResult)
+    errors: list[BuildIssue] = field(default_factory=list)
+    dropped: set[str] | None = field(default_factory=set)  # tarball sha1s no longer used (None: look at all)
+    full: bool = False
+    package_set_changed: bool = False
+    signer: Signer | None = None
+
+
 def _build_in_transaction(
     settings: Settings,
     state: BuildState,
     cache: ManifestCache,
     progress: ProgressCallback | None,
     changed: Iterable[str | Path] | None,
+    force_full: bool = False,
 ) -> tuple[BuildResult, set[str] | None]:
-    """The build proper; returns the result and the sha1s of tarballs the state no longer uses
-    (None: any of them may be unused, look at all)."""
-    result = BuildResult()
-    dropped: set[str] | None = set()
+    """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
+    no longer uses (None: any of them may be unused, look at all)."""
+    run = _Run(settings, state, cache, progress)
+    changes = _detect(run, changed, force_full)
+    affected = _read(run, changes)
+    plans = _plan(settings, state, affected)
+    relinked = _relinked(state, plans)
+    plans.update(_plan(settings, state, relinked - affected))
+    _write(run, plans, relinked)
+    if run.result.rebuilt_packages or run.package_set_changed or run.full:
+        _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), run.result)
+    publish_keys(settings, state, run.signer, run.result.written)
+    return _commit(run), run.dropped
+
+
+def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -> ContentChanges:
+    """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
+    state, settings = run.state, run.settings
     fingerprint = settings_fingerprint(settings)
     if state.is_empty():
         state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
     elif not state.has_live():
         _seed_live(state)  # a tree built before versions were pinned: pin what it serves now
-    full = state.get_setting("fingerprint") != fingerprint
-    if full:
+    run.signer = load_signer(settings)  # a bad key stops the build before it writes anything
+    run.full = force_full or state.get_setting("fingerprint") != fingerprint
+    if run.full:
         state.forget_content()  # a new generator or new settings: read every archive again
-        dropped = None  # and afterwards drop every cached manifest no archive uses
-    if changed is None or full:
-        changes = detect_changes(settings.content_dir, state)
-    else:
-        changes = detect_hinted_changes(settings.content_dir, state, changed)
+        run.dropped = None  # and afterwards drop every cached manifest no archive uses
+    if changed is None or run.full:
+        return detect_changes(settings.content_dir, state)
+    return detect_hinted_changes(settings.content_dir, state, changed)
 
-    # Archives: only new and changed ones are opened; their packages are the ones to look at.
+
+def _read(run: _Run, changes: ContentChanges) -> set[str]:
+    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
+    state = run.state
     affected: set[str] = set()
     for relative in changes.removed_archives:
         previous = state.archive(relative)
         if previous:
-            if previous.name:
-                affected.add(previous.name)
-            if previous.shasum and dropped is not None:
-                dropped.add(previous.shasum)
+            affected.update([previous.name] if previous.name else [])
+            _drop_tarball(run, previous.shasum)
             state.delete_archive(relative)
-    pending_cache: list[tuple[str, CachedManifest]] = []
-    for record, body in _read_changed(settings, changes.archives, progress):
+    pending: list[tuple[str, CachedManifest]] = []
+    for record, body in _read_changed(run.settings, changes.archives, run.progress):
         previous = state.archive(record.path)
-        if previous and previous.name:
-            affected.add(previous.name)
-        if previous and previous.shasum and previous.shasum != record.shasum and dropped is not None:
-            dropped.add(previous.shasum)
-        if record.name:
-            affected.add(record.name)
+        affected.update(n for n in (previous.name if previous else None, record.name) if n)
+        if previous and previous.shasum != record.shasum:
+            _drop_tarball(run, previous.shasum)
         state.put_archive(record)
         if body is not None and record.shasum:
-            pending_cache.append((record.shasum, body))
-            if len(pending_cache) >= 256:
-                cache.put_many(pending_cache)
-                pending_cache.clear()
-    cache.put_many(pending_cache)
-    result.archives_read = len(changes.archives)
-
-    build_errors: list[BuildIssue] = []
-    meta_affected = _update_metas(settings, state, changes, build_errors)
-    affected |= meta_affected
-    if full:
+            pending.append((record.shasum, body))
+            if len(pending) >= 256:
+                run.cache.put_many(pending)
+                pending.clear()
+    run.cache.put_many(pending)
+    run.result.archives_read = len(changes.archives)
+    affected |= _update_metas(run.settings, state, changes, run.errors)
+    if run.full:
         affected.update(state.package_names())
         affected.update(state.archive_names())
         affected.update(state.meta_names())
-    meta_issues, broken = _meta_problems(state)
+    return affected
 
-    # Decide per package: keep (broken meta), remove, or (re)write. Presence drives page links.
-    plans: dict[str, tuple[str, bool]] = {}  # name -> (keep|remove|write, has a page after this build)
-    appeared_or_gone: set[str] = set()
 
-    def plan(name: str) -> None:
-        previous = state.package(name)
-        was_present = bool(previous and previous["present"])
-        if name in broken:
-            plans[name] = ("keep", was_present)
-            return
-        releases, issues = _choose_releases(name, state.archives_of(name), state.live_of(name))
-        state.set_issues(name, issues)
-        try:
-            meta = _meta_of(settings, state, name)
-        except (InvalidManifest, OSError) as exc:
-            build_errors.append(BuildIssue(name, f"cannot read its registry-meta.json again: {exc}"))
-            plans[name] = ("keep", was_present)
-            return
-        if not releases and not (meta and is_open_entry(meta)):
-            plans[name] = ("remove", False)
-        else:
-            plans[name] = ("write", bool(releases))
-        if plans[name][1] != was_present:
-            appeared_or_gone.add(name)
+def _drop_tarball(run: _Run, shasum: str | None) -> None:
+    if shasum and run.dropped is not None:
+        run.dropped.add(shasum)
 
-    for name in sorted(affected):
-        plan(name)
-    # Package pages link dependencies only to packages in the registry, so a page whose linked
-    # names gained or lost a package is rendered again.
-    relinked = state.linking_to(appeared_or_gone) if appeared_or_gone else set()
-    for name in sorted(relinked - affected):
-        plan(name)
+
+def _plan(settings: Settings, state: BuildState, names: Iterable[str]) -> dict[str, PackagePlan]:
+    """Phase 3 (pure: reads the state, writes nothing): keep, remove or write, per package."""
+    _, broken = _meta_problems(state)
+    return {name: _plan_package(settings, state, name, name in broken) for name in sorted(names)}
+
+
+def _plan_package(settings: Settings, state: BuildState, name: str, broken: bool) -> PackagePlan:
+    previous = state.package(name)
+    was_present = bool(previous and previous["present"])
+    if broken:
+        return PackagePlan(name, Action.KEEP, was_present, was_present)
+    releases, refusals = _choose_releases(name, state.archives_of(name), state.live_of(name))
+    try:
+        meta = _meta_of(settings, state, name)
+    except (InvalidManifest, OSError) as exc:
+        error = f"cannot read its registry-meta.json again: {exc}"
+        return PackagePlan(name, Action.KEEP, was_present, was_present, tuple(refusals), error)
+    if not releases and not (meta and is_open_entry(meta)):
+        return PackagePlan(name, Action.REMOVE, False, was_present, tuple(refusals))
+    return PackagePlan(name, Action.WRITE, bool(releases), was_present, tuple(refusals))
+
+
+def _relinked(state: BuildState, plans: Mapping[str, PackagePlan]) -> set[str]:
+    """Package pages link dependencies only to packages in the registry, so a page whose linked
+    names gained or lost a package is rendered again."""
+    appeared_or_gone = {p.name for p in plans.values() if p.present != p.was_present}
+    return state.linking_to(appeared_or_gone) if appeared_or_gone else set()
+
+
+def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None:
+    """Phase 4: records what the plan found, removes what went, writes what changed."""
+    settings, state = run.settings, run.state
+    for plan in plans.values():
+        if plan.refusals is not None:
+            state.set_issues(plan.name, list(plan.refusals))
+        if plan.error is not None:
+            run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
+    _refuse_mass_removal(settings, state, {n: (p.action.value, p.present) for n, p in plans.items()})
+    # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one
+    # gained or lost.
+    dependents_changed: set[str] = set()
+    for plan in plans.values():
+        if plan.action is Action.REMOVE:
+            dependents_changed.update(_remove(run, plan.name))
     registry_names = {n for n in state.present_names() if n not in plans} if plans else set()
-    registry_names.update(n for n, (_, present) in plans.items() if present)
+    registry_names.update(n for n, p in plans.items() if p.present)
+    to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
+    fresh_times: dict[str, dict[str, str]] = {}
+    meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
+    jobs = _jobs(run, to_write, relinked, fresh_times, meta_times, registry_names)
+    for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress, run.signer):
+        before = set((state.package(outcome.name) or {}).get("links", ()))
+        _take_outcome(run, outcome, plans[outcome.name].present)
+        if outcome.record is not None:
+            dependents_changed.update(before ^ set(outcome.record["links"]))
+    for name, stamps in fresh_times.items():
+        kept = meta_times.get(name, {})
+        first_seen = {v: t for v, t in stamps.items() if v not in kept}
+        state.put_times(name, first_seen)
+        state.put_times(name, kept, durable=False)
+    _refresh_dependents(settings, state, run.cache, dependents_changed & registry_names, registry_names, run.result)
 
-    _refuse_mass_removal(settings, state, plans)
-    package_set_changed = False
-    for name, (action, _) in sorted(plans.items()):
-        if action == "remove":
-            previous = state.package(name)
-            if previous:
-                _remove_package(settings, name, previous, result)
-                state.delete_package(name)
-                package_set_changed = True
-            state.delete_times(name)
 
-    def jobs(names: list[str]) -> Iterator[PackageJob]:
-        """The packages whose inputs changed (or whose page links did), built one at a time so
-        that memory does not grow with the registry."""
-        for name in names:
-            previous = state.package(name)
-            releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
-            meta = _meta_of(settings, state, name)
-            times = _resolve_times(name, releases, meta, state)
-            digest = _package_digest(name, releases, times, meta)
-            if previous and previous["digest"] == digest and not full and name not in relinked:
-                continue
-            yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest)
+def _remove(run: _Run, name: str) -> list[str]:
+    """Takes a package out of the tree; returns the names it linked to (their Dependents change)."""
+    previous = run.state.package(name)
+    if previous:
+        _remove_package(run.settings, name, previous, run.result)
+        run.state.delete_package(name)
+        run.package_set_changed = True
+    run.state.delete_times(name)
+    return list(previous.get("links", [])) if previous else []
 
-    to_write = [name for name, (action, _) in sorted(plans.items()) if action == "write"]
-    for outcome in _write_packages(settings, cache, registry_names, jobs(to_write), len(to_write), progress):
-        result.written.extend(outcome.written)
-        result.removed.extend(outcome.removed)
-        if outcome.record is None:
-            build_errors.append(BuildIssue(outcome.name, outcome.error or "failed"))
+
+def _jobs(
+    run: _Run,
+    names: list[str],
+    relinked: set[str],
+    fresh_times: dict[str, dict[str, str]],
+    meta_times: dict[str, dict[str, str]],
+    registry_names: set[str],
+) -> Iterator[PackageJob]:
+    """The packages whose inputs changed (or whose page links did), one at a time so that memory
+    does not grow with the registry. New first-seen times are collected, stored by the caller."""
+    state, settings = run.state, run.settings
+    for name in names:
+        previous = state.package(name)
+        releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
+        meta = _meta_of(settings, state, name)
+        times, fresh = _resolve_times(releases, meta, state.times_of(name))
+        if fresh:
+            fresh_times[name] = fresh
+            if meta is not None:
+                kept = {v: t for v, t in fresh.items() if meta.time.get(v) == t}
+                if kept:
+                    meta_times[name] = kept
+        digest = _package_digest(name, releases, times, meta)
+        if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        package_set_changed = package_set_changed or outcome.new
-        state.put_package(outcome.name, outcome.record, present=plans[outcome.name][1], fragments=outcome.fragments)
-        state.put_live(outcome.name, outcome.releases)
-        result.rebuilt_packages.append(outcome.name)
+        dependents = tuple(sorted(state.linking_to([name]) & registry_names))
+        yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 
-    if result.rebuilt_packages or package_set_changed or full:
-        _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), result)
 
+def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:
+    run.result.written.extend(outcome.written)
+    run.result.removed.extend(outcome.removed)
+    if outcome.record is None:
+        run.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
+        return
+    run.package_set_changed = run.package_set_changed or outcome.new
+    run.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments)
+    run.state.put_live(outcome.name, outcome.releases)
+    run.result.rebuilt_packages.append(outcome.name)
+
+
+def _commit(run: _Run) -> BuildResult:
+    """Phase 6: totals and issues into the result, the settings fingerprint into the state."""
+    state, result = run.state, run.result
+    meta_issues, _ = _meta_problems(state)
     result.packages, result.versions = state.totals()
     result.skipped = result.packages - len(result.rebuilt_packages)
-    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()] + [BuildIssue(p, r) for p, r in state.all_issues()]
+    archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()]
+    archive_issues += [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
     result.refused = len({issue.path for issue in archive_issues})
-    result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + build_errors
-    state.set_setting("fingerprint", fingerprint)
-    return result, dropped
+    result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + run.errors
+    state.set_setting("fingerprint", settings_fingerprint(run.settings))
+    return result

@@ -24,6 +24,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
+
 SCHEMA_VERSION = 5
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
@@ -69,6 +71,8 @@ _CACHE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS manifests (
     shasum TEXT PRIMARY KEY, manifest BLOB NOT NULL, readme TEXT, readme_filename TEXT
 );
+-- A table of its own, so a cache made before file lists existed gains it without a migration.
+CREATE TABLE IF NOT EXISTS file_lists (shasum TEXT PRIMARY KEY, files BLOB NOT NULL) WITHOUT ROWID;
 """
 
 
@@ -134,18 +138,29 @@ class BuildState:
     def __init__(self, path: Path):
         self.path = path
         self.db = open_database(path, _STATE_SCHEMA)
+        self.ledger = FirstSeenLedger(path.parent / LEDGER_FILE)
 
     # -- transaction
 
     def begin(self) -> None:
         self.db.execute("BEGIN IMMEDIATE")
+        self._recover_times()
 
     def commit(self) -> None:
+        self.ledger.flush()  # first: a crash between the two leaves times recorded, never lost
         self.db.execute("COMMIT")
 
     def rollback(self) -> None:
+        self.ledger.discard()
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
+
+    def _recover_times(self) -> None:
+        """A state without times (new schema, recreated after corruption) takes them from the ledger."""
+        if self.db.execute("SELECT 1 FROM times LIMIT 1").fetchone() is not None:
+            return
+        for name, stamps in self.ledger.load().items():
+            self._insert_times(name, stamps)
 
     def close(self) -> None:
         self.rollback()
@@ -250,14 +265,22 @@ class BuildState:
     def times_of(self, name: str) -> dict[str, str]:
         return dict(self.db.execute("SELECT version, stamp FROM times WHERE name = ?", (name,)))
 
-    def put_times(self, name: str, stamps: dict[str, str]) -> None:
+    def put_times(self, name: str, stamps: dict[str, str], *, durable: bool = True) -> None:
+        """Records publish times; `durable=False` for times a registry-meta.json already keeps
+        (content/ is their durable home: no ledger line, no fsync)."""
+        self._insert_times(name, stamps)
+        if durable:
+            self.ledger.record(name, stamps)
+
+    def _insert_times(self, name: str, stamps: dict[str, str]) -> None:
         self.db.executemany(
             "INSERT OR REPLACE INTO times (name, version, stamp) VALUES (?, ?, ?)",
             ((name, version, stamp) for version, stamp in stamps.items()),
         )
 
     def delete_times(self, name: str) -> None:
-        self.db.execute("DELETE FROM times WHERE name = ?", (name,))
+        if self.db.execute("DELETE FROM times WHERE name = ?", (name,)).rowcount:
+            self.ledger.forget(name)
 
     def import_times(self, times: dict[str, dict[str, str]]) -> None:
         for name, stamps in times.items():
@@ -348,8 +371,9 @@ class BuildState:
         self.db.execute("DELETE FROM issues WHERE name = ?", (name,))
         self.db.executemany("INSERT INTO issues (name, path, reason) VALUES (?, ?, ?)", ((name, p, r) for p, r in issues))
 
-    def all_issues(self) -> list[tuple[str, str]]:
-        return list(self.db.execute("SELECT path, reason FROM issues ORDER BY path, reason"))
+    def all_issues(self) -> list[tuple[str, str, str]]:
+        """(package, path, reason) of every archive a package's build refused."""
+        return list(self.db.execute("SELECT name, path, reason FROM issues ORDER BY path, reason"))
 
 
 def read_legacy_times(cache_dir: Path) -> dict[str, dict[str, str]]:
@@ -367,6 +391,7 @@ class CachedManifest:
     manifest: bytes  # the validated manifest, as JSON
     readme: str | None
     readme_filename: str | None
+    files: bytes | None = None  # the archive's file list as JSON [[path, size], ...] (site pages)
 
 
 class ManifestCache:
@@ -388,6 +413,10 @@ class ManifestCache:
         row = self.db.execute("SELECT readme, readme_filename FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
         return (row[0], row[1]) if row else None
 
+    def files(self, shasum: str) -> bytes | None:
+        row = self.db.execute("SELECT files FROM file_lists WHERE shasum = ?", (shasum,)).fetchone()
+        return row[0] if row else None
+
     def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
         if not items:
             return
@@ -396,6 +425,10 @@ class ManifestCache:
             self.db.executemany(
                 "INSERT OR REPLACE INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?)",
                 ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
+            )
+            self.db.executemany(
+                "INSERT OR REPLACE INTO file_lists (shasum, files) VALUES (?, ?)",
+                ((shasum, c.files) for shasum, c in items if c.files is not None),
             )
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -409,16 +442,19 @@ class ManifestCache:
         try:
             self.db.execute("BEGIN IMMEDIATE")
             if shasums is None:
-                self.db.execute(
-                    "DELETE FROM manifests WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
-                    " AND shasum NOT IN (SELECT shasum FROM state.live)"
-                )
+                for table in ("manifests", "file_lists"):
+                    self.db.execute(
+                        f"DELETE FROM {table} WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
+                        " AND shasum NOT IN (SELECT shasum FROM state.live)"
+                    )
             else:
-                self.db.executemany(
-                    "DELETE FROM manifests WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)"
-                    " AND NOT EXISTS (SELECT 1 FROM state.live WHERE shasum = ?1)",
-                    ((s,) for s in shasums),
-                )
+                doomed = list(shasums)
+                for table in ("manifests", "file_lists"):
+                    self.db.executemany(
+                        f"DELETE FROM {table} WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)"
+                        " AND NOT EXISTS (SELECT 1 FROM state.live WHERE shasum = ?1)",
+                        ((s,) for s in doomed),
+                    )
             self.db.execute("COMMIT")
         finally:
             if self.db.in_transaction:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -17,15 +18,15 @@ from typing import Annotated, Any
 
 import typer
 
+from registry_gen import __version__
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
 from registry_gen.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 PLUGIN_GROUP = "registry_gen.commands"
+DEBUG_ENV = "REGISTRY_GEN_DEBUG"
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 ContentArg = Annotated[Path | None, typer.Argument(help="Folder of archives (default from config, else ./content).")]
 OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="Public URL the tree is served at.")]
@@ -65,6 +66,7 @@ def build_command(
     prune: Annotated[
         bool, typer.Option("--prune", help="Allow a build that removes most of the tree's packages (content/ really lost them).")
     ] = False,
+    full: Annotated[bool, typer.Option("--full", help="Write every package again (re-signs everything after a key rotation).")] = False,
     config: ConfigOption = None,
 ) -> None:
     """Build the static registry tree from a folder of archives (incremental).
@@ -78,7 +80,7 @@ def build_command(
     )
     report, stop = _progress_reporter()
     try:
-        result = run_build(settings, progress=report)
+        result = run_build(settings, progress=report, full=full)
     finally:
         stop()
     for issue in result.errors:
@@ -144,18 +146,36 @@ def check_command(
         raise typer.Exit(1)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"registry-gen {__version__}")
+        raise typer.Exit()
+
+
+def global_options(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar=DEBUG_ENV, help="Show the full traceback of an error (main() reads it).")
+    ] = False,
+) -> None:
+    """Static npm registry generator with a tiny user and write API."""
+
+
 def create_cli() -> typer.Typer:
     """A fresh typer app with the built-in commands and every installed plugin's."""
     app = typer.Typer(
         name="registry-gen",
         help="Static npm registry generator with a tiny user and write API.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion (README: "Shell completion")
         pretty_exceptions_enable=False,
     )
+    app.callback()(global_options)
     app.command("build")(build_command)
     app.command("check")(check_command)
-    for extra in ("watch", "verify", "host_config", "advisory"):
+    for extra in ("watch", "verify", "host_config", "import", "keys", "advisory"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
             module.register(app, settings_from_options)
@@ -181,16 +201,68 @@ def _optional_module(name: str) -> Any:
         raise
 
 
+def wants_debug(args: Sequence[str]) -> bool:
+    """`--debug` before the command name, or REGISTRY_GEN_DEBUG set to anything but 0/empty."""
+    options = []
+    for arg in args:
+        if not arg.startswith("-"):
+            break
+        options.append(arg)
+    return "--debug" in options or os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def one_line(exc: BaseException) -> str:
+    """The error as the single line a user sees (a message spanning lines is folded)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    """The CLI library's own errors (typer carries its own copy of click, so they are told apart
+    by what they offer rather than by class)."""
+    return callable(getattr(exc, "format_message", None)) and isinstance(getattr(exc, "exit_code", None), int)
+
+
+def tell_usage_error(exc: Any) -> int:
+    """A usage mistake (unknown option, bad value) as one line pointing at the command's help;
+    a bare `registry-gen` shows the help itself."""
+    context = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError" and context is not None:
+        typer.echo(context.get_help())
+        return int(exc.exit_code)
+    message = " ".join(str(exc.format_message()).split())
+    where = f" (see `{context.command_path} --help`)" if context is not None else ""
+    typer.echo(f"error: {message}{where}", err=True)
+    return int(exc.exit_code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    command = typer.main.get_command(create_cli())
+    """The CLI's one edge for errors: every mistake is one `error:` line and exit 1, never a
+    traceback (unless --debug asks for it)."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    debug = wants_debug(args)
+    logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        # Standalone mode: the CLI library reports usage errors itself and exits with its code.
-        command.main(args=list(argv) if argv is not None else None, prog_name="registry-gen", standalone_mode=True)
+        command = typer.main.get_command(create_cli())
+        # Not standalone: usage mistakes come back here as exceptions, to be told in one line.
+        code = command.main(args=args, prog_name="registry-gen", standalone_mode=False)
+        return code if isinstance(code, int) else 0
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except typer.Abort:
+        return 1
     except RegistryError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        if debug:
+            raise
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a usage mistake; else a bug, or a problem nobody turned into a RegistryError yet
+        if is_usage_error(exc):
+            return tell_usage_error(exc)
+        if debug:
+            raise
+        typer.echo(f"error: {type(exc).__name__}: {one_line(exc)} (run `registry-gen --debug ...` for the traceback)", err=True)
         return 1
     return 0
 

@@ -14,13 +14,11 @@ from urllib.parse import urlsplit
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
 
 SettingsFactory = Callable[..., Settings]
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 TreeOption = Annotated[Path | None, typer.Option("--tree", help="The built tree (default: out_dir from the config, else ./public).")]
 MaxAgeOption = Annotated[
     int, typer.Option("--document-max-age", min=0, help="Seconds clients may reuse a package document before revalidating.")
@@ -51,9 +49,39 @@ def _write_text(text: str, out: Path | None) -> None:
     typer.echo(f"wrote {out}", err=True)
 
 
+def private_packages(settings: Settings) -> list[str]:
+    """Packages in the built tree that the read rules do not let everyone read."""
+    from registry_gen.buildstate import BuildState
+
+    if not settings.packages.in_force or not settings.state_file.exists():
+        return []
+    state = BuildState(settings.state_file)
+    try:
+        return sorted(name for name in state.present_names() if not settings.packages.is_public(name))
+    finally:
+        state.close()
+
+
+def refuse_private_upload(settings: Settings, include_private: bool) -> None:
+    """An object store cannot run the read check: private packages would become public."""
+    private = private_packages(settings)
+    if private and not include_private:
+        shown = ", ".join(private[:5]) + (f" and {len(private) - 5} more" if len(private) > 5 else "")
+        raise ConfigError(
+            f"deploy: {len(private)} package(s) are private under the read rules ({shown}); a bucket would serve them to "
+            "anyone. Serve the tree with nginx or registry-gen serve, or pass --include-private if the bucket itself is private"
+        )
+
+
 def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
     host = typer.Typer(help="Configuration for the web server or object store that serves the tree.", no_args_is_help=True)
+    _register_nginx(host, settings_from_options)
+    _register_object_store(host, settings_from_options)
+    app.add_typer(host, name="host-config")
+    _register_deploy(app, settings_from_options)
 
+
+def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -> None:
     @host.command("nginx")
     def nginx_command(
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the config here (default: stdout).")] = None,
@@ -69,6 +97,13 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
         user: Annotated[str | None, typer.Option("--user", help="With --standalone under root: the workers' user.")] = None,
         workers: Annotated[str, typer.Option("--workers", help="With --standalone: worker_processes.")] = "auto",
         document_max_age: MaxAgeOption = 0,
+        read_cache_seconds: Annotated[
+            int, typer.Option("--read-cache-seconds", min=0, help="With read rules: seconds nginx reuses a read decision.")
+        ] = 10,
+        read_cache_path: Annotated[
+            str | None,
+            typer.Option("--read-cache-path", help="With read rules: folder of cached decisions (default: read_cache in the runtime folder with --standalone, else /var/cache/nginx/registry-gen-read)."),
+        ] = None,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -86,6 +121,11 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
             "document_max_age": document_max_age,
             "max_body_size": default_max_body_size(settings),
         }
+        if settings.packages.in_force:
+            from registry_gen.nginx_access import ReadCheck
+
+            default_path = "read_cache" if standalone else "/var/cache/nginx/registry-gen-read"
+            common["read_check"] = ReadCheck(read_cache_path or default_path, read_cache_seconds)
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -96,6 +136,8 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
             raise ConfigError(str(exc)) from exc
         _write_text(text, out)
 
+
+def _register_object_store(host: typer.Typer, settings_from_options: SettingsFactory) -> None:
     @host.command("object-store")
     def object_store_command(
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the list here (default: stdout).")] = None,
@@ -116,8 +158,8 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
         ]
         _write_text("".join(line + "\n" for line in lines), out)
 
-    app.add_typer(host, name="host-config")
 
+def _register_deploy(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
     @app.command("deploy")
     def deploy_command(
         url: Annotated[str, typer.Argument(help="s3://BUCKET or s3://BUCKET/PREFIX")],
@@ -136,6 +178,10 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
         ] = False,
         jobs: Annotated[int, typer.Option("--jobs", min=1, max=64, help="Parallel uploads.")] = 8,
         document_max_age: MaxAgeOption = 0,
+        include_private: Annotated[
+            bool,
+            typer.Option("--include-private", help="Upload even packages the read rules keep private (the bucket cannot check reads)."),
+        ] = False,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -145,6 +191,7 @@ def register(app: typer.Typer, settings_from_options: SettingsFactory) -> None:
         from registry_gen.errors import LockTimeout
 
         settings = settings_from_options(config, out_dir=tree)
+        refuse_private_upload(settings, include_private)
         target = parse_s3_url(url)
         client = make_client(endpoint_url=endpoint_url, region=region)
         lock = build_lock(settings)

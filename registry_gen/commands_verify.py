@@ -8,16 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.settings import Settings
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
     def verify_command(
         out_dir: Annotated[Path | None, typer.Argument(metavar="OUT_DIR", help="The built tree (default from config, else ./public).")] = None,
-        config: Annotated[
-            Path | None,
-            typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG"),
-        ] = None,
+        config: ConfigOption = None,
         allow_external: Annotated[
             bool,
             typer.Option("--allow-external", help="A dependency absent from the tree is listed as external, not a problem."),

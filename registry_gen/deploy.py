@@ -134,9 +134,26 @@ def deploy_tree(
         log.warning("%s has no %s: rebuild with a newer registry-gen for a JSON error document", out_dir, NOT_FOUND_DOCUMENT)
     plan = upload_plan(files, prefix=target.prefix, document_max_age=document_max_age)
     existing = _call(target, "", lambda: _existing_objects(client, target))
+    result = DeployResult()
+    todo = _changed_uploads(out_dir, plan, existing, force, result)
+    _upload(out_dir, target, client, todo, jobs, progress, result)
+    if public_read:
+        # Replaces the bucket's policy: the registry's bucket should hold nothing else.
+        _call(target, "", lambda: client.put_bucket_policy(Bucket=target.bucket, Policy=public_read_policy(target.bucket, target.prefix)))
+        result.public_read = True
+    if website:
+        _call(target, "", lambda: client.put_bucket_website(Bucket=target.bucket, WebsiteConfiguration=website_configuration(target.prefix)))
+        result.website = True
+    if delete:
+        _delete_stale(target, client, {upload.key for upload in plan}, existing, result)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _changed_uploads(out_dir: Path, plan: list[Upload], existing: dict[str, str], force: bool, result: DeployResult) -> list[Upload]:
+    """The uploads whose bytes the bucket does not hold yet (all of them with `force`)."""
     digests: dict[str, str] = {}
     todo: list[Upload] = []
-    result = DeployResult()
     for upload in plan:
         if upload.source not in digests:
             digests[upload.source] = _md5(out_dir / upload.source)
@@ -144,20 +161,19 @@ def deploy_tree(
             result.unchanged += 1
         else:
             todo.append(upload)
+    return todo
 
+
+def _upload(
+    out_dir: Path, target: S3Target, client: Any, todo: list[Upload], jobs: int,
+    progress: ProgressCallback | None, result: DeployResult,
+) -> None:
     def put(upload: Upload) -> str:
         with open(out_dir / upload.source, "rb") as body:
-            _call(
-                target,
-                upload.key,
-                lambda: client.put_object(
-                    Bucket=target.bucket,
-                    Key=upload.key,
-                    Body=body,
-                    ContentType=upload.content_type,
-                    CacheControl=upload.cache_control,
-                ),
-            )
+            _call(target, upload.key, lambda: client.put_object(
+                Bucket=target.bucket, Key=upload.key, Body=body,
+                ContentType=upload.content_type, CacheControl=upload.cache_control,
+            ))
         return upload.key
 
     done = 0
@@ -168,26 +184,18 @@ def deploy_tree(
                 done += 1
                 if progress:
                     progress("upload", done, len(todo))
-    if public_read:
-        # Replaces the bucket's policy: the registry's bucket should hold nothing else.
-        _call(target, "", lambda: client.put_bucket_policy(Bucket=target.bucket, Policy=public_read_policy(target.bucket, target.prefix)))
-        result.public_read = True
-    if website:
-        _call(target, "", lambda: client.put_bucket_website(Bucket=target.bucket, WebsiteConfiguration=website_configuration(target.prefix)))
-        result.website = True
-    if delete:
-        wanted = {upload.key for upload in plan}
-        stale = sorted(key for key in existing if key not in wanted)
-        for start in range(0, len(stale), 1000):  # DeleteObjects takes at most 1000 keys
-            batch = stale[start : start + 1000]
-            _call(
-                target,
-                batch[0],
-                lambda: client.delete_objects(Bucket=target.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}),
-            )
-            result.deleted.extend(batch)
-    result.seconds = time.perf_counter() - started
-    return result
+
+
+def _delete_stale(target: S3Target, client: Any, wanted: set[str], existing: dict[str, str], result: DeployResult) -> None:
+    stale = sorted(key for key in existing if key not in wanted)
+    for start in range(0, len(stale), 1000):  # DeleteObjects takes at most 1000 keys
+        batch = stale[start : start + 1000]
+        _call(
+            target,
+            batch[0],
+            lambda: client.delete_objects(Bucket=target.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}),
+        )
+        result.deleted.extend(batch)
 
 
 def _call(target: S3Target, key: str, action: Callable[[], Any]) -> Any:

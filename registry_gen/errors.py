@@ -70,5 +70,9 @@ class PruneRefused(RegistryError):
     """A build would remove most of the tree's packages though content/ does not say they went."""
 
 
+class AddressUnavailable(RegistryError):
+    """The server cannot listen on the address it was given (in use, not this machine's, privileged)."""
+
+
 class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import mimetypes
 import re
@@ -22,25 +23,35 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-PACKAGE_DOCUMENT = "index.html"  # the build's name for a package document (RATIONALE.md §1)
-ABBREVIATED_DOCUMENT = "abbreviated.json"
-ABBREVIATED_TYPE = "application/vnd.npm.install-v1+json"
-JSON_TYPE = "application/json"
-TARBALL_TYPE = "application/octet-stream"
-IMMUTABLE_CACHE = "public, max-age=31536000, immutable"
-ERROR_CACHE = "no-cache"
+import jinja2
+
+from registry_gen.layout import (
+    ABBREVIATED_DOCUMENT,
+    ABBREVIATED_TYPE,
+    API_READ_PREFIXES,
+    ERROR_CACHE,
+    IMMUTABLE_CACHE,
+    JSON_TYPE,
+    NOJEKYLL,
+    NOT_FOUND_DOCUMENT,
+    PACKAGE_DOCUMENT,
+    PAGES_NOT_FOUND,
+    TARBALL_TYPE,
+    USER_API_EXACT,
+    USER_API_PREFIXES,
+    WEB_ROOT,
+)
+from registry_gen.nginx_access import ReadCheck, http_part, server_part
+from registry_gen.signing import KEYS_DOCUMENT
+
 NOT_FOUND_BODY = b'{"error":"not found"}\n'
-NOT_FOUND_DOCUMENT = "-/404.json"  # the object store's error document
-PAGES_NOT_FOUND = "404.html"  # GitHub Pages serves this one, with status 404, for any missing path
-NOJEKYLL = ".nojekyll"  # GitHub Pages: serve the files as they are, no Jekyll pass
 # Files the build writes for hosts that cannot be configured: relative path -> bytes.
 STATIC_EXTRAS: dict[str, bytes] = {NOJEKYLL: b"", NOT_FOUND_DOCUMENT: NOT_FOUND_BODY, PAGES_NOT_FOUND: NOT_FOUND_BODY}
-WEB_ROOT = "-/web"
-# GET paths whose answer depends on who asks or on the query: never files. The same lists as
-# `registry-gen serve` uses (user_api/server.py; a test keeps them equal).
-API_READ_PREFIXES = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
-USER_API_PREFIXES = ("/user/", "/-/user-api/")
-USER_API_EXACT = ("/user",)
+# The unfiltered search document lives away from /-/v1/search on purpose (registry_gen.layout).
+LEGACY_SEARCH_FOLDER = "-/v1/search"  # where trees built before kept it; the build removes it
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # the nginx *.conf.j2 files
+# Files of the tree below the API's prefixes: the registry's public signing keys (registry_gen.signing).
+STATIC_UNDER_API = ("/" + KEYS_DOCUMENT,)
 
 
 _TAG_FOLDER = re.compile(r"^[A-Za-z][A-Za-z0-9._~-]{0,127}$")
@@ -215,18 +226,9 @@ def _plain(value: str, what: str) -> str:
     return value
 
 
-def _json_error(code: int, message: str) -> str:
-    return f"""    location @registry_gen_{code} {{
-        types {{ }}
-        default_type {JSON_TYPE};
-        add_header Cache-Control "{ERROR_CACHE}" always;{'''
-        add_header Allow "GET, HEAD" always;''' if code == 405 else ''}
-        return {code} '{{"error":"{message}"}}\\n';
-    }}"""
-
-
 _ERRORS = {
     400: "bad request",
+    401: "authentication required: log in (npm login) and send the token",
     403: "forbidden",
     404: "not found",
     405: "method not allowed: this registry is read-only",
@@ -246,6 +248,7 @@ def nginx_site(
     server_name: str = "_",
     document_max_age: int = 0,
     max_body_size: str = "300m",
+    read_check: ReadCheck | None = None,
 ) -> str:
     """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
 
@@ -253,158 +256,40 @@ def nginx_site(
     `api_upstream` ("127.0.0.1:4874") is where `registry-gen api` listens: every method but
     GET and HEAD, and the GET endpoints that depend on the caller, go there, so one URL serves
     reads and writes. Without it the tree is read-only and writes get a JSON 405.
+    `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
+    Every value reaching the template is checked here (no directive can be split or injected).
     """
+    if read_check is not None and api_upstream is None:
+        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
     root = Path(out_dir).resolve()
-    api = api_upstream is not None
-    listen, server_name, max_body_size = _plain(listen, "listen"), _plain(server_name, "server_name"), _plain(max_body_size, "size")
-    if api_upstream is not None:
-        _plain(api_upstream, "API address")
-    errors = " ".join(str(code) for code in _ERRORS)
-    error_pages = "\n".join(f"    error_page {code} @registry_gen_{code};" for code in _ERRORS)
-    error_locations = "\n".join(_json_error(code, message) for code, message in _ERRORS.items())
-    docs = document_cache(document_max_age)
-    upstream = (
-        f"""
-upstream registry_gen_api {{
-    server {api_upstream};
-    keepalive 8;
-}}
-"""
-        if api
-        else ""
+    return _templates().get_template("nginx_site.conf.j2").render(
+        root=root,
+        root_literal=_quoted(str(root)),
+        listen=_plain(listen, "listen"),
+        server_name=_plain(server_name, "server_name"),
+        max_body_size=_plain(max_body_size, "size"),
+        api_upstream=None if api_upstream is None else _plain(api_upstream, "API address"),
+        api_matches=[f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT],
+        errors=_ERRORS,
+        # With read rules, the API's 403 (a token without access) is served as the 404 of a missing package.
+        denied={403} if read_check is not None else set(),
+        read_check=read_check is not None,
+        http_part=http_part(read_check) if read_check is not None else "",
+        server_part=server_part(read_check) if read_check is not None else "",
+        static_json_paths=STATIC_UNDER_API,
+        document_cache=document_cache(document_max_age),
+        static_cache=document_cache(0),
+        package_document=PACKAGE_DOCUMENT,
+        abbreviated_document=ABBREVIATED_DOCUMENT,
+        abbreviated_type=ABBREVIATED_TYPE,
+        json_type=JSON_TYPE,
+        tarball_type=TARBALL_TYPE,
+        immutable_cache=IMMUTABLE_CACHE,
+        error_cache=ERROR_CACHE,
+        web_root=WEB_ROOT,
+        pages_not_found=PAGES_NOT_FOUND,
+        not_found_document=NOT_FOUND_DOCUMENT,
     )
-    # Checked inside each location (not at server level): a server-level `return` would run
-    # before nginx picks the location, and so before it enforces client_max_body_size.
-    method_guard = f"""
-        if ($request_method !~ ^(GET|HEAD)$) {{
-            return {418 if api else 405};
-        }}"""
-    method_route = (
-        """    # Every method but GET and HEAD is a write: the locations below hand it to the API
-    # (error 418 -> @registry_gen_api), with the URI as the client sent it.
-    error_page 418 = @registry_gen_api;"""
-        if api
-        else "    # No API behind this server: the tree is read-only (writes get a 405)."
-    )
-    api_locations = (
-        "\n".join(
-            f"""    location {match} {{
-        proxy_pass http://registry_gen_api;
-    }}"""
-            for match in [f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT]
-        )
-        + """
-    location @registry_gen_api {
-        proxy_pass http://registry_gen_api;
-    }"""
-        if api
-        else ""
-    )
-    proxy_settings = (
-        """    proxy_http_version 1.1;
-    proxy_set_header Connection "";
-    proxy_set_header Host $http_host;
-    proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-    proxy_set_header X-Forwarded-Proto $scheme;
-    proxy_set_header X-Forwarded-Host $host;
-    proxy_read_timeout 300s;  # a write rebuilds the package before it answers
-"""
-        if api
-        else ""
-    )
-    return f"""# Generated by `registry-gen host-config nginx` for {root}.
-# Regenerate rather than edit; see README "Hosting".
-
-# npm, pnpm and yarn ask for the abbreviated document with this Accept value; everyone else
-# (npm view, browsers, curl) gets the full one.
-map $http_accept $registry_gen_document {{
-    default {PACKAGE_DOCUMENT};
-    "~*application/vnd\\.npm\\.install-v1\\+json" {ABBREVIATED_DOCUMENT};
-}}
-{upstream}
-server {{
-    listen {listen};
-    server_name {server_name};
-    root {_quoted(str(root))};
-    server_tokens off;
-    absolute_redirect off;
-    charset off;
-    client_max_body_size {max_body_size};  # publishes carry the tarball, base64-encoded
-{proxy_settings}
-    # Precompressed .gz siblings written by the build; gzip on the fly only for what has none.
-    gzip_static on;
-    gzip on;
-    gzip_vary on;
-    gzip_types {JSON_TYPE} {ABBREVIATED_TYPE} text/css application/javascript image/svg+xml;
-
-    # Error bodies are JSON everywhere (clients choke on HTML error pages). Codes: {errors}.
-    # Recursive: a write is already inside error_page 418 when the API fails with a 502.
-    recursive_error_pages on;
-{error_pages}
-
-{method_route}
-
-    # Package documents, for every spelling of a scoped name: nginx decodes %2f and %2F into
-    # "/" before this runs, so /@scope%2fname, /@scope%2Fname and /@scope/name all reach
-    # @scope/name/{PACKAGE_DOCUMENT}, without the redirect a directory would cause. The file is
-    # JSON whatever its name says: an empty types map makes default_type apply to it.
-    location / {{{method_guard}
-        types {{ {ABBREVIATED_TYPE} json; }}
-        default_type {JSON_TYPE};
-        add_header Cache-Control "{docs}";
-        add_header Vary Accept;
-        try_files $uri/$registry_gen_document $uri/{PACKAGE_DOCUMENT} $uri =404;
-    }}
-
-    # Build state, caches and half-written temp files are dotfiles; npm names never start with a dot.
-    location ~ "/\\." {{
-        return 404;
-    }}
-
-    # The HTML site (after the dotfile rule: regex locations match in order).
-    location ~ "^/{WEB_ROOT}/" {{{method_guard}
-        types {{
-            text/html html;
-            text/css css;
-            application/javascript js;
-            {JSON_TYPE} json;
-            image/svg+xml svg;
-            image/png png;
-            image/x-icon ico;
-            font/woff2 woff2;
-        }}
-        default_type {TARBALL_TYPE};
-        charset utf-8;
-        charset_types text/css application/javascript image/svg+xml;
-        add_header Cache-Control "{docs}";
-        index index.html;
-        try_files $uri $uri/ =404;
-    }}
-
-    # Tarballs never change once published (a version is never reused).
-    location ~ "/-/[^/]+\\.tgz$" {{{method_guard}
-        types {{ }}
-        default_type {TARBALL_TYPE};
-        add_header Cache-Control "{IMMUTABLE_CACHE}";
-        try_files $uri =404;
-    }}
-
-    location = / {{
-        return 302 /{WEB_ROOT}/;
-    }}
-
-    # The JSON 404 bodies written for other hosts are not documents here.
-    location = /{PAGES_NOT_FOUND} {{
-        return 404;
-    }}
-    location = /{NOT_FOUND_DOCUMENT} {{
-        return 404;
-    }}
-
-{api_locations}
-{error_locations}
-}}
-"""
 
 
 def nginx_config(
@@ -418,6 +303,7 @@ def nginx_config(
     worker_processes: str = "auto",
     user: str | None = None,
     access_log: bool = False,
+    read_check: ReadCheck | None = None,
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -426,38 +312,27 @@ def nginx_config(
     matters when the master runs as root: workers then run as that user instead of nobody.
     """
     site = nginx_site(
-        out_dir,
-        listen,
-        api_upstream,
-        server_name=server_name,
-        document_max_age=document_max_age,
-        max_body_size=max_body_size,
+        out_dir, listen, api_upstream,
+        server_name=server_name, document_max_age=document_max_age, max_body_size=max_body_size,
+        read_check=read_check,
     )
-    indented = "\n".join(("    " + line) if line else "" for line in site.splitlines())
-    user_line = f"user {_plain(user, 'user')};\n" if user else ""
-    worker_processes = _plain(worker_processes, "worker_processes")
-    log = "access_log access.log;" if access_log else "access_log off;"
-    return f"""# Generated by `registry-gen host-config nginx --standalone`.
-# Run: nginx -p RUNTIME_DIR -c THIS_FILE   (add -g 'daemon off;' to keep it in the foreground)
-{user_line}worker_processes {worker_processes};
-pid nginx.pid;
-error_log error.log warn;
+    return _templates().get_template("nginx.conf.j2").render(
+        site=site,
+        user=_plain(user, "user") if user else None,
+        worker_processes=_plain(worker_processes, "worker_processes"),
+        access_log=access_log,
+    )
 
-events {{
-    worker_connections 1024;
-}}
 
-http {{
-    {log}
-    client_body_temp_path client_body_temp;
-    proxy_temp_path proxy_temp;
-    fastcgi_temp_path fastcgi_temp;
-    uwsgi_temp_path uwsgi_temp;
-    scgi_temp_path scgi_temp;
-    sendfile on;
-    tcp_nopush on;
-    keepalive_timeout 65;
-
-{indented}
-}}
-"""
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The nginx templates shipped in the package (registry_gen/templates/*.conf.j2). Not HTML:
+    no autoescape; the values are checked by _plain/_quoted before they reach a template."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )

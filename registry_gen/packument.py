@@ -11,6 +11,7 @@ from typing import Any
 from registry_gen.manifest import has_install_script, keyword_list
 from registry_gen.meta import PackageMeta
 from registry_gen.names import tarball_path
+from registry_gen.signing import Signer
 from registry_gen.versions import choose_dist_tags, sort_versions
 
 # Top-level fields hoisted from the `latest` version, as the public registry does.
@@ -97,7 +98,9 @@ def _person(value: Any) -> dict[str, str] | None:
     return None
 
 
-def version_document(release: Release, name: str, base_url: str, meta: PackageMeta) -> dict[str, Any]:
+def version_document(
+    release: Release, name: str, base_url: str, meta: PackageMeta, signer: Signer | None = None
+) -> dict[str, Any]:
     doc = dict(release.manifest)
     doc["name"] = name
     doc["version"] = release.version
@@ -116,6 +119,10 @@ def version_document(release: Release, name: str, base_url: str, meta: PackageMe
         "fileCount": release.file_count,
         "unpackedSize": release.unpacked_size,
     }
+    # `dist` is rebuilt from the archive's facts, so an imported manifest's signatures (naming
+    # another registry's keys) never pass through: only this registry's own are written.
+    if signer is not None and release.integrity:
+        doc["dist"]["signatures"] = [signer.signature(name, release.version, release.integrity)]
     return doc
 
 
@@ -127,13 +134,15 @@ def build_packument(
     base_url: str,
     readme: str | None,
     readme_filename: str | None,
+    signer: Signer | None = None,
 ) -> dict[str, Any]:
-    """The full package document for `name`. `releases` may be in any order."""
+    """The full package document for `name`. `releases` may be in any order; with a `signer`,
+    every version carries the registry's signature (see registry_gen.signing)."""
     by_version = {r.version: r for r in releases}
     order = sort_versions(by_version)
     tags = choose_dist_tags(order, meta.dist_tags)
     latest = by_version[tags["latest"]].manifest if order else {}
-    versions = {v: version_document(by_version[v], name, base_url, meta) for v in order}
+    versions = {v: version_document(by_version[v], name, base_url, meta, signer) for v in order}
     times = {v: by_version[v].time for v in order}
     # Unpublished numbers keep their time so that nobody can publish them again.
     times.update({v: t for v, t in meta.unpublished.items() if v not in times})

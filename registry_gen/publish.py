@@ -3,7 +3,7 @@
 Pure functions over a `PackageState` (the package's registry-meta.json plus the versions the tree
 serves); they return the new `PackageMeta` or raise. Decoding a publish body is pure too (bytes
 in, a checked `Upload` out). The I/O — content/ storage, the build lock, the rebuild — lives in
-the web layer's orchestrator (user_api.registry_routes).
+the write service (registry_gen.writes).
 
 Who may write (see RATIONALE in the report): a package with maintainers accepts writes from them
 and from administrators; a package built from archives dropped into content/ by hand (no
@@ -56,10 +56,15 @@ class AccessNotSupported(BadRequest):
     """`access: restricted`: this registry's tree is world-readable (HTTP 400)."""
 
 
+def iso_from_ns(ns: int) -> str:
+    """The registry's timestamp format: UTC, milliseconds, `Z` (as npm's `time` fields).
+    Integer arithmetic only: a float of ns since 1970 rounds …20.9999999 s up to the next second."""
+    seconds, rest = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
+
+
 def now_iso() -> str:
-    """The registry's timestamp format: UTC, milliseconds, `Z` (as npm's `time` fields)."""
-    ns = time.time_ns()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ns // 1_000_000_000)) + f".{(ns // 1_000_000) % 1000:03d}Z"
+    return iso_from_ns(time.time_ns())
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
@@ -17,6 +18,7 @@ CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
 # `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
 CHECK_PROFILES = ("npm", "commonjs")
+SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Settings:
     check_profile: str = "npm"
     check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
+    signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
+    signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
+    packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -88,29 +93,72 @@ class Settings:
         return self.out_dir.parent / f".{self.out_dir.name}.lock"
 
 
-_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir"}
+_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir", "signing_key"}
+_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key"}
+# What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
+_YAML_TYPES: dict[str, tuple[type, str]] = {
+    "content_dir": (str, "a path (string)"),
+    "out_dir": (str, "a path (string)"),
+    "template_dir": (str, "a path (string)"),
+    "data_dir": (str, "a path (string)"),
+    "base_url": (str, "a string"),
+    "site_title": (str, "a string"),
+    "database_url": (str, "a string"),
+    "signup": (str, "a string"),
+    "host": (str, "a string"),
+    "strict": (bool, "true or false"),
+    "gzip": (bool, "true or false"),
+    "port": (int, "an integer"),
+    "prune": (bool, "true or false"),
+    "check_profile": (str, "a string"),
+    "check_ignore": (list, "a list of rule ids"),
+    "signing_key": (str, "a path (string)"),
+}
+
+
+def check_type(key: str, value: Any, expected: type, wanted: str) -> None:
+    """One line naming the key and the type it needs (a bool is not an int; "false" is not false)."""
+    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+        return
+    shown = f"the string {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
+    raise ConfigError(f"{key} must be {wanted}, got {shown}")
+
+
+def _limits_from(value: Any) -> Limits:
+    if not isinstance(value, dict):
+        raise ConfigError(f"limits must be a mapping, got {type(value).__name__} {value!r}")
+    limit_keys = {f.name for f in dataclasses.fields(Limits)}
+    for key, number in value.items():
+        if key not in limit_keys:
+            raise ConfigError(f"unknown key limits.{key} (known: {', '.join(sorted(limit_keys))})")
+        check_type(f"limits.{key}", number, int, "a positive integer")
+        if number <= 0:
+            raise ConfigError(f"limits.{key} must be a positive integer, got {number!r}")
+    return Limits(**value)
+
+
+def _value_from(key: str, value: Any, source: Path) -> Any:
+    if key == "limits":
+        return _limits_from(value)
+    if key == "packages":
+        return parse_rules(value)
+    if value is None and key in _NULLABLE_KEYS:
+        return None
+    expected, wanted = _YAML_TYPES[key]
+    check_type(key, value, expected, wanted)
+    return source.parent / value if key in _PATH_KEYS else value
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = {f.name for f in dataclasses.fields(Settings)} - {"config_file"}
+    known = set(_YAML_TYPES) | {"limits", "packages"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
             raise ConfigError(f"{source}: unknown key {key!r} (known: {', '.join(sorted(known))})")
-        if key == "limits":
-            if not isinstance(value, dict):
-                raise ConfigError(f"{source}: limits must be a mapping")
-            limit_keys = {f.name for f in dataclasses.fields(Limits)}
-            for lk, lv in value.items():
-                if lk not in limit_keys:
-                    raise ConfigError(f"{source}: unknown key limits.{lk}")
-                if not isinstance(lv, int) or lv <= 0:
-                    raise ConfigError(f"{source}: limits.{lk} must be a positive integer")
-            values["limits"] = Limits(**value)
-        elif key in _PATH_KEYS:
-            values[key] = None if value is None else (source.parent / str(value))
-        else:
-            values[key] = value
+        try:
+            values[key] = _value_from(str(key), value, source)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from exc
     return values
 
 
@@ -132,6 +180,8 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         raise ConfigError(f"{path}: config file not found")
     if os.environ.get(DATABASE_URL_ENV):
         values["database_url"] = os.environ[DATABASE_URL_ENV]
+    if os.environ.get(SIGNING_KEY_ENV):
+        values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return Settings(**values)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -23,7 +24,7 @@ import jinja2
 
 from registry_gen.errors import ConfigError
 from registry_gen.manifest import keyword_list
-from registry_gen.markdown import render_readme
+from registry_gen.markdown import RepositoryFiles, render_readme, repository_files
 from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
@@ -36,6 +37,9 @@ NOT_FOUND_PAGE = f"{WEB_ROOT}/404.html"
 STATIC_FOLDER = "static"
 PAGE_SIZE = 100
 RECENT_COUNT = 8
+FILE_LIST_LIMIT = 5000  # rows on a version's file page; the rest is counted, not listed
+
+
 def _default_template_dir() -> Path:
     """site_template/ of a checkout, else the copy a wheel installs inside this package."""
     here = Path(__file__).resolve().parent
@@ -313,6 +317,28 @@ class Dependency:
     href: str | None
 
 
+@dataclass(frozen=True)
+class VersionExtras:
+    """What a version's pages need from its archive beyond the manifest (from the build's cache)."""
+
+    readme: str | None = None
+    readme_filename: str | None = None
+    files: tuple[tuple[str, int], ...] | None = None  # (path, size) by path; None: not known
+
+
+ExtrasLoader = Callable[[str], VersionExtras]  # version -> its extras, asked only for pages rendered
+
+
+@dataclass
+class PackageSite:
+    """A package's pages: those rendered now, those whose inputs did not change (kept as they are
+    on disk), and the input key of every version's pages for the next build to compare."""
+
+    pages: dict[str, bytes]
+    kept: list[str]
+    keys: dict[str, str]
+
+
 def _dependencies(latest: Mapping[str, Any], root: str, registry_names: Collection[str]) -> list[tuple[str, list[Dependency]]]:
     groups = []
     for kind, title in DEPENDENCY_KINDS:
@@ -327,10 +353,83 @@ def _dependencies(latest: Mapping[str, Any], root: str, registry_names: Collecti
     return groups
 
 
-def _versions(packument: Mapping[str, Any], tree_root: str, tarball_sizes: Mapping[str, int]) -> list[dict[str, Any]]:
-    tags_by_version: dict[str, list[str]] = {}
+def version_folder(name: str, version: str) -> str:
+    return f"{package_folder(name)}/v/{version}"
+
+
+def version_page_path(name: str, version: str) -> str:
+    return f"{version_folder(name, version)}/index.html"
+
+
+def files_page_path(name: str, version: str) -> str:
+    return f"{version_folder(name, version)}/files/index.html"
+
+
+def version_href(root: str, name: str, version: str) -> str:
+    return f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/index.html"
+
+
+def bin_commands(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The commands installing the package puts on PATH, with the file each runs (npm's rules:
+    a string `bin` is named after the package, without its scope)."""
+    declared = manifest.get("bin")
+    if isinstance(declared, str) and declared.strip() and isinstance(manifest.get("name"), str):
+        return [(split_name(manifest["name"])[1], declared)]
+    if isinstance(declared, Mapping):
+        return sorted((str(k), v) for k, v in declared.items() if isinstance(v, str) and str(k).strip())
+    return []
+
+
+def engines(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    declared = manifest.get("engines")
+    if not isinstance(declared, Mapping):
+        return []
+    return sorted((str(k), v) for k, v in declared.items() if isinstance(v, str))
+
+
+def types_package(name: str) -> str:
+    """The DefinitelyTyped package of `name`: `@types/x`, `@types/scope__x` for `@scope/x`."""
+    scope, bare = split_name(name)
+    return f"@types/{scope[1:]}__{bare}" if scope else f"@types/{bare}"
+
+
+def _declaration_candidates(manifest: Mapping[str, Any]) -> set[str]:
+    """Where TypeScript looks for types when package.json names none: index.d.ts, next to main."""
+    found = {"index.d.ts"}
+    main = manifest.get("main")
+    if isinstance(main, str) and main.strip():
+        path = posixpath.normpath(main.strip()).lstrip("/")
+        stem = re.sub(r"\.(c|m)?js$", "", path)
+        found.update({f"{stem}.d.ts", f"{path}/index.d.ts"})
+    return found
+
+
+def types_badge(
+    manifest: Mapping[str, Any], files: Sequence[tuple[str, int]] | None, root: str, registry_names: Collection[str]
+) -> dict[str, Any] | None:
+    """How the package is typed: its own declarations (`types`/`typings`, or a bundled .d.ts where
+    TypeScript finds it), else a DefinitelyTyped package present in this registry, else None."""
+    for field_name in ("types", "typings"):
+        value = manifest.get(field_name)
+        if isinstance(value, str) and value.strip():
+            return {"kind": "bundled", "title": f"Bundled TypeScript declarations ({value.strip()})"}
+    if files and _declaration_candidates(manifest) & {path for path, _ in files}:
+        return {"kind": "bundled", "title": "Bundled TypeScript declarations"}
+    typed = types_package(str(manifest.get("name", "")))
+    if typed in registry_names:
+        return {"kind": "definitely-typed", "title": f"Types in {typed}", "name": typed, "href": page_href(root, typed)}
+    return None
+
+
+def _tags_by_version(packument: Mapping[str, Any]) -> dict[str, list[str]]:
+    tags: dict[str, list[str]] = {}
     for tag, version in sorted(packument.get("dist-tags", {}).items()):
-        tags_by_version.setdefault(version, []).append(tag)
+        tags.setdefault(version, []).append(tag)
+    return tags
+
+
+def _versions(packument: Mapping[str, Any], root: str, tree_root: str, tarball_sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    tags_by_version = _tags_by_version(packument)
     times = packument.get("time", {})
     rows = []
     for version in reversed(sort_versions(packument.get("versions", {}))):
@@ -339,6 +438,7 @@ def _versions(packument: Mapping[str, Any], tree_root: str, tarball_sizes: Mappi
         rows.append(
             {
                 "version": version,
+                "href": version_href(root, packument["name"], version),
                 "tags": tags_by_version.get(version, []),
                 "time": times.get(version, ""),
                 "deprecated": doc.get("deprecated") if isinstance(doc.get("deprecated"), str) else None,
@@ -367,36 +467,60 @@ def npmrc_line(name: str, base_url: str) -> str:
     return f"{scope}:registry={base_url}" if scope else f"registry={base_url}"
 
 
+def readme_files(source: Mapping[str, Any]) -> RepositoryFiles | None:
+    """Where the README's relative URLs point, from `repository` (URL and `directory`)."""
+    repository = source.get("repository")
+    directory = repository.get("directory") if isinstance(repository, Mapping) else None
+    return repository_files(repository_url(repository), directory)
+
+
+def _common_context(packument: Mapping[str, Any], settings: Settings, root: str) -> dict[str, Any]:
+    name = packument["name"]
+    return {
+        "pkg": packument,
+        "name": name,
+        "root": root,
+        "package_href": page_href(root, name),
+        "description": packument.get("description") if isinstance(packument.get("description"), str) else "",
+        "latest_version": packument.get("dist-tags", {}).get("latest", ""),
+        "npmrc": npmrc_line(name, settings.base_url),
+        "document_href": root + "../../" + quote(package_dir(name), safe="/@") + "/index.html",
+    }
+
+
 def package_context(
     packument: Mapping[str, Any],
     settings: Settings,
     *,
     registry_names: Collection[str],
     tarball_sizes: Mapping[str, int],
+    dependents: Sequence[str] = (),
+    latest_files: Sequence[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
     """Everything package.html needs, computed once here so templates stay simple to restyle."""
     name = packument["name"]
     root = relative_root(package_page_path(name))
-    tree_root = root + "../../"
     latest = latest_manifest(packument)
-    versions = _versions(packument, tree_root, tarball_sizes)
+    versions = _versions(packument, root, root + "../../", tarball_sizes)
     latest_version = packument.get("dist-tags", {}).get("latest", "")
     latest_row = next((row for row in versions if row["version"] == latest_version), None)
     keywords = keyword_list(packument.get("keywords"))
     return {
-        "pkg": packument,
-        "name": name,
-        "root": root,
-        "description": packument.get("description") if isinstance(packument.get("description"), str) else "",
-        "latest_version": latest_version,
+        **_common_context(packument, settings, root),
         "latest": latest_row,
         "deprecated": latest_row["deprecated"] if latest_row else None,
-        "dist_tags": sorted(packument.get("dist-tags", {}).items()),
+        "dist_tags": [(tag, version, version_href(root, name, version)) for tag, version in sorted(packument.get("dist-tags", {}).items())],
         "install": install_commands(name, settings.base_url),
-        "npmrc": npmrc_line(name, settings.base_url),
-        "readme": render_readme(packument.get("readme"), packument.get("readmeFilename")),
+        "readme": render_readme(packument.get("readme"), packument.get("readmeFilename"), readme_files(packument)),
         "versions": versions,
         "dependency_groups": _dependencies(latest, root, registry_names),
+        "dependents": [(n, page_href(root, n)) for n in sorted(dependents)],
+        "bin": bin_commands(latest),
+        "engines": engines(latest),
+        "types": types_badge(latest, latest_files, root, registry_names) if latest else None,
+        "files_href": f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(latest_version, safe='')}/files/index.html"
+        if latest_row
+        else None,
         "keywords": [(k, f"{root}index.html?q={quote(k, safe='')}") for k in keywords],
         "license": license_text(packument.get("license")),
         "homepage": http_url(packument.get("homepage")),
@@ -408,8 +532,141 @@ def package_context(
         "maintainers": [m for m in packument.get("maintainers", []) if isinstance(m, Mapping) and m.get("name")],
         "created": packument.get("time", {}).get("created", ""),
         "modified": packument.get("time", {}).get("modified", ""),
-        "document_href": tree_root + quote(package_dir(name), safe="/@") + "/index.html",
     }
+
+
+def version_context(
+    packument: Mapping[str, Any],
+    version: str,
+    settings: Settings,
+    extras: VersionExtras,
+    *,
+    registry_names: Collection[str],
+    tarball_size: int | None,
+    page_path: str,
+) -> dict[str, Any]:
+    """What version.html and files.html need for one version (its own README, manifest, files)."""
+    name = packument["name"]
+    root = relative_root(page_path)
+    manifest = packument["versions"][version]
+    dist = manifest.get("dist", {})
+    files = list(extras.files) if extras.files is not None else None
+    folder = f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/"
+    return {
+        **_common_context(packument, settings, root),
+        "version": version,
+        "tags": _tags_by_version(packument).get(version, []),
+        "time": packument.get("time", {}).get(version, ""),
+        "deprecated": manifest.get("deprecated") if isinstance(manifest.get("deprecated"), str) else None,
+        "version_description": manifest.get("description") if isinstance(manifest.get("description"), str) else "",
+        "install": install_commands(f"{name}@{version}", settings.base_url),
+        "readme": render_readme(extras.readme, extras.readme_filename, readme_files(manifest)),
+        "dependency_groups": _dependencies(manifest, root, registry_names),
+        "bin": bin_commands(manifest),
+        "engines": engines(manifest),
+        "types": types_badge(manifest, files, root, registry_names),
+        "license": license_text(manifest.get("license")),
+        "unpacked_size": dist.get("unpackedSize"),
+        "file_count": dist.get("fileCount"),
+        "tarball_size": tarball_size,
+        "integrity": dist.get("integrity", ""),
+        "shasum": dist.get("shasum", ""),
+        "tarball_href": root + "../../" + quote(tarball_path(name, version), safe="/@"),
+        "files": files[:FILE_LIST_LIMIT] if files is not None else None,
+        "files_total": len(files) if files is not None else 0,
+        "files_size": sum(size for _, size in files) if files is not None else 0,
+        "version_href": folder + "index.html",
+        "files_href": folder + "files/index.html",
+    }
+
+
+def version_page_key(
+    packument: Mapping[str, Any], version: str, settings: Settings, registry_names: Collection[str], tarball_size: int | None
+) -> str:
+    """Changes whenever a version's pages would: its manifest (whose shasum fixes README and
+    files), tags, time, size, which of its dependencies are here, the settings and templates."""
+    folders = _folder_key(settings)
+    if folders not in _asset_versions:
+        template_fingerprint(settings)
+    manifest = packument["versions"][version]
+    linked = sorted(n for kind, _ in DEPENDENCY_KINDS if isinstance(manifest.get(kind), Mapping) for n in manifest[kind] if n in registry_names)
+    typed = types_package(packument["name"]) in registry_names
+    inputs = [
+        repr(settings), folders, _asset_versions[folders], packument["name"], version, manifest,
+        _tags_by_version(packument).get(version, []), packument.get("time", {}).get(version, ""), tarball_size, linked, typed,
+    ]
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def version_pages(
+    packument: Mapping[str, Any],
+    version: str,
+    settings: Settings,
+    extras: VersionExtras,
+    *,
+    registry_names: Collection[str],
+    tarball_size: int | None,
+) -> dict[str, bytes]:
+    """One version's page and its file list page."""
+    name = packument["name"]
+    pages = {}
+    for path, template in ((version_page_path(name, version), "version.html"), (files_page_path(name, version), "files.html")):
+        context = version_context(
+            packument, version, settings, extras, registry_names=registry_names, tarball_size=tarball_size, page_path=path
+        )
+        pages[path] = _render(settings, template, **context)
+    return pages
+
+
+def package_page(
+    packument: Mapping[str, Any],
+    settings: Settings,
+    *,
+    registry_names: Collection[str],
+    tarball_sizes: Mapping[str, int],
+    dependents: Sequence[str] = (),
+    latest_files: Sequence[tuple[str, int]] | None = None,
+) -> dict[str, bytes]:
+    """The package's own page (latest README, versions, dependencies and dependents)."""
+    context = package_context(
+        packument, settings, registry_names=registry_names, tarball_sizes=tarball_sizes, dependents=dependents, latest_files=latest_files
+    )
+    return {package_page_path(packument["name"]): _render(settings, "package.html", **context)}
+
+
+def render_package_site(
+    packument: Mapping[str, Any],
+    settings: Settings,
+    *,
+    registry_names: Collection[str] = frozenset(),
+    tarball_sizes: Mapping[str, int] | None = None,
+    dependents: Sequence[str] = (),
+    extras: ExtrasLoader | None = None,
+    previous_keys: Mapping[str, str] | None = None,
+) -> PackageSite:
+    """The package page and every version's pages. A version whose key is in `previous_keys`
+    (its pages are on disk, rendered from the same inputs) is not rendered again, nor its extras read."""
+    sizes = tarball_sizes or {}
+    load = extras or (lambda version: VersionExtras())
+    previous = previous_keys or {}
+    name = packument["name"]
+    latest_version = packument.get("dist-tags", {}).get("latest")
+    latest_extras = load(latest_version) if latest_version in packument.get("versions", {}) else VersionExtras()
+    main = package_page(
+        packument, settings, registry_names=registry_names, tarball_sizes=sizes, dependents=dependents, latest_files=latest_extras.files
+    )
+    result = PackageSite(main, [], {})
+    for version in sort_versions(packument.get("versions", {})):
+        key = version_page_key(packument, version, settings, registry_names, sizes.get(version))
+        result.keys[version] = key
+        if previous.get(version) == key:
+            result.kept.extend([version_page_path(name, version), files_page_path(name, version)])
+            continue
+        found = latest_extras if version == latest_version else load(version)
+        result.pages.update(
+            version_pages(packument, version, settings, found, registry_names=registry_names, tarball_size=sizes.get(version))
+        )
+    return result
 
 
 def package_pages(
@@ -418,12 +675,14 @@ def package_pages(
     *,
     registry_names: Collection[str] | None = None,
     tarball_sizes: Mapping[str, int] | None = None,
+    dependents: Sequence[str] = (),
+    extras: ExtrasLoader | None = None,
 ) -> dict[str, bytes]:
-    """The package's page. Dependencies link only to names in `registry_names` (none when unknown)."""
-    context = package_context(
-        packument, settings, registry_names=registry_names or frozenset(), tarball_sizes=tarball_sizes or {}
-    )
-    return {package_page_path(packument["name"]): _render(settings, "package.html", **context)}
+    """Every page of the package, rendered. Dependencies link only to names in `registry_names`."""
+    return render_package_site(
+        packument, settings, registry_names=registry_names or frozenset(), tarball_sizes=tarball_sizes,
+        dependents=dependents, extras=extras,
+    ).pages
 
 
 # ---------------------------------------------------------------- front pages

@@ -39,14 +39,15 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from registry_gen.errors import InvalidName, InvalidVersion
+from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
 from registry_gen.packument import abbreviate
 from registry_gen.ranges import INVALID, parse_spec, resolves
 from registry_gen.site import package_folder
 from registry_gen.versions import validate_version
 
-PACKUMENT_FILE = "index.html"
-ABBREVIATED_FILE = "abbreviated.json"
+PACKUMENT_FILE = PACKAGE_DOCUMENT
+ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 STATE_FOLDER = ".registry-gen"
 HASH_CHUNK = 1024 * 1024
 SRI_ALGORITHMS = ("sha512", "sha384", "sha256", "sha1")
@@ -370,15 +371,15 @@ def check_indexes(out_dir: Path, names: list[str]) -> list[TreeProblem]:
     problems = []
     if not (out_dir / "-/ping").is_file():
         problems.append(TreeProblem("-/ping", "index-missing", "no ping file"))
-    everything, problem = _load_json(out_dir, "-/all/index.html", "index")
+    everything, problem = _load_json(out_dir, ALL_DOCUMENT, "index")
     if problem:
         problems.append(problem)
     elif not isinstance(everything, dict) or sorted(k for k in everything if k != "_updated") != names:
         listed = sorted(k for k in everything if k != "_updated") if isinstance(everything, dict) else []
         missing = sorted(set(names) - set(listed))
         extra = sorted(set(listed) - set(names))
-        problems.append(TreeProblem("-/all/index.html", "index-mismatch", f"missing {missing}, extra {extra}"))
-    _, problem = _load_json(out_dir, "-/v1/search/index.html", "index")
+        problems.append(TreeProblem(ALL_DOCUMENT, "index-mismatch", f"missing {missing}, extra {extra}"))
+    _, problem = _load_json(out_dir, SEARCH_DOCUMENT, "index")
     if problem:
         problems.append(problem)
     return problems

@@ -41,9 +41,9 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from registry_gen.build import ARCHIVE_SUFFIXES, BuildIssue, BuildResult, _is_candidate, run_build, scan_content
+from registry_gen.build import BuildIssue, BuildResult, run_build, scan_content
+from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ConfigError, LockTimeout
-from registry_gen.meta import META_FILENAME
 from registry_gen.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -78,11 +78,11 @@ def is_relevant_path(path: Path, root: Path, *, is_directory: bool = False) -> b
         relative = path.relative_to(root)
     except ValueError:
         return False
-    if not relative.parts or not all(_is_candidate(part) for part in relative.parts):
+    if not relative.parts or not all(is_candidate(part) for part in relative.parts):
         return False
     if is_directory:
         return True
-    return relative.name.lower().endswith(ARCHIVE_SUFFIXES) or relative.name == META_FILENAME
+    return content_kind(relative.name) is not None
 
 
 def content_snapshot(content_dir: Path) -> Snapshot:
@@ -152,7 +152,7 @@ class WatchStats:
     builds: int = 0
     failed_builds: int = 0
     events: int = 0
-    phase: str = "starting"  # starting, idle, settling, building, stopped
+    phase: str = "starting"  # starting, idle, settling, building, waiting for the build lock, stopped
     errors: list[BuildIssue] = field(default_factory=list)
     last_report: BuildReport | None = None
 
@@ -218,7 +218,7 @@ class Watcher:
         if path == self._out or self._out in path.parents:
             return None
         if self._templates and (path == self._templates or self._templates in path.parents):
-            return "template" if _is_candidate(path.name) else None
+            return "template" if is_candidate(path.name) else None
         return "content" if is_relevant_path(path, self._content, is_directory=is_directory) else None
 
     def notify_change(self, paths: list[str], *, full: bool = False) -> None:
@@ -339,7 +339,7 @@ class Watcher:
         number = self.stats.builds + 1
         hints = self._take_hints()
         try:
-            result = run_build(self.settings, changed=hints)
+            result = run_build(self.settings, changed=hints, on_lock_wait=self._waiting_for_lock)
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad build
             log.error("watch build %d failed: %s", number, exc, exc_info=not isinstance(exc, ConfigError))
             report = BuildReport(number, reason, None, failure=str(exc) or type(exc).__name__)
@@ -376,6 +376,10 @@ class Watcher:
         self.stats.errors = list(result.errors)
         self._finish(report)
 
+    def _waiting_for_lock(self) -> None:
+        self.stats.phase = "waiting for the build lock"
+        log.info("watch: another build holds %s; waiting for it", self.settings.lock_file)
+
     def _finish(self, report: BuildReport) -> None:
         with self._changed:
             self.stats.builds += 1
@@ -394,7 +398,7 @@ def check_layout(settings: Settings) -> None:
     if not content.is_dir():
         raise ConfigError(f"content folder {settings.content_dir} does not exist")
     out = settings.out_dir.resolve()
-    if out == content or (content in out.parents and all(_is_candidate(p) for p in out.relative_to(content).parts)):
+    if out == content or (content in out.parents and all(is_candidate(p) for p in out.relative_to(content).parts)):
         # The build would read its own output tarballs as content, and every build would trigger the next.
         raise ConfigError(f"output folder {settings.out_dir} must not be inside content folder {settings.content_dir}")
 

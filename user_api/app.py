@@ -22,13 +22,10 @@ from registry_gen.settings import Settings
 from user_api import policy
 from user_api.errors import (
     AuthenticationRequired,
-    BadRequest,
     FieldError,
     InvalidCredentials,
     InvalidFields,
-    InvalidToken,
     NotAcceptable,
-    PayloadTooLarge,
     PreconditionFailed,
     RateLimited,
     UserApiError,
@@ -59,6 +56,8 @@ from user_api.policy import Caller
 from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
 from user_api.ratelimit import RateLimiter
 from user_api.store import KEEP, UserStore
+from user_api import web
+from user_api.web import WebLimits, etag_matches, read_body
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +71,7 @@ COMMON_HEADERS: Final = {
 }
 
 
-@dataclass(frozen=True)
-class ApiLimits:
-    """Limits of the HTTP edge (docs/user-api.md §8.9); tests pass looser rate limits."""
-
-    max_body_bytes: int = 64 * 1024
-    signup_per_minute: float = 5
-    signup_burst: int = 5
-    login_per_minute: float = 10
-    login_burst: int = 10
+ApiLimits = WebLimits  # the /user app's name for the one limits object
 
 
 @dataclass(frozen=True)
@@ -103,6 +94,7 @@ class RequestContext:
     query: dict[str, str]
     environ: dict[str, Any]
     max_body_bytes: int
+    services: UserServices
 
     @property
     def client_address(self) -> str:
@@ -117,26 +109,6 @@ class RequestContext:
     def body(self, xml_root: str) -> dict[str, Any]:
         raw = read_body(self.environ, self.max_body_bytes)
         return parse_body(raw, self.environ.get("CONTENT_TYPE"), xml_root=xml_root)
-
-
-def read_body(environ: Mapping[str, Any], limit: int) -> bytes:
-    """At most `limit` bytes, refused before reading when Content-Length already says more."""
-    header = str(environ.get("CONTENT_LENGTH") or "").strip()
-    stream = environ["wsgi.input"]
-    if header:
-        if not header.isdigit():
-            raise BadRequest("Content-Length is not a number.")
-        length = int(header)
-        if length > limit:
-            raise PayloadTooLarge(f"Bodies are limited to {limit} bytes.")
-        data = stream.read(length) if length else b""
-    elif environ.get("wsgi.input_terminated"):
-        data = stream.read(limit + 1)
-        if len(data) > limit:
-            raise PayloadTooLarge(f"Bodies are limited to {limit} bytes.")
-    else:
-        data = b""
-    return bytes(data)
 
 
 # ---- encoding ---------------------------------------------------------------------------------
@@ -185,19 +157,8 @@ def lenient_media(environ: Mapping[str, Any]) -> MediaChoice:
 
 
 def authenticate(environ: Mapping[str, Any], store: UserStore) -> Caller | None:
-    header = environ.get("HTTP_AUTHORIZATION")
-    if header is None:
-        return None
-    scheme, _, token = str(header).strip().partition(" ")
-    if scheme.lower() != "bearer":
-        raise AuthenticationRequired("Use Authorization: Bearer <token>.")
-    found = store.authenticate_token(token.strip())
-    if found is None:
-        raise InvalidToken()
-    user, info = found
-    if not policy.address_allowed(environ.get("REMOTE_ADDR"), info.cidr_whitelist):
-        raise InvalidToken()
-    return Caller(user, info)
+    """A bearer token only (the shared rules of user_api.web; no Basic on this API)."""
+    return web.authenticate(environ, store)
 
 
 class UserApiPlugin:
@@ -206,8 +167,9 @@ class UserApiPlugin:
     name = "user_api"
     api = 2
 
-    def __init__(self, store: UserStore, limits: ApiLimits):
-        self.store = store
+    def __init__(self, services: UserServices, limits: ApiLimits):
+        self.services = services
+        self.store = services.store
         self.limits = limits
 
     def apply(self, callback: Callable[..., Reply], route: bottle.Route) -> Callable[..., Any]:
@@ -224,7 +186,9 @@ class UserApiPlugin:
                 if caller is None and auth_mode == "required":
                     raise AuthenticationRequired()
                 query = parse_query(str(environ.get("QUERY_STRING", "")), allowed=allowed)
-                context = RequestContext(request_id, media, caller, query, environ, self.limits.max_body_bytes)
+                context = RequestContext(
+                    request_id, media, caller, query, environ, self.limits.max_body_bytes, self.services
+                )
                 response = encode_reply(callback(context, **url_args), media, request_id)
             except UserApiError as error:
                 response = problem_response(error, media, request_id)
@@ -301,13 +265,6 @@ def _user_reply(status: int, view: Mapping[str, Any], etag: str, extra: Mapping[
     return Reply(status, json=view, xml_root="user", headers={"ETag": etag, **(extra or {})})
 
 
-def _etag_matches(header: str, etag: str) -> bool:
-    """If-Match uses the strong comparison: W/ tags never match (RFC 9110 §13.1.1)."""
-    if header.strip() == "*":
-        return True
-    return any(candidate.strip() == etag for candidate in header.split(","))
-
-
 def _login_fields(body: Mapping[str, Any]) -> tuple[str, str]:
     problems = [
         FieldError("is not a field of this resource", pointer="#/" + "".join(c for c in k[:64] if c.isprintable()))
@@ -323,103 +280,124 @@ def _login_fields(body: Mapping[str, Any]) -> tuple[str, str]:
     return body["username"], body["password"]
 
 
+@dataclass(frozen=True)
+class UserServices:
+    """What the /user routes work with: one per app."""
+
+    settings: Settings
+    store: UserStore
+    signup_limiter: RateLimiter
+    login_limiter: RateLimiter
+    openapi_document: Mapping[str, Any]
+
+
+def list_users(context: RequestContext) -> Reply:
+    paging = parse_paging(context.query, max_page=LIST_MAX_PAGE)
+    page = context.services.store.list_users(offset=paging.offset, limit=paging.size)
+    return _page_reply(context, page, paging, path="/user", max_page=LIST_MAX_PAGE)
+
+
+def search_users(context: RequestContext) -> Reply:
+    keyword = parse_keyword(context.query)
+    paging = parse_paging(context.query, max_page=SEARCH_MAX_PAGE)
+    assert context.caller is not None
+    page = context.services.store.search_users(keyword, offset=paging.offset, limit=paging.size,
+                                               include_email=context.caller.is_admin, count_limit=SEARCH_TOTAL_CAP)
+    return _page_reply(context, page, paging, path="/user/search", max_page=SEARCH_MAX_PAGE, query={"keyword": keyword})
+
+
+def read_user(context: RequestContext, user_id: str) -> Reply:
+    user = context.services.store.get_by_id(user_id)
+    if user is None:
+        raise UserNotFound()
+    return _user_reply(200, view_for(policy.caller_user(context.caller), user), user.etag)
+
+
+def create_user(context: RequestContext) -> Reply:
+    services = context.services
+    policy.may_create(context.caller, services.settings.signup)
+    if context.caller is None:
+        allowed, retry_after = services.signup_limiter.allow(context.client_address)
+        if not allowed:
+            raise RateLimited(retry_after)
+    new = parse_new_user(context.body("user"))
+    policy.check_create_fields(context.caller, new)
+    user = services.store.create_user(new.username, new.password, new.email, new.full_name, new.role, status=new.status)
+    location = context.url(f"/user/{user.id}")
+    return _user_reply(201, private_view(user), user.etag, {"Location": location})
+
+
+def update_user(context: RequestContext) -> Reply:
+    caller, store = context.caller, context.services.store
+    assert caller is not None
+    policy.require_writable(caller)
+    replacement = parse_replacement(context.body("user"))
+    current = store.get_by_id(replacement.id)
+    if current is None:
+        raise UserNotFound()
+    policy.may_update(caller, current)
+    policy.check_update_fields(caller, current, replacement)
+    if_match = context.environ.get("HTTP_IF_MATCH")
+    if if_match is not None and not etag_matches(if_match, current.etag, weak=False):
+        raise PreconditionFailed()
+    if policy.needs_current_password(caller, current, replacement):
+        sent = replacement.current_password is not None
+        verified = sent and store.check_password(current.id, replacement.current_password or "")
+        policy.require_current_password(verified, sent)
+    user = store.update_user(
+        current.id,
+        expected_version=current.version if if_match is not None else None,
+        username=replacement.username,
+        email=replacement.email,
+        full_name=replacement.full_name,
+        role=replacement.role if replacement.role is not None else KEEP,
+        status=replacement.status if replacement.status is not None else KEEP,
+        password=replacement.password if replacement.password is not None else KEEP,
+    )
+    return _user_reply(200, private_view(user), user.etag)
+
+
+def delete_user(context: RequestContext, user_id: str) -> Reply:
+    assert context.caller is not None
+    policy.may_delete(context.caller)
+    if not context.services.store.delete_user(user_id):
+        raise UserNotFound()
+    return Reply(204)
+
+
+def create_token(context: RequestContext) -> Reply:
+    services = context.services
+    allowed, retry_after = services.login_limiter.allow(context.client_address)
+    if not allowed:
+        raise RateLimited(retry_after)
+    username, password = _login_fields(context.body("credentials"))
+    user = services.store.verify_password(username, password)
+    if user is None:
+        log.info("login failed for a username (request %s)", context.request_id)
+        raise InvalidCredentials()
+    token, info = services.store.create_token(user.id, description="user-api login")
+    return Reply(201, json=token_view(token, info), xml_root="token")
+
+
+def openapi(context: RequestContext) -> Reply:
+    if context.media.format != JSON:
+        raise NotAcceptable("The OpenAPI document is available as application/json only.")
+    return Reply(200, json=context.services.openapi_document)
+
+
 def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None) -> bottle.Bottle:
     """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document."""
     limits = limits or ApiLimits()
-    signup_limiter = RateLimiter(limits.signup_per_minute, limits.signup_burst)
-    login_limiter = RateLimiter(limits.login_per_minute, limits.login_burst)
-    openapi_document = build_openapi(settings, max_body_bytes=limits.max_body_bytes)
-
-    def list_users(context: RequestContext) -> Reply:
-        paging = parse_paging(context.query, max_page=LIST_MAX_PAGE)
-        page = store.list_users(offset=paging.offset, limit=paging.size)
-        return _page_reply(context, page, paging, path="/user", max_page=LIST_MAX_PAGE)
-
-    def search_users(context: RequestContext) -> Reply:
-        keyword = parse_keyword(context.query)
-        paging = parse_paging(context.query, max_page=SEARCH_MAX_PAGE)
-        assert context.caller is not None
-        page = store.search_users(keyword, offset=paging.offset, limit=paging.size,
-                                  include_email=context.caller.is_admin, count_limit=SEARCH_TOTAL_CAP)
-        return _page_reply(
-            context, page, paging, path="/user/search", max_page=SEARCH_MAX_PAGE, query={"keyword": keyword}
-        )
-
-    def read_user(context: RequestContext, user_id: str) -> Reply:
-        user = store.get_by_id(user_id)
-        if user is None:
-            raise UserNotFound()
-        return _user_reply(200, view_for(policy.caller_user(context.caller), user), user.etag)
-
-    def create_user(context: RequestContext) -> Reply:
-        policy.may_create(context.caller, settings.signup)
-        if context.caller is None:
-            allowed, retry_after = signup_limiter.allow(context.client_address)
-            if not allowed:
-                raise RateLimited(retry_after)
-        new = parse_new_user(context.body("user"))
-        policy.check_create_fields(context.caller, new)
-        user = store.create_user(new.username, new.password, new.email, new.full_name, new.role, status=new.status)
-        location = context.url(f"/user/{user.id}")
-        return _user_reply(201, private_view(user), user.etag, {"Location": location})
-
-    def update_user(context: RequestContext) -> Reply:
-        caller = context.caller
-        assert caller is not None
-        policy.require_writable(caller)
-        replacement = parse_replacement(context.body("user"))
-        current = store.get_by_id(replacement.id)
-        if current is None:
-            raise UserNotFound()
-        policy.may_update(caller, current)
-        policy.check_update_fields(caller, current, replacement)
-        if_match = context.environ.get("HTTP_IF_MATCH")
-        if if_match is not None and not _etag_matches(if_match, current.etag):
-            raise PreconditionFailed()
-        if policy.needs_current_password(caller, current, replacement):
-            sent = replacement.current_password is not None
-            verified = sent and store.check_password(current.id, replacement.current_password or "")
-            policy.require_current_password(verified, sent)
-        user = store.update_user(
-            current.id,
-            expected_version=current.version if if_match is not None else None,
-            username=replacement.username,
-            email=replacement.email,
-            full_name=replacement.full_name,
-            role=replacement.role if replacement.role is not None else KEEP,
-            status=replacement.status if replacement.status is not None else KEEP,
-            password=replacement.password if replacement.password is not None else KEEP,
-        )
-        return _user_reply(200, private_view(user), user.etag)
-
-    def delete_user(context: RequestContext, user_id: str) -> Reply:
-        assert context.caller is not None
-        policy.may_delete(context.caller)
-        if not store.delete_user(user_id):
-            raise UserNotFound()
-        return Reply(204)
-
-    def create_token(context: RequestContext) -> Reply:
-        allowed, retry_after = login_limiter.allow(context.client_address)
-        if not allowed:
-            raise RateLimited(retry_after)
-        username, password = _login_fields(context.body("credentials"))
-        user = store.verify_password(username, password)
-        if user is None:
-            log.info("login failed for a username (request %s)", context.request_id)
-            raise InvalidCredentials()
-        token, info = store.create_token(user.id, description="user-api login")
-        return Reply(201, json=token_view(token, info), xml_root="token")
-
-    def openapi(context: RequestContext) -> Reply:
-        if context.media.format != JSON:
-            raise NotAcceptable("The OpenAPI document is available as application/json only.")
-        return Reply(200, json=openapi_document)
-
+    services = UserServices(
+        settings=settings,
+        store=store,
+        signup_limiter=RateLimiter(limits.signup_per_minute, limits.signup_burst),
+        login_limiter=RateLimiter(limits.login_per_minute, limits.login_burst),
+        openapi_document=build_openapi(settings, max_body_bytes=limits.max_body_bytes),
+    )
     app = bottle.Bottle(catchall=True)
-    app.install(UserApiPlugin(store, limits))
-    handle_error = make_error_handler()
-    app.default_error_handler = handle_error  # type: ignore[method-assign]
+    app.install(UserApiPlugin(services, limits))
+    app.default_error_handler = make_error_handler()  # type: ignore[method-assign]
     app.route("/user", "GET", list_users, params=PAGING)
     app.route("/user", "POST", create_user, params=(), auth="optional")
     app.route("/user", "PUT", update_user, params=())

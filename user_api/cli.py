@@ -14,15 +14,13 @@ from typing import Annotated, Any
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import NotFound, RegistryError
 from registry_gen.ownership import claim_package
 from registry_gen.settings import Settings
 from user_api.errors import UserApiError
 from user_api.store import UserStore, open_user_store
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config file (default: registry.yaml or $REGISTRY_GEN_CONFIG).")
-]
 
 
 def _message(error: RegistryError) -> str:

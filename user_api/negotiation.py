@@ -42,7 +42,9 @@ class MediaChoice:
 DEFAULT_CHOICE: Final = MediaChoice(JSON, "application/json")
 
 
-def _parse_accept(header: str) -> list[tuple[str, float]]:
+def parse_accept(header: str) -> list[tuple[str, float]]:
+    """(media range, q) of each part of an Accept header, lower-cased; a bad q counts as 0.
+    The one Accept parser: the /user app negotiates with it, the static tree picks the abbreviated document."""
     ranges: list[tuple[str, float]] = []
     for part in header.split(","):
         pieces = [p.strip() for p in part.split(";")]
@@ -85,7 +87,7 @@ def negotiate(accept: str | None) -> MediaChoice:
     """JSON unless Accept prefers XML; NotAcceptable (406) when neither is acceptable."""
     if accept is None or not accept.strip():
         return DEFAULT_CHOICE
-    ranges = _parse_accept(accept)
+    ranges = parse_accept(accept)
     scored = [(_quality(offer, ranges), -index, offer) for index, offer in enumerate(_OFFERS)]
     quality, _, offer = max(scored)
     if quality <= 0.0:

@@ -19,8 +19,10 @@ from user_api.models import NewUser, TokenInfo, User, UserReplacement
 
 @dataclass(frozen=True)
 class Caller:
+    """Who sent a request: a token's owner, or (Basic auth, npm's legacy clients) a password's."""
+
     user: User
-    token: TokenInfo
+    token: TokenInfo | None
 
     @property
     def is_admin(self) -> bool:
@@ -43,7 +45,7 @@ def address_allowed(address: str | None, networks: tuple[str, ...]) -> bool:
 
 
 def require_writable(caller: Caller | None) -> None:
-    if caller is not None and caller.token.readonly:
+    if caller is not None and caller.token is not None and caller.token.readonly:
         raise ReadOnlyToken()
 
 

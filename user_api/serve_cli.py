@@ -8,8 +8,10 @@ that routes GET/HEAD to the files and every other method here.
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,16 +20,18 @@ from typing import Annotated, Any
 
 import typer
 
+from registry_gen.cli_options import ConfigOption
+from registry_gen.errors import AddressUnavailable
+from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.settings import Settings
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
 
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
-]
 HostOption = Annotated[str | None, typer.Option("--host", help="Address to listen on (default from config, else 127.0.0.1).")]
-PortOption = Annotated[int | None, typer.Option("--port", help="Port (0 picks a free one; default from config, else 4873).")]
+PortOption = Annotated[
+    int | None, typer.Option("--port", min=0, max=65535, help="Port (0 picks a free one; default from config, else 4873).")
+]
 BaseUrlOption = Annotated[
     str | None, typer.Option("--base-url", help="Public URL clients use (default: from config, else http://<host>:<port>/).")
 ]
@@ -44,7 +48,7 @@ def _public_url(host: str, port: int) -> str:
 def _example_package(out_dir: Path) -> str:
     """A package the tree holds, for the "try" line (the built search document lists them)."""
     try:
-        document = json.loads((out_dir / "-/v1/search/index.html").read_bytes())
+        document = json.loads((out_dir / SEARCH_DOCUMENT).read_bytes())
         return str(document["objects"][0]["package"]["name"])
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return "<package>"
@@ -57,11 +61,48 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def listen_problem(host: str, port: int, error: OSError | None = None) -> str | None:
+    """Why the server cannot listen on host:port, with the fix, as one line (None: nothing wrong)."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if not 0 <= port <= 65535:
+        return f"port {port} is not a port (0-65535; 0 picks a free one); choose another with --port or PORT=... make run"
+    if error is None:
+        return None
+    if error.errno == errno.EADDRINUSE:
+        return f"address {address} is in use; choose another with --port or PORT=... make run"
+    if error.errno == errno.EACCES:
+        return f"port {port} needs privileges on {host}; choose one above 1023 with --port or PORT=... make run"
+    if error.errno == errno.EADDRNOTAVAIL or isinstance(error, socket.gaierror):
+        return f"{host} is not an address of this machine; choose another with --host or HOST=... make run"
+    return f"cannot listen on {address}: {error.strerror or error}"
+
+
+def _bind(application: Callable[..., Any], options: dict[str, Any]) -> Any:
+    import waitress
+
+    problem = listen_problem(options["host"], options["port"])
+    if problem:
+        raise AddressUnavailable(problem)
+    try:
+        return waitress.create_server(application, **options)
+    except OSError as exc:
+        raise AddressUnavailable(listen_problem(options["host"], options["port"], exc) or str(exc)) from exc
+
+
+def _greet(settings: Settings, listening: str, threads: int, static: bool) -> None:
+    if static:
+        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
+        typer.echo(f"listening on {listening} ({threads} threads); try:")
+        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
+        typer.echo(f"  npm adduser --registry {settings.base_url}")
+    else:
+        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
+        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+
+
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
-    import waitress
-
     from registry_gen.build import run_build
     from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.registry_routes import publish_body_limit
@@ -84,7 +125,7 @@ def _run(
     }
     if trusted_proxy:
         options.update(trusted_proxy=trusted_proxy, trusted_proxy_headers={"x-forwarded-for"})
-    server = waitress.create_server(application, **options)  # binds now: the real port is known
+    server = _bind(application, options)  # binds now: the real port is known
     # Per-route body caps and the smuggling check run in waitress's parser, before a body is read.
     server.channel_class = guarded_channel(publish_body_limit(settings), store_token_check(lambda: holder.get("store")))
     port = int(getattr(server, "effective_port", settings.port))
@@ -101,15 +142,7 @@ def _run(
     store = open_user_store(settings)
     holder["store"] = store
     holder["app"] = create_server_app(settings, store, static=static)
-    listening = _public_url(settings.host, port)
-    if static:
-        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
-        typer.echo(f"listening on {listening} ({threads} threads); try:")
-        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
-        typer.echo(f"  npm adduser --registry {settings.base_url}")
-    else:
-        typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
-        typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
+    _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
         from registry_gen.watch import start_watcher

@@ -21,22 +21,35 @@ from pathlib import Path
 from typing import Any, Final
 
 from registry_gen.build import ABBREVIATED_FILE, PACKUMENT_FILE
+from registry_gen.layout import (
+    ABBREVIATED_TYPE,
+    API_READ_PREFIXES,
+    DOCUMENT_CACHE,
+    IMMUTABLE_CACHE,
+    JSON_TYPE,
+    USER_API_PREFIXES,
+)
 from registry_gen.settings import Settings
+from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
 from user_api.audit import AUDIT_PATHS, create_audit_app
+from user_api.groups import GroupStore
+from user_api.negotiation import parse_accept
+from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
+from user_api.web import etag_matches
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
-ABBREVIATED_TYPE: Final = "application/vnd.npm.install-v1+json"
-JSON_TYPE: Final = "application/json"
-TARBALL_CACHE: Final = "public, max-age=31536000, immutable"  # a name@version is never reused
-DOCUMENT_CACHE: Final = "public, max-age=0, must-revalidate"  # new versions show up at once
-# GET paths whose answer depends on the caller or the query: never files.
-DYNAMIC_GET_PREFIXES: Final = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
-USER_APP_PREFIXES: Final = ("/user/", "/-/user-api/")
+TARBALL_CACHE: Final = IMMUTABLE_CACHE
+# GET paths whose answer depends on the caller or the query: never files (registry_gen.layout).
+DYNAMIC_GET_PREFIXES: Final = API_READ_PREFIXES
+USER_APP_PREFIXES: Final = USER_API_PREFIXES
+# Files of the tree below a dynamic prefix: the registry's public signing keys.
+STATIC_UNDER_DYNAMIC: Final = ("/" + KEYS_DOCUMENT,)
+SEARCH_PATH: Final = "/-/v1/search"
 STREAM_THRESHOLD: Final = 256 * 1024
 
 
@@ -45,7 +58,7 @@ def is_user_app_path(path: str) -> bool:
 
 
 def is_dynamic_get(path: str) -> bool:
-    return path.startswith(DYNAMIC_GET_PREFIXES)
+    return path.startswith(DYNAMIC_GET_PREFIXES) and path not in STATIC_UNDER_DYNAMIC
 
 
 def _json_reply(start_response: StartResponse, status: str, data: Any, head: bool = False) -> list[bytes]:
@@ -66,27 +79,7 @@ def _wsgi_path(environ: dict[str, Any]) -> str:
 
 
 def _wants_abbreviated(accept: str) -> bool:
-    for part in accept.split(","):
-        media, *params = [p.strip() for p in part.split(";")]
-        if media.lower() != ABBREVIATED_TYPE:
-            continue
-        for param in params:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                try:
-                    return float(value) > 0
-                except ValueError:
-                    return False
-        return True
-    return False
-
-
-def _etag_match(header: str, etag: str) -> bool:
-    """If-None-Match uses the weak comparison (RFC 9110 §13.1.2)."""
-    if header.strip() == "*":
-        return True
-    bare = etag.removeprefix("W/")
-    return any(candidate.strip().removeprefix("W/") == bare for candidate in header.split(","))
+    return any(media == ABBREVIATED_TYPE and quality > 0 for media, quality in parse_accept(accept))
 
 
 class StaticTree:
@@ -191,7 +184,7 @@ class StaticTree:
     def _not_modified(environ: dict[str, Any], etag: str, mtime: float) -> bool:
         if_none_match = environ.get("HTTP_IF_NONE_MATCH")
         if if_none_match is not None:
-            return _etag_match(str(if_none_match), etag)  # If-Modified-Since is ignored then (RFC 9110)
+            return etag_matches(str(if_none_match), etag, weak=True)  # If-Modified-Since is ignored then (RFC 9110)
         since = environ.get("HTTP_IF_MODIFIED_SINCE")
         if not since:
             return False
@@ -205,13 +198,22 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
     """The combined app; `static=False` for `registry-gen api` behind a static host."""
     user_app = create_user_app(settings, store)
     registry_app = create_registry_app(settings, store)
-    tree = StaticTree(settings.out_dir) if static else None
+    tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
+    # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
+    guard = ReadGuard(settings, store, GroupStore.for_settings(settings)) if settings.packages.in_force else None
+    if tree is not None and guard is not None:
+        tree = guard.protect(tree)
+    read_check = guard.decision if guard is not None else allow_all
     audit_app = create_audit_app(settings)  # answered from the operator's advisories (SECURITY.md)
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = _wsgi_path(environ)
         if is_user_app_path(path):
             return user_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == READ_CHECK_PATH:
+            return read_check(environ, start_response)
+        if guard is not None and path == SEARCH_PATH:
+            return guard.search(environ, start_response)  # each caller sees what they may read
         method = environ.get("REQUEST_METHOD")
         if path in AUDIT_PATHS:
             return audit_app(environ, start_response)

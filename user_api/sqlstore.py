@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from user_api.credentials import PasswordHasher, new_token, token_digest, token_prefix
+from user_api.credentials import PasswordHasher, is_legacy_hash, new_token, token_digest, token_prefix
 from user_api.errors import (
     FieldError,
     InvalidFields,
@@ -361,14 +361,14 @@ class SqlUserStore:
         status: str | Keep,
         password: str | Keep,
     ) -> dict[str, Any]:
-        """Column -> new value for every argument that is not KEEP; the password arrives hashed."""
+        """Column -> new value for every argument that is not KEEP; the password leaves hashed."""
         rules = (
             ("username", username, username_problems, "#/username"),
             ("email", email, email_problems, "#/email"),
             ("full_name", full_name, full_name_problems, "#/fullName"),
             ("role", role, role_problems, "#/role"),
             ("status", status, status_problems, "#/status"),
-            ("password_hash", password, password_problems, "#/password"),
+            ("password", password, password_problems, "#/password"),
         )
         changes: dict[str, Any] = {}
         problems: list[FieldError] = []
@@ -384,8 +384,9 @@ class SqlUserStore:
             changes["email"] = normalize_email(changes["email"])
         if isinstance(changes.get("full_name"), str):
             changes["full_name"] = normalize_text(changes["full_name"])
-        if "password_hash" in changes:
-            changes["password_hash"] = self.hasher.hash(changes["password_hash"])
+        if "password" in changes:
+            # The plaintext is only ever held under its own name, and replaced by its hash here.
+            changes["password_hash"] = self.hasher.hash(changes.pop("password"))
         return changes
 
     def _locked_user(self, tx: Tx, key: str) -> User:
@@ -447,8 +448,8 @@ class SqlUserStore:
                     problems += email_problems(record.email)
                 if record.full_name is not None:
                     problems += full_name_problems(record.full_name)
-                if not record.password_hash.startswith("$argon2"):
-                    problems.append("password_hash must be an argon2 PHC string")
+                if not (record.password_hash.startswith("$argon2") or is_legacy_hash(record.password_hash)):
+                    problems.append("password_hash must be an argon2 PHC string or an htpasswd hash (bcrypt, crypt, {SHA})")
                 if problems:
                     raise InvalidFields(errors=[FieldError(p, pointer=f"#/{index}") for p in problems])
                 yield (str(uuid.uuid4()), record.username, record.email, record.full_name, record.role,

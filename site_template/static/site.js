@@ -32,12 +32,21 @@
   // Not-found page: name what was asked for and offer a search for it.
   var missing = document.getElementById("not-found");
   if (missing) {
-    var match = /\/-\/web\/package\/(.+?)\/?(?:index\.html)?$/.exec(decodeURIComponent(location.pathname));
-    if (match) {
-      var detail = document.getElementById("not-found-detail");
+    var webRoot = missing.getAttribute("data-web-root");
+    var path = decodeURIComponent(location.pathname);
+    var detail = document.getElementById("not-found-detail");
+    var link = document.createElement("a");
+    // A version page (package/<name>/v/<version>/[files/]) of a version that is not here.
+    var version = /\/-\/web\/package\/(.+)\/v\/([^/]+)(?:\/files)?\/?(?:index\.html)?$/.exec(path);
+    var match = /\/-\/web\/package\/(.+?)\/?(?:index\.html)?$/.exec(path);
+    if (version) {
+      detail.textContent = "There is no version " + version[2] + " of " + version[1] + " in this registry. ";
+      link.href = webRoot + "package/" + version[1] + "/index.html";
+      link.textContent = "See the versions it has";
+      detail.appendChild(link);
+    } else if (match) {
       detail.textContent = "There is no package called " + match[1] + " in this registry. ";
-      var link = document.createElement("a");
-      link.href = missing.getAttribute("data-web-root") + "index.html?q=" + encodeURIComponent(match[1]);
+      link.href = webRoot + "index.html?q=" + encodeURIComponent(match[1]);
       link.textContent = "Search for it";
       detail.appendChild(link);
     }

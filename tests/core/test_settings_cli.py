@@ -37,6 +37,14 @@ def test_overrides_beat_the_config_file(tmp_path: Path) -> None:
         ("signup: maybe\n", "signup must be one of"),
         ("- a\n- b\n", "top level must be a mapping"),
         ("a: [\n", "not valid YAML"),
+        ('strict: "false"\n', "strict must be true or false, got the string 'false'"),
+        ("gzip: no-thanks\n", "gzip must be true or false, got the string 'no-thanks'"),
+        ("port: http\n", "port must be an integer, got the string 'http'"),
+        ("port: true\n", "port must be an integer, got bool True"),
+        ("content_dir: 12\n", "content_dir must be a path (string), got int 12"),
+        ("site_title: [a, b]\n", "site_title must be a string, got list"),
+        ("limits:\n  max_members: many\n", "limits.max_members must be a positive integer, got the string 'many'"),
+        ("limits: 5\n", "limits must be a mapping, got int 5"),
     ],
 )
 def test_bad_config_names_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
@@ -84,3 +92,18 @@ def test_build_strict_adds_the_lint(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main([*args, "--strict"]) == 1
     err = capsys.readouterr().err
     assert "lint: " in err and "license" in err
+
+
+def test_typed_config_values_are_taken_as_they_are(tmp_path: Path) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("strict: false\ngzip: no\nport: 5000\ntemplate_dir: null\ndatabase_url: null\n")
+    settings = load_settings(config)
+    assert (settings.strict, settings.gzip, settings.port, settings.template_dir) == (False, False, 5000, None)
+
+
+def test_a_wrong_type_is_one_cli_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text('strict: "false"\n')
+    assert main(["build", "--config", str(config)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "strict must be true or false" in err and "Traceback" not in err

@@ -279,3 +279,29 @@ def test_zip_member_climbing_out_is_refused() -> None:
     with pytest.raises(InvalidArchive) as caught:
         read_archive_bytes(buffer.getvalue())
     assert caught.value.rule == "member-path"
+
+
+def test_the_file_list_names_every_file_below_the_package_root_with_its_size() -> None:
+    manifest = json.dumps(MANIFEST).encode()
+    tgz = _raw_tgz([("package/package.json", manifest), ("package/lib/b.js", b"12345"), ("package/a.js", b"")])
+    assert read_archive_bytes(tgz).files == (("a.js", 0), ("lib/b.js", 5), ("package.json", len(manifest)))
+    zipped = read_archive_bytes(deterministic_zip(MANIFEST, {"src/x.js": "abc"}, top="demo-pkg-main/"))
+    assert [(path, size) for path, size in zipped.files if path != "package.json"] == [("src/x.js", 3)]
+    assert zipped.file_count == len(zipped.files)
+
+
+def test_gzip_members_padding_and_what_may_follow() -> None:
+    """Several gzip members read as one stream (as gunzip and Node do), zero padding after the last
+    is accepted, anything else after it is refused as trailing data."""
+    tar = gzip.decompress(npm_tarball(MANIFEST, FILES))
+    split = len(tar) // 3
+    members = gzip.compress(tar[:split], mtime=0) + gzip.compress(tar[split:], mtime=0)
+    assert read_archive_bytes(members).manifest["name"] == "demo-pkg"
+    assert read_archive_bytes(members + b"\x00" * 700).manifest["name"] == "demo-pkg"
+    for tail in (b"\x00" * 10 + b"x", b"P", gzip.compress(b"junk", mtime=0)[:5]):
+        with pytest.raises(InvalidArchive) as caught:
+            read_archive_bytes(members + tail)
+        assert caught.value.rule in ("trailing-data", "corrupt-archive"), tail
+    with pytest.raises(InvalidArchive) as caught:
+        read_archive_bytes(members + b"MZ evil")
+    assert caught.value.rule == "trailing-data"

@@ -44,7 +44,7 @@ def test_first_build_writes_every_document(settings: Settings) -> None:
         "demo-zip/-/demo-zip-0.1.0.tgz",
         "-/package/@demo/b/dist-tags",
         "-/all/index.html",
-        "-/v1/search/index.html",
+        "-/search.json",
         "-/ping",
         "-/web/index.html",
         "-/web/package/@demo/b/index.html",
@@ -140,7 +140,7 @@ def test_removing_the_last_archive_removes_the_package_folders(settings: Setting
     assert "@demo/gone/index.html" in result.removed
     assert result.packages == 1
     assert set(json.loads((out / "-/all/index.html").read_bytes())) == {"_updated", "demo-stays"}
-    assert b"@demo/gone" not in (out / "-/v1/search/index.html").read_bytes()
+    assert b"@demo/gone" not in (out / "-/search.json").read_bytes()
     assert (out / "demo-stays/index.html").is_file()
 
 
@@ -303,3 +303,95 @@ def test_a_changed_base_url_rewrites_every_tarball_url(settings: Settings) -> No
     tarball = _doc(moved, "demo-a")["versions"]["1.0.0"]["dist"]["tarball"]
     assert tarball == "https://npm.example.org/sub/demo-a/-/demo-a-1.0.0.tgz"
     assert "demo-a/-/demo-a-1.0.0.tgz" not in result.written  # the tarball's bytes did not change
+
+
+def test_the_readme_is_capped_at_max_readme_bytes(tmp_path: Path) -> None:
+    from registry_gen.settings import Limits
+
+    content = tmp_path / "content"
+    readme = "# Title\n" + "".join(f"line {n:05d} of a long readme\n" for n in range(400))  # about 11 KB
+    make_tarball(content, "wordy", "1.0.0", files={"README.md": readme, "index.js": "1;\n"})
+    settings = Settings(content_dir=content, out_dir=tmp_path / "public", limits=Limits(max_readme_bytes=2000))
+    assert not run_build(settings).errors
+    document = json.loads((settings.out_dir / "wordy/index.html").read_bytes())
+    assert document["readme"] == readme[:2000]
+    page = (settings.out_dir / "-/web/package/wordy/index.html").read_text()
+    assert "line 00010 of" in page and "line 00399 of" not in page
+
+
+def test_first_seen_times_from_mtimes_are_not_rounded_up(tmp_path: Path) -> None:
+    """An archive dropped at …:20.9999999 s was first seen at …:20.999Z, never …:21.999Z."""
+    content = tmp_path / "content"
+    archive = make_tarball(content, "edge-time", "1.0.0")
+    mtime_ns = 1_700_000_020_999_999_999  # 2023-11-14T22:13:40.999999999Z
+    os.utime(archive, ns=(mtime_ns, mtime_ns))
+    settings = Settings(content_dir=content, out_dir=tmp_path / "public")
+    assert not run_build(settings).errors
+    document = json.loads((settings.out_dir / "edge-time/index.html").read_bytes())
+    assert document["time"]["1.0.0"] == "2023-11-14T22:13:40.999Z"
+
+
+def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeypatch: Any) -> None:
+    """serve and watch run many builds in one process: a build that raises must not leak a connection."""
+    import pytest
+
+    from registry_gen import build
+
+    opened: list[Any] = []
+    for name in ("ManifestCache", "BuildState"):
+        real = getattr(build, name)
+
+        class Tracked(real):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.closed = False
+                opened.append(self)
+
+            def close(self) -> None:
+                self.closed = True
+                super().close()
+
+        monkeypatch.setattr(build, name, Tracked)
+    theme = tmp_path / "theme"
+    theme.mkdir()
+    (theme / "index.html").write_text("{% for %}")
+    make_tarball(tmp_path / "content", "leaky", "1.0.0")
+    settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", template_dir=theme)
+    with pytest.raises(Exception, match="index.html"):
+        run_build(settings)
+    assert len(opened) == 2 and all(c.closed for c in opened)
+
+
+def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) -> None:
+    """The state database may be dropped (corrupt, new schema); the first-seen times, which nothing
+    can rebuild once the file's mtime changed, come back from the durable ledger beside it."""
+    import sqlite3
+
+    content = tmp_path / "content"
+    archive = make_tarball(content, "dated", "1.0.0")
+    first = 1_600_000_000_123_000_000  # 2020-09-13T12:26:40.123Z
+    os.utime(archive, ns=(first, first))
+    settings = Settings(content_dir=content, out_dir=tmp_path / "public")
+    assert not run_build(settings).errors
+
+    def served_time() -> str:
+        return str(json.loads((settings.out_dir / "dated/index.html").read_bytes())["time"]["1.0.0"])
+
+    assert served_time() == "2020-09-13T12:26:40.123Z"
+    later = first + 86_400 * 10**9 * 400  # the same archive copied again (a restore, a sync): a new mtime
+    os.utime(archive, ns=(later, later))
+    settings.state_file.write_bytes(b"this is not a database" * 100)  # corrupt state
+    for suffix in ("-wal", "-shm"):
+        Path(str(settings.state_file) + suffix).unlink(missing_ok=True)
+    assert not run_build(settings).errors
+    assert served_time() == "2020-09-13T12:26:40.123Z"
+    with sqlite3.connect(settings.state_file) as db:  # an older schema: the state is dropped again
+        db.execute("PRAGMA user_version=1")
+    assert not run_build(settings).errors
+    assert served_time() == "2020-09-13T12:26:40.123Z"
+    (content / archive.name).unlink()  # a version that left the registry is forgotten
+    run_build(settings)
+    make_tarball(content, "dated", "1.0.0")
+    os.utime(archive, ns=(later, later))
+    run_build(settings)
+    assert served_time() != "2020-09-13T12:26:40.123Z"

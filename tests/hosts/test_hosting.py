@@ -44,7 +44,7 @@ DOCS = "public, max-age=0, must-revalidate"
         ("-/package/@acme/widget/dist-tags", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/ping", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/all/index.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
-        ("-/v1/search/index.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
+        ("-/search.json", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/404.json", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("404.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/web/index.html", ObjectKind.WEB, "text/html; charset=utf-8", DOCS),
@@ -109,7 +109,7 @@ def test_tag_documents_only_for_tags_that_can_be_folders() -> None:
 
 def test_api_paths_match_what_registry_gen_serve_routes() -> None:
     """nginx must send to the API exactly what `registry-gen serve` sends to it."""
-    server = pytest.importorskip("user_api.server")
+    from user_api import server
     assert set(API_READ_PREFIXES) == set(server.DYNAMIC_GET_PREFIXES)
     assert set(USER_API_PREFIXES) == set(server.USER_APP_PREFIXES)
     assert all(server.is_user_app_path(path) for path in USER_API_EXACT)

@@ -224,3 +224,20 @@ def test_web_login_sessions_expire_and_hand_out_a_token_once() -> None:
     stale = logins.start(create=True)
     now[0] += 61
     assert logins.by_login(stale.login_id) is None and logins.poll(stale.done_id) == (False, None)
+
+
+def test_a_token_restricted_to_a_cidr_range_works_only_from_inside_it(settings: Settings, store: UserStore) -> None:
+    app = _app(settings, store)
+    password_token = _adduser(app, "ranged")["token"]
+    created = app.post_json("/-/npm/v1/tokens", {"password": "password-123", "cidr_whitelist": ["10.20.0.0/16"]},
+                            headers=_bearer(password_token), status=201).json
+    assert created["cidr_whitelist"] == ["10.20.0.0/16"]
+    ranged = created["token"]
+    body = publish_body("ranged-pkg", "1.0.0", tarball("ranged-pkg", "1.0.0"))
+    outside = app.put_json("/ranged-pkg", body, headers=_bearer(ranged), extra_environ={"REMOTE_ADDR": "192.0.2.7"},
+                           status=401)
+    assert "address" in outside.json["error"]
+    assert not (settings.content_dir / "ranged-pkg").exists() and not (settings.out_dir / "ranged-pkg").exists()
+    app.get("/-/whoami", headers=_bearer(ranged), extra_environ={"REMOTE_ADDR": "10.21.0.1"}, status=401)
+    app.put_json("/ranged-pkg", body, headers=_bearer(ranged), extra_environ={"REMOTE_ADDR": "10.20.3.4"}, status=201)
+    assert list(app.get("/ranged-pkg").json["versions"]) == ["1.0.0"]

@@ -213,4 +213,8 @@ def test_service_endpoints_and_static_headers(server: RegistryProcess, owner: st
     assert missing.status == 404 and missing.json == {"error": "not found"}
     page = http("GET", f"{base}-/web/")
     assert page.status == 200 and page.headers["content-type"].startswith("text/html")
-    assert http("GET", f"{base}.registry-gen/state.json").status == 404
+    # The build's private state sits inside the served folder: it exists, and it is never served.
+    private = server.out / ".registry-gen" / "state.sqlite3"
+    assert private.is_file()
+    assert http("GET", f"{base}.registry-gen/state.sqlite3").status == 404
+    assert http("GET", f"{base}.registry-gen/").status == 404

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import struct
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
 from registry_gen import site
 from registry_gen.build import run_build
@@ -73,6 +75,34 @@ Text after the attacks.
 """
 
 
+LONG_README = "\n".join(
+    [
+        "# A package with a long README",
+        "",
+        "[![build](https://example.invalid/badge.svg)](https://example.invalid/ci) ![logo](docs/logo.png)",
+        "",
+        *(f"Paragraph {n}: " + "words that wrap normally " * 30 for n in range(12)),
+        "",
+        "A bare URL: https://example.org/" + "a-very-long-path-segment-without-any-break-" * 6,
+        "",
+        "Averyveryverylongwordwithoutanyspacethatkeepsgoing" * 4,
+        "",
+        "```sh",
+        "npx long-readme-pkg --with --a --very --long --command --line --that --never --wraps --on --a --phone --screen --at --all",
+        "```",
+        "",
+        "| " + " | ".join(f"column {n}" for n in range(12)) + " |",
+        "| " + " | ".join("---" for _ in range(12)) + " |",
+        "| " + " | ".join(f"value-{n}-that-is-wide" for n in range(12)) + " |",
+        "",
+        "- [x] task lists render",
+        "- [ ] and show their state",
+        "",
+        '<img src="https://example.invalid/wide.png" width="1600" height="400" alt="a wide picture">',
+    ]
+)
+
+
 def build_demo_tree(content: Path) -> None:
     """A small demo-like registry: scoped and dotted names, tags, deprecation, deps, READMEs."""
     name = "@acme/widget.kit_core-x"
@@ -99,6 +129,17 @@ def build_demo_tree(content: Path) -> None:
         "1.0.0",
         files={"README.md": HOSTILE_README},
         description="A README full of attacks",
+    )
+    make_tarball(
+        content,
+        "long-readme-pkg",
+        "3.2.1",
+        files={"README.md": LONG_README, "index.js": "", "index.d.ts": "", **{f"lib/deeply/nested/folder/structure/module-with-a-long-name-{n}.js": "x" * n for n in range(30)}},
+        description="A package whose README is long and wide " * 3,
+        bin={"long-readme-pkg": "bin/cli.js", "a-command-with-a-rather-long-name": "bin/other.js"},
+        engines={"node": ">=18.0.0 || ^16.20.0"},
+        dependencies={"left.pad_x": "^1.0.0", "@acme/widget.kit_core-x": "^1.1.0"},
+        repository={"type": "git", "url": "git+https://github.com/acme/long-readme.git"},
     )
     for index in range(FILLERS):
         make_tarball(content, f"filler-{index:02d}", "0.1.0", description=f"Filler package number {index}")
@@ -132,9 +173,29 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+def png(width: int, height: int) -> bytes:
+    """A plain grey PNG of the given size (for README images that point off this machine)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x99" * (width * 3) for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+WIDE_PICTURE = png(1600, 400)
+
+
+def offline_images(context: BrowserContext) -> None:
+    """READMEs point at images on the internet, which this machine cannot reach: every such
+    request gets a wide picture instead, so layouts are tested with real, oversized images."""
+    context.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.fulfill(body=WIDE_PICTURE, content_type="image/png"))
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    offline_images(context)
     opened = context.new_page()
     problems: list[str] = []
     opened.on("console", lambda message: _record(problems, message))
@@ -161,7 +222,7 @@ def web_url(base: str, relative: str) -> str:
 
 def test_front_page_lists_packages_and_paginates(demo: tuple[Settings, str], page: Page) -> None:
     settings, url = demo
-    total = FILLERS + 3
+    total = FILLERS + 4
     page.goto(web_url(url, "index.html"))
     expect(page).to_have_title("Acme packages")
     expect(page.locator("#package-count")).to_have_text(str(total))
@@ -240,9 +301,10 @@ def test_package_page_shows_readme_install_and_versions(demo: tuple[Settings, st
     tarball = page.request.get(rows.nth(1).get_by_role("link", name=".tgz").evaluate("a => a.href"))
     assert tarball.ok and tarball.body()[:2] == b"\x1f\x8b"
     # Dependencies link when the package is in this registry, and only then.
-    expect(page.locator(".dep-list a")).to_have_count(1)
-    expect(page.locator(".dep-list")).to_contain_text("not-in-this-registry")
-    page.locator(".dep-list").get_by_role("link", name="left.pad_x").click()
+    dependencies = page.locator(".deps:not(#dependents) .dep-list")
+    expect(dependencies.locator("a")).to_have_count(1)
+    expect(dependencies).to_contain_text("not-in-this-registry")
+    dependencies.get_by_role("link", name="left.pad_x").click()
     expect(page.locator("#package-name")).to_have_text("left.pad_x")
     expect(page.locator("#readme")).to_have_text("This package has no README.")
     assert page.problems == []  # type: ignore[attr-defined]
@@ -289,7 +351,16 @@ def test_links_work_from_a_sub_path_and_a_scoped_page(demo: tuple[Settings, str]
     assert document["name"] == "@acme/widget.kit_core-x"
 
 
-def test_the_tree_was_not_changed_by_browsing(demo: tuple[Settings, str]) -> None:
+def test_a_second_build_of_the_browsed_tree_rewrites_nothing(demo: tuple[Settings, str]) -> None:
+    """The pages just browsed stay byte for byte and stat for stat: an unchanged content/ rewrites no file
+    (a CDN would otherwise see new Last-Modified values and drop its cache)."""
     settings, _ = demo
+
+    def tree() -> dict[str, tuple[bytes, int]]:
+        files = (p for p in sorted(settings.out_dir.rglob("*")) if p.is_file() and ".registry-gen" not in p.parts)
+        return {str(p.relative_to(settings.out_dir)): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+
+    before = tree()
     again = run_build(dataclasses.replace(settings))
     assert again.written == [] and again.removed == []
+    assert tree() == before and len(before) > 20

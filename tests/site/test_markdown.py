@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from registry_gen.markdown import render_readme
+from registry_gen.markdown import RepositoryFiles, render_readme, repository_files
 
 HOSTILE = [
     "<script>window.__pwned = 1</script>",
@@ -55,9 +55,13 @@ def inspect(html: str) -> _Inspector:
     return inspector
 
 
+GITHUB = repository_files("https://github.com/acme/widget-kit", "packages/kit")
+
+
+@pytest.mark.parametrize("files", [None, GITHUB], ids=["no-repository", "github-repository"])
 @pytest.mark.parametrize("snippet", HOSTILE)
-def test_hostile_html_renders_inert(snippet: str) -> None:
-    html = str(render_readme(f"# Title\n\n{snippet}\n\nafter\n", "README.md"))
+def test_hostile_html_renders_inert(snippet: str, files: RepositoryFiles | None) -> None:
+    html = str(render_readme(f"# Title\n\n{snippet}\n\nafter\n", "README.md", files))
     found = inspect(html)
     assert not found.tags & {"script", "style", "iframe", "svg", "math", "form", "input", "object", "embed", "body"}, html
     assert found.handlers == [] and found.styles == [], html
@@ -97,7 +101,7 @@ def test_markdown_features_render() -> None:
     assert '<code class="language-js">' in html and "&lt;b&gt;" in html
     assert '<p align="center"><img src="https://example.org/logo.png" alt="logo" width="120"></p>' in html
     assert "<details><summary>More</summary>" in html
-    assert "<s>old</s>" in html
+    assert "<del>old</del>" in html  # GFM strikethrough, as cmark-gfm spells it
 
 
 def test_free_classes_are_dropped_but_code_languages_kept() -> None:
@@ -116,3 +120,51 @@ def test_plain_text_readmes_are_shown_verbatim(filename: str) -> None:
 @pytest.mark.parametrize("text", [None, "", "   \n"])
 def test_missing_readme_is_empty(text: str | None) -> None:
     assert str(render_readme(text, "README.md")) == ""
+
+
+def test_bare_urls_are_links_and_task_lists_show_their_state() -> None:
+    html = str(render_readme("See https://example.org/docs and www.example.com.\n\n- [x] shipped\n- [ ] next\n", "README.md"))
+    assert '<a href="https://example.org/docs" rel="nofollow noopener noreferrer">https://example.org/docs</a>' in html
+    assert '<a href="http://www.example.com" rel="nofollow noopener noreferrer">www.example.com</a>' in html
+    assert '<li><span class="task task-done">\u2611</span> shipped</li>' in html
+    assert '<li><span class="task">\u2610</span> next</li>' in html
+    assert "<input" not in html
+
+
+def test_hand_written_inputs_stay_dropped() -> None:
+    html = str(render_readme('<input type="text" name="password" value="x"> and <input type="checkbox">', "README.md"))
+    assert "<input" not in html and "password" not in html
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        ("![logo](docs/logo.png)", '<img src="https://raw.githubusercontent.com/acme/widget-kit/HEAD/packages/kit/docs/logo.png" alt="logo">'),
+        ("![logo](./logo.png)", 'src="https://raw.githubusercontent.com/acme/widget-kit/HEAD/packages/kit/logo.png"'),
+        ("![logo](../../shared/logo.png)", 'src="https://raw.githubusercontent.com/acme/widget-kit/HEAD/shared/logo.png"'),
+        ("![logo](/assets/logo.png)", 'src="https://raw.githubusercontent.com/acme/widget-kit/HEAD/assets/logo.png"'),
+        ('<img src="img/a b.png">', 'src="https://raw.githubusercontent.com/acme/widget-kit/HEAD/packages/kit/img/a%20b.png"'),
+        ("[guide](docs/guide.md#setup)", 'href="https://github.com/acme/widget-kit/blob/HEAD/packages/kit/docs/guide.md#setup"'),
+        ("[licence](LICENSE?plain=1)", 'href="https://github.com/acme/widget-kit/blob/HEAD/packages/kit/LICENSE?plain=1"'),
+        ("[usage](#usage)", 'href="#usage"'),
+        ("[site](https://example.org/x.png)", 'href="https://example.org/x.png"'),
+        ("![remote](https://example.org/x.png)", 'src="https://example.org/x.png"'),
+        ("[mail](mailto:a@example.org)", 'href="mailto:a@example.org"'),
+    ],
+)
+def test_relative_urls_resolve_against_the_repository_like_npmjs(markdown: str, expected: str) -> None:
+    assert expected in str(render_readme(markdown, "README.md", GITHUB))
+
+
+def test_repository_hosts_and_unknown_hosts() -> None:
+    gitlab = repository_files("https://gitlab.com/acme/kit.git")
+    assert gitlab is not None
+    assert 'src="https://gitlab.com/acme/kit/-/raw/HEAD/a.png"' in str(render_readme("![a](a.png)", "README.md", gitlab))
+    assert 'href="https://gitlab.com/acme/kit/-/blob/HEAD/b.md"' in str(render_readme("[b](b.md)", "README.md", gitlab))
+    assert repository_files("https://git.example.org/acme/kit") is None
+    assert repository_files("https://github.com/acme") is None
+    assert repository_files(None) is None
+    # A directory trying to climb out of the repository is ignored, not followed.
+    assert repository_files("https://github.com/acme/kit", "../../etc") == repository_files("https://github.com/acme/kit")
+    # Without a known repository, relative URLs are left as they are.
+    assert 'src="docs/logo.png"' in str(render_readme("![logo](docs/logo.png)", "README.md"))

@@ -86,6 +86,13 @@ def test_every_relative_link_of_every_page_lands_on_a_file(settings: Settings) -
         "-/web/index.html",
         "-/web/package/plain/index.html",
         "-/web/package/@scope/my.pkg_name-x/index.html",
+        # a page per version, and its file list
+        "-/web/package/plain/v/1.0.0/index.html",
+        "-/web/package/plain/v/1.0.0/files/index.html",
+        "-/web/package/@scope/my.pkg_name-x/v/2.0.0/index.html",
+        "-/web/package/@scope/my.pkg_name-x/v/2.0.0/files/index.html",
+        "-/web/package/@scope/my.pkg_name-x/v/2.1.0-beta.1/index.html",
+        "-/web/package/@scope/my.pkg_name-x/v/2.1.0-beta.1/files/index.html",
     }
     checked = 0
     for page in pages:
@@ -94,7 +101,7 @@ def test_every_relative_link_of_every_page_lands_on_a_file(settings: Settings) -
                 continue
             assert resolve(page, href, settings.out_dir).is_file(), f"{href} on {page} leads nowhere"
             checked += 1
-    assert checked > 15
+    assert checked > 60
 
 
 def test_package_page_content(settings: Settings) -> None:
@@ -239,9 +246,39 @@ def test_one_changed_package_rewrites_only_its_page_and_the_front_pages(settings
     make_tarball(settings.content_dir, "bbb", "1.1.0")
     result = run_build(settings)
     web_written = sorted(p for p in result.written if p.startswith("-/web/"))
-    assert web_written == ["-/web/index.html", "-/web/package/bbb/index.html", "-/web/search-index.json", "-/web/search-index.json.gz"]
+    assert web_written == [
+        "-/web/index.html",
+        "-/web/package/bbb/index.html",
+        "-/web/package/bbb/v/1.0.0/index.html",  # no longer tagged latest
+        "-/web/package/bbb/v/1.1.0/files/index.html",
+        "-/web/package/bbb/v/1.1.0/index.html",
+        "-/web/search-index.json",
+        "-/web/search-index.json.gz",
+    ]
     assert {name: page_of(settings, name).stat().st_mtime_ns for name in ("aaa", "ccc")} == untouched
     assert "1.1.0" in page_of(settings, "bbb").read_text()
+
+
+def test_version_pages_whose_inputs_did_not_change_are_not_rendered_again(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for version in ("1.0.0", "1.1.0"):
+        make_tarball(settings.content_dir, "bbb", version, files={"README.md": f"# bbb {version}\n"})
+    build(settings)
+    rendered: list[str] = []
+    real = site.version_pages
+    monkeypatch.setattr(site, "version_pages", lambda packument, version, *a, **k: rendered.append(version) or real(packument, version, *a, **k))
+    make_tarball(settings.content_dir, "bbb", "1.2.0", files={"README.md": "# bbb 1.2.0\n"})
+    build(settings)
+    # 1.1.0 lost its `latest` tag; 1.0.0 changed in nothing and is left as it is.
+    assert sorted(rendered) == ["1.1.0", "1.2.0"]
+    assert "bbb 1.0.0" in web(settings, "package/bbb/v/1.0.0/index.html").read_text()
+    # A page deleted by hand comes back with the next build.
+    web(settings, "package/bbb/v/1.0.0/index.html").unlink()
+    rendered.clear()
+    make_tarball(settings.content_dir, "bbb", "1.2.1")
+    build(settings)
+    assert "1.0.0" in rendered and web(settings, "package/bbb/v/1.0.0/index.html").is_file()
 
 
 def test_dependency_links_follow_packages_arriving_and_leaving(settings: Settings) -> None:
@@ -324,3 +361,109 @@ def test_not_found_page_uses_absolute_links(settings: Settings) -> None:
 )
 def test_repository_urls(value: object, expected: str | None) -> None:
     assert site.repository_url(value) == expected
+
+
+def test_each_version_has_its_own_page_with_its_readme_deps_bin_engines_and_files(settings: Settings) -> None:
+    content = settings.content_dir
+    make_tarball(
+        content,
+        "tool",
+        "1.0.0",
+        files={"README.md": "# Tool one\n\nThe old docs.\n", "cli.js": "x" * 1234, "lib/a.js": "a"},
+        bin="./cli.js",
+        engines={"node": ">=14"},
+        dependencies={"helper": "^1.0.0"},
+    )
+    make_tarball(
+        content,
+        "tool",
+        "2.0.0",
+        files={"README.md": "# Tool two\n", "bin/run.js": "r", "index.js": "i", "index.d.ts": "export {};"},
+        bin={"tool-run": "bin/run.js", "tr": "bin/run.js"},
+        engines={"node": ">=18"},
+        repository={"type": "git", "url": "https://github.com/acme/tools.git", "directory": "packages/tool"},
+    )
+    make_tarball(content, "helper", "1.0.0")
+    (content / "registry-meta.json").write_text(
+        json.dumps({"name": "tool", "time": {"1.0.0": "2020-01-02T03:04:05.000Z", "2.0.0": "2021-01-02T03:04:05.000Z"}})
+    )
+    build(settings)
+    old = web(settings, "package/tool/v/1.0.0/index.html")
+    html = old.read_text()
+    assert "Tool one" in html and "The old docs." in html and "Tool two" not in html
+    assert 'id="published" datetime="2020-01-02T03:04:05.000Z">2020-01-02 03:04 UTC' in html
+    assert 'id="not-latest"' in html
+    assert '<a href="../../../../package/helper/index.html">helper</a> <code>^1.0.0</code>' in html
+    assert "<code>tool</code> <span class=\"muted\">./cli.js</span>" in html  # a string bin is named after the package
+    assert "node <code>&gt;=14</code>" in html
+    assert "npm install tool@1.0.0 --registry=" in html
+    assert 'id="types-badge"' not in html
+    new = web(settings, "package/tool/v/2.0.0/index.html").read_text()
+    assert "Tool two" in new and 'id="not-latest"' not in new and '<span class="badge">latest</span>' in new
+    assert "<code>tool-run</code>" in new and "<code>tr</code>" in new and "node <code>&gt;=18</code>" in new
+    assert 'id="types-badge" title="Bundled TypeScript declarations">TS</span>' in new  # index.d.ts in the tarball
+    # The file list of each version, from its archive, with sizes.
+    files = web(settings, "package/tool/v/1.0.0/files/index.html").read_text()
+    rows = re.findall(r'<tr><td class="path">(.*?)</td><td class="size" data-bytes="(\d+)">', files)
+    paths = [(re.sub(r"<[^>]+>", "", cell), int(size)) for cell, size in rows]
+    assert [p for p, _ in paths] == ["README.md", "cli.js", "lib/a.js", "package.json"]
+    assert dict(paths)["cli.js"] == 1234 and dict(paths)["lib/a.js"] == 1
+    assert "4 files" in files
+    # The package page links to its versions, its files, and shows the latest one's commands.
+    main = page_of(settings, "tool").read_text()
+    assert 'href="../../package/tool/v/1.0.0/index.html">1.0.0</a>' in main
+    assert 'id="browse-files" href="../../package/tool/v/2.0.0/files/index.html"' in main
+    assert "<code>tool-run</code>" in main and 'id="types-badge"' in main
+
+
+def test_readme_relative_urls_point_into_the_repository(settings: Settings) -> None:
+    make_tarball(
+        settings.content_dir,
+        "pictured",
+        "1.0.0",
+        files={"README.md": "![shot](docs/shot.png)\n\n[guide](GUIDE.md) and https://example.org/bare\n\n- [x] done\n"},
+        repository={"type": "git", "url": "git+https://github.com/acme/mono.git", "directory": "packages/pictured"},
+    )
+    build(settings)
+    for page in (page_of(settings, "pictured"), web(settings, "package/pictured/v/1.0.0/index.html")):
+        html = page.read_text()
+        assert 'src="https://raw.githubusercontent.com/acme/mono/HEAD/packages/pictured/docs/shot.png"' in html
+        assert 'href="https://github.com/acme/mono/blob/HEAD/packages/pictured/GUIDE.md"' in html
+        assert '<a href="https://example.org/bare" rel="nofollow noopener noreferrer">https://example.org/bare</a>' in html
+        assert 'class="task task-done"' in html
+
+
+def test_types_from_the_manifest_or_definitely_typed(settings: Settings) -> None:
+    make_tarball(settings.content_dir, "typed", "1.0.0", types="dist/main.d.ts")
+    make_tarball(settings.content_dir, "untyped", "1.0.0")
+    make_tarball(settings.content_dir, "@types/untyped", "1.0.0")
+    make_tarball(settings.content_dir, "bare", "1.0.0")
+    build(settings)
+    assert 'title="Bundled TypeScript declarations (dist/main.d.ts)">TS' in page_of(settings, "typed").read_text()
+    assert 'href="../../package/@types/untyped/index.html" title="Types in @types/untyped">DT' in page_of(settings, "untyped").read_text()
+    assert 'id="types-badge"' not in page_of(settings, "bare").read_text()
+
+
+def dependents_of(settings: Settings, name: str) -> list[str]:
+    section = re.search(r'<section class="panel deps" id="dependents">.*?</section>', page_of(settings, name).read_text(), re.S)
+    assert section, name
+    return re.findall(r'<li><a href="[^"]+">([^<]+)</a></li>', section.group(0))
+
+
+def test_dependents_follow_the_packages_that_depend(settings: Settings) -> None:
+    content = settings.content_dir
+    make_tarball(content, "lib", "1.0.0")
+    make_tarball(content, "zed", "1.0.0", dependencies={"lib": "^1.0.0"})
+    build(settings)
+    assert dependents_of(settings, "lib") == ["zed"]
+    # A package arriving after lib (and built after it, by name) still shows up on lib's page.
+    app = make_tarball(content, "app", "1.0.0", devDependencies={"lib": "^1.0.0"})
+    build(settings)
+    assert dependents_of(settings, "lib") == ["app", "zed"]
+    assert dependents_of(settings, "app") == []
+    # A new version that drops the dependency, and a package that goes away.
+    make_tarball(content, "zed", "2.0.0")
+    app.unlink()
+    build(settings)
+    assert dependents_of(settings, "lib") == []
+    assert "No package in this registry depends on lib." in page_of(settings, "lib").read_text()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import itertools
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,9 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         server = start_postgres()
     except FileNotFoundError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            # Under CI a missing real part is a broken machine, not a reason to pass.
+            pytest.fail(f"PostgreSQL is not installed (CI is set; run .ci/install-system-deps): {exc}")
         pytest.skip(f"PostgreSQL is not installed: {exc}")
     import psycopg
 
@@ -146,6 +150,38 @@ def _json(data: Any) -> bytes:
     import json
 
     return json.dumps(data).encode()
+
+
+@dataclass
+class RecordedResponse:
+    """What `recording` saw of one response: the same attributes the leak check reads on WebTest's."""
+
+    status: str
+    headerlist: list[tuple[str, str]]
+    body: bytes
+
+
+def recording(app: Any, sink: list[Any]) -> Any:
+    """A WSGI wrapper that keeps every response (for apps driven over a real socket)."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen: dict[str, Any] = {}
+
+        def remember(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            seen.update(status=status, headers=list(headers))
+            return start_response(status, headers, *exc_info)
+
+        chunks = app(environ, remember)
+        try:
+            body = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        sink.append(RecordedResponse(seen.get("status", ""), seen.get("headers", []), body))
+        return [body]
+
+    return wrapped
 
 
 def make_api(settings: Settings, store: UserStore, *, limits: ApiLimits = LOOSE_LIMITS) -> Api:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.user_api.conftest import Api, assert_no_leaks
+from tests.user_api.conftest import Api, RecordedResponse, assert_no_leaks
 
 _watching: list[list[tuple[str, Any]]] = []
 
@@ -140,8 +140,12 @@ def test_secrets_never_reach_responses_or_logs(api: Api, caplog: pytest.LogCaptu
     api.get("/user", headers={"Authorization": f"Bearer {token}x"}, status=401)
     api.delete(f"/user/{created['id']}", token=admin_token, status=204)
     assert api.store.verify_password("root", "ADMIN-PASSWORD-42") == admin
-    # Reaching here means every request happened; the leak check runs in the fixture teardown.
-    assert len(api.responses) == 18
+    # The leak check runs in the fixture teardown over every response above; prove it would see one.
+    leaky = RecordedResponse("200 OK", [("X-Debug", second)], b"{}")
+    api.responses.append(leaky)
+    with pytest.raises(AssertionError, match="reached a response"):
+        assert_no_leaks(api, caplog)
+    api.responses.remove(leaky)
 
 
 def test_the_leak_check_catches_a_leak(api: Api, caplog: pytest.LogCaptureFixture) -> None:

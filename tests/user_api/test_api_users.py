@@ -197,7 +197,14 @@ def test_list_last_partial_page_and_past_the_end(api: Api, admin: tuple[Any, str
     _seed(api, 24)
     last = api.get("/user?page=3&size=10", token=token, status=200)
     assert [u["username"] for u in last.json["content"]] == [f"user{n:03d}" for n in range(19, 24)]
-    assert 'rel="prev"' in last.headers["Link"] and 'rel="next"' not in last.headers["Link"]
+    assert last.headers["Link"] == (
+        '</user?page=1&size=10>; rel="first", </user?page=2&size=10>; rel="prev", </user?page=3&size=10>; rel="last"'
+    )
+    middle = api.get("/user?page=2&size=5", token=token, status=200)
+    assert '</user?page=1&size=5>; rel="prev"' in middle.headers["Link"]
+    assert '</user?page=3&size=5>; rel="next"' in middle.headers["Link"]
+    fourth = api.get("/user?page=4&size=5", token=token, status=200)
+    assert '</user?page=3&size=5>; rel="prev"' in fourth.headers["Link"]  # the page before, not the first
     beyond = api.get("/user?page=7", token=token, status=200)
     assert beyond.json["content"] == [] and beyond.json["page"]["totalElements"] == 25
 

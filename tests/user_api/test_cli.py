@@ -130,3 +130,27 @@ def test_database_url_from_the_environment(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("REGISTRY_DATABASE_URL", "mysql://nope")
     result = CliRunner().invoke(root, ["user", "list"])
     assert result.exit_code == 1 and "postgresql://" in result.output
+
+
+def test_the_real_registry_gen_user_add_command(tmp_path: Path) -> None:
+    """The installed `registry-gen` entry point, not a stand-in app: its plugin must register `user`."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "registry.yaml").write_text("data_dir: state\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    command = [sys.executable, "-m", "registry_gen", "user", "add", "realroot", "--admin", "--password-stdin"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, input="real-cli-password-1\n", capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "created admin realroot" in done.stdout and "real-cli-password-1" not in done.stdout + done.stderr
+    store = _store(tmp_path / "state")
+    try:
+        user = store.verify_password("realroot", "real-cli-password-1")
+        assert user is not None and user.role == "admin"
+    finally:
+        store.close()
+    again = subprocess.run(command, cwd=tmp_path, env=env, input="real-cli-password-1\n", capture_output=True,
+                           text=True, timeout=120)
+    assert again.returncode != 0 and "Traceback" not in again.stdout + again.stderr

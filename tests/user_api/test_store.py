@@ -322,3 +322,29 @@ def test_unreachable_postgres_is_a_config_error_without_the_url(tmp_path: Path) 
     with pytest.raises(ConfigError) as caught:
         open_user_store(Settings(data_dir=tmp_path, database_url=url))
     assert "very-secret-pw" not in str(caught.value)
+
+
+def test_a_new_password_is_never_held_under_the_hash_column(tmp_path: Path) -> None:
+    """While a password change is prepared, the plaintext never sits where the hash goes (a log of the
+    pending columns, or a later code path writing them unhashed, would carry it)."""
+    import sys
+
+    seen: list[dict[str, object]] = []
+
+    class Inspecting(PasswordHasher):
+        def hash(self, password: str) -> str:
+            caller = sys._getframe(1).f_locals
+            seen.append({k: v for k, v in dict(caller.get("changes") or {}).items()})
+            return super().hash(password)
+
+    hasher = Inspecting(time_cost=1, memory_kib=1024, parallelism=1)
+    store = open_user_store(Settings(data_dir=tmp_path / "data"), hasher=hasher)
+    try:
+        user = store.create_user("kim", "kim-password-1", None)
+        seen.clear()
+        store.update_user(user.id, password="kim-password-2")
+        assert seen, "the update did not hash the new password"
+        assert all(pending.get("password_hash") != "kim-password-2" for pending in seen)
+        assert store.verify_password("kim", "kim-password-2") is not None
+    finally:
+        store.close()

@@ -200,8 +200,9 @@ def test_a_watch_build_waits_for_the_shared_build_lock(watcher: Watcher, staging
     lock = build_lock(settings)
     with lock.acquire(timeout=30):
         make_tarball(settings.content_dir, "locked", "1.0.0")
-        poll(lambda: watcher.stats.phase == "building", "the watcher to start its build")
-        assert packument(settings, "locked") is None  # it cannot get past the lock we hold
+        # The watcher says it waits for the lock we hold; a build that skipped the lock never would.
+        poll(lambda: watcher.stats.phase == "waiting for the build lock", "the watcher to wait for the lock")
+        assert packument(settings, "locked") is None
     settled(watcher, lambda: has_version(settings, "locked", "1.0.0"), "locked@1.0.0 after the lock is released")
 
 

@@ -1,0 +1,153 @@
+"""Who may read which package: the `packages:` rules of registry.yaml (pure functions).
+
+    packages:
+      '@internal/*': {read: authenticated}   # any logged-in account
+      'secret-*':    {read: [group-a]}       # accounts in one of these groups (admins always)
+      '**':          {read: all}             # the default when no pattern matches
+
+Patterns match the whole package name: `*` stands for any run of characters but `/`, `**` for
+any run at all; the first pattern that matches decides, in the order written. Writes keep the
+owner rules of the write API.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from registry_gen.errors import ConfigError
+
+ALL = "all"
+AUTHENTICATED = "authenticated"
+# With rules in force, the build keeps the search document of every package here (a dotfile
+# folder: never served, never deployed); the API filters it per caller.
+FULL_SEARCH_DOCUMENT = ".registry-gen/search-all.json"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: nobody (no token), or an account with its groups."""
+
+    username: str | None = None
+    groups: frozenset[str] = frozenset()
+    admin: bool = False
+
+    @property
+    def authenticated(self) -> bool:
+        return self.username is not None
+
+
+ANONYMOUS = Caller()
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    read: str | frozenset[str]  # ALL, AUTHENTICATED, or the groups that may read
+
+    @property
+    def regex(self) -> str:
+        """The pattern as an anchored regular expression (also used in the nginx config)."""
+        parts = re.split(r"(\*\*|\*)", self.pattern)
+        body = "".join(".*" if p == "**" else "[^/]*" if p == "*" else re.escape(p) for p in parts)
+        return f"^{body}$"
+
+    def matches(self, name: str) -> bool:
+        return re.match(self.regex, name) is not None
+
+    def allows(self, caller: Caller) -> bool:
+        if self.read == ALL:
+            return True
+        if not caller.authenticated:
+            return False
+        if self.read == AUTHENTICATED or caller.admin:
+            return True
+        return bool(caller.groups & self.read)  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class AccessRules:
+    rules: tuple[Rule, ...] = field(default_factory=tuple)
+
+    @property
+    def in_force(self) -> bool:
+        """Whether any package is not readable by everyone (then reads need checking)."""
+        return any(rule.read != ALL for rule in self.rules)
+
+    def rule_for(self, name: str) -> Rule | None:
+        return next((rule for rule in self.rules if rule.matches(name)), None)
+
+    def is_public(self, name: str) -> bool:
+        rule = self.rule_for(name)
+        return rule is None or rule.read == ALL
+
+    def is_public_path(self, path: str) -> bool:
+        """Whether anyone may read what `path` names (no caller needed to decide)."""
+        name = package_of_path(path)
+        return name is None or self.is_public(name)
+
+    def may_read(self, name: str, caller: Caller) -> bool:
+        rule = self.rule_for(name)
+        return rule is None or rule.allows(caller)
+
+
+def _read_value(pattern: str, value: Any) -> str | frozenset[str]:
+    if value in (ALL, "$all"):
+        return ALL
+    if value in (AUTHENTICATED, "$authenticated"):
+        return AUTHENTICATED
+    if isinstance(value, list) and value and all(isinstance(g, str) and g.strip() for g in value):
+        return frozenset(g.strip() for g in value)
+    raise ConfigError(f"packages.{pattern!r}.read must be all, authenticated or a list of group names; got {value!r}")
+
+
+def parse_rules(data: Any) -> AccessRules:
+    """The `packages:` mapping of registry.yaml; ConfigError names the pattern and the field."""
+    if data is None:
+        return AccessRules()
+    if not isinstance(data, Mapping):
+        raise ConfigError("packages must be a mapping of name patterns to {read: ...}")
+    rules = []
+    for pattern, spec in data.items():
+        if not isinstance(pattern, str) or not pattern or any(ch in pattern for ch in " \"'\\;{}$"):
+            raise ConfigError(f"packages: {pattern!r} is not a package name pattern")
+        if not isinstance(spec, Mapping) or set(spec) - {"read"} or "read" not in spec:
+            raise ConfigError(f"packages.{pattern!r} must be a mapping with one key, read (writes keep the owner rules)")
+        rules.append(Rule(pattern, _read_value(pattern, spec["read"])))
+    return AccessRules(tuple(rules))
+
+
+def _name_from(segments: list[str]) -> str | None:
+    if not segments or not segments[0]:
+        return None
+    if segments[0].startswith("@"):
+        return f"{segments[0]}/{segments[1]}" if len(segments) > 1 and segments[1] else None
+    return segments[0]
+
+
+def package_of_path(path: str) -> str | None:
+    """The package a request path reads (`/<name>`, `/@scope%2fname`, its tarballs, tag and
+    dist-tags documents, its HTML page), or None for a path that belongs to no package."""
+    decoded = unquote(urlsplit(path).path)
+    segments = [s for s in decoded.split("/") if s != ""]
+    if not segments:
+        return None
+    if segments[0] != "-":
+        return _name_from(segments)
+    if segments[1:2] == ["package"]:
+        return _name_from(segments[2:])
+    if segments[1:3] == ["web", "package"]:
+        return _name_from(segments[3:])
+    return None
+
+
+def read_status(rules: AccessRules, path: str, caller: Caller) -> int:
+    """200 when `caller` may read what `path` names; else 401 (no valid token: log in) or 404 (a
+    token without access: the package's existence is not revealed)."""
+    name = package_of_path(path)
+    if name is None or rules.may_read(name, caller):
+        return 200
+    return 404 if caller.authenticated else 401

@@ -1,0 +1,141 @@
+"""Verdaccio's storage layout (pure): one folder per package (`@scope/name` for scoped ones) holding
+a `package.json` package document and the tarballs it names. Also the reverse, for the export."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Mapping
+from pathlib import PurePosixPath
+from typing import Any
+
+from registry_gen.importers.model import ImportProblem, PackageRecord, iso_time, Skipped, VersionSource
+from registry_gen.names import split_name, tarball_filename
+
+DOCUMENT = "package.json"
+DATABASE = ".verdaccio-db.json"
+CONFIG = "config.yaml"
+# Verdaccio's groups: they name nobody, so they make nobody an owner here.
+_GROUPS = frozenset({"$all", "$anonymous", "$authenticated", "@all", "@anonymous", "@authenticated", "all", "anonymous"})
+
+
+def publishers(config: Mapping[str, Any], name: str) -> tuple[dict[str, str], ...]:
+    """The users Verdaccio's `packages:` rules name as publishers of `name` (first matching pattern).
+
+    Verdaccio 6 keeps no maintainers in its storage: who may publish is this config. Groups
+    ($authenticated...) name nobody and give nobody ownership."""
+    rules = config.get("packages") if isinstance(config, Mapping) else None
+    for pattern, rule in (rules or {}).items():
+        if isinstance(rule, Mapping) and fnmatch.fnmatchcase(name, str(pattern).replace("**", "*")):
+            allowed = rule.get("publish") or ""
+            people = allowed.split() if isinstance(allowed, str) else [str(p) for p in allowed]
+            return tuple({"name": p} for p in people if p not in _GROUPS and not p.startswith(("$", "@")))
+    return ()
+
+
+def package_folders(entries: Mapping[str, list[str]]) -> list[str]:
+    """Package folders of a storage tree given {folder: [child folders]} of its top two levels."""
+    found = []
+    for top in sorted(entries.get("", [])):
+        if top.startswith("."):
+            continue
+        if top.startswith("@"):
+            found += [f"{top}/{child}" for child in sorted(entries.get(top, [])) if not child.startswith(".")]
+        else:
+            found.append(top)
+    return found
+
+
+def parse_document(raw: bytes, folder: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportProblem(f"{folder}/{DOCUMENT}: not valid JSON ({exc})") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("versions"), dict):
+        raise ImportProblem(f"{folder}/{DOCUMENT}: not a package document (no `versions` object)")
+    return doc
+
+
+def _maintainers(doc: Mapping[str, Any], latest: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """The document's maintainers, else the latest version's, else who published it (`_npmUser`)."""
+    for people in (doc.get("maintainers"), latest.get("maintainers"), [latest.get("_npmUser")]):
+        if isinstance(people, list):
+            found = [
+                {k: str(v) for k, v in p.items() if k in ("name", "email") and isinstance(v, str)}
+                for p in people if isinstance(p, dict) and isinstance(p.get("name"), str)
+            ]  # fmt: skip
+            if found:
+                return tuple(found)
+    return ()
+
+
+def _tarball_file(name: str, version: str, manifest: Mapping[str, Any]) -> str:
+    """The file Verdaccio stored: the last segment of dist.tarball, else npm's conventional name."""
+    url = str((manifest.get("dist") or {}).get("tarball") or "")
+    last = PurePosixPath(url.split("?")[0]).name if url else ""
+    if last and last.endswith(".tgz") and last not in (".", ".."):
+        return last
+    return tarball_filename(name, version)
+
+
+def record_from_document(doc: Mapping[str, Any], folder: str) -> tuple[PackageRecord, list[Skipped]]:
+    """A PackageRecord whose tarballs are paths relative to the storage root."""
+    name = doc.get("name")
+    if not isinstance(name, str):
+        raise ImportProblem(f"{folder}/{DOCUMENT}: no package name")
+    times = doc.get("time") if isinstance(doc.get("time"), dict) else {}
+    tags = {k: v for k, v in (doc.get("dist-tags") or {}).items() if isinstance(k, str) and isinstance(v, str)}
+    versions, skipped = [], []
+    for version, manifest in doc["versions"].items():
+        if not isinstance(manifest, dict):
+            skipped.append(Skipped(f"{name}@{version}", f"{folder}/{DOCUMENT}: version entry is not an object"))
+            continue
+        dist = manifest.get("dist") if isinstance(manifest.get("dist"), dict) else {}
+        deprecated = manifest.get("deprecated")
+        versions.append(VersionSource(
+            name, version, f"{folder}/{_tarball_file(name, version, manifest)}",
+            integrity=dist.get("integrity"), shasum=dist.get("shasum"),
+            time=iso_time(times.get(version)),
+            deprecated=deprecated if isinstance(deprecated, str) and deprecated else None,
+        ))  # fmt: skip
+    latest = doc["versions"].get(tags.get("latest", ""), {})
+    record = PackageRecord(
+        name, tuple(versions), tags, _maintainers(doc, latest if isinstance(latest, dict) else {}),
+        created=iso_time(times.get("created")),
+        modified=iso_time(times.get("modified")),
+    )
+    return record, skipped
+
+
+# ---------------------------------------------------------------- export
+
+
+def storage_document(packument: Mapping[str, Any]) -> dict[str, Any]:
+    """The `package.json` Verdaccio 6 keeps for a package it hosts, from our package document."""
+    name = str(packument["name"])
+    versions = dict(packument.get("versions") or {})
+    attachments = {
+        tarball_filename(name, version): {"shasum": (manifest.get("dist") or {}).get("shasum"), "version": version}
+        for version, manifest in versions.items()
+    }
+    doc = {
+        "name": name,
+        "versions": versions,
+        "time": dict(packument.get("time") or {}),
+        "users": {},
+        "dist-tags": dict(packument.get("dist-tags") or {}),
+        "_uplinks": {},
+        "_distfiles": {},
+        "_attachments": attachments,
+        "_rev": str(packument.get("_rev") or "1-0"),
+        "_id": name,
+        "readme": str(packument.get("readme") or ""),
+    }
+    if packument.get("maintainers"):
+        doc["maintainers"] = packument["maintainers"]
+    return doc
+
+
+def storage_folder(name: str) -> str:
+    scope, bare = split_name(name)
+    return f"{scope}/{bare}" if scope else bare

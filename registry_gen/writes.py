@@ -1,0 +1,197 @@
+"""The write service: every change to the registry goes through here (the HTTP API, importers).
+
+A write reads forward: take the lock → read the package (`RegistryReader`) → run a pure rule of
+`registry_gen.publish` → store the change in content/ (meta first, then the archive) → rebuild
+just that package (`build_locked`) → if the build refused the new archive, undo and say why.
+Only then does the caller reply. The lock is the one `registry-gen build` and watch mode take,
+so a write never sees or leaves a half-built tree.
+
+Public API (what the web layer and the importers call):
+
+    service = WriteService(settings)                   # or WriteService(settings, storage)
+    service.publish(upload, actor)                     # an Upload from publish.decode_publish/_upload
+    service.land_archive(name, data, actor, published_at=..., tags=...)   # raw tarball bytes (imports)
+    service.apply(name, rule)                          # any rule: PackageState -> Change
+    service.reader.current(name).state                 # the package as the registry holds it
+
+Errors are `registry_gen.errors.RegistryError`s: VersionConflict, Forbidden, NotFound, BadRequest,
+LockTimeout, BuildRefused (the build would not serve the archive), BrokenMeta (a hand-edited meta
+file does not parse).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Final
+
+from filelock import Timeout
+
+from registry_gen import publish
+from registry_gen.build import BuildResult, build_lock, build_locked
+from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
+from registry_gen.meta import PackageMeta, dump_meta
+from registry_gen.names import validate_name
+from registry_gen.publish import Actor, BadRequest, PackageState, Upload
+from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
+from registry_gen.settings import Settings
+from registry_gen.storage import ContentStorage, FolderStorage, archive_key
+
+__all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService"]
+
+LOCK_TIMEOUT_SECONDS: Final = 60
+
+
+class BuildRefused(RegistryError):
+    """The rebuild would not take the change (e.g. the same version in content/ with other bytes)."""
+
+
+@dataclass
+class Change:
+    """What a rule decided: the new meta (None: keep; `delete_meta`: remove), an archive to add,
+    and versions whose archives go."""
+
+    meta: PackageMeta | None = None
+    delete_meta: bool = False
+    upload: Upload | None = None
+    removed: set[str] = field(default_factory=set)
+
+    @property
+    def is_empty(self) -> bool:
+        return self.meta is None and not self.delete_meta and self.upload is None and not self.removed
+
+
+Rule = Callable[[PackageState], Change]
+
+
+class WriteService:
+    """Serialises writes (a thread lock, then the cross-process build lock), applies them to
+    content/, and rebuilds the tree before returning."""
+
+    def __init__(
+        self, settings: Settings, storage: ContentStorage | None = None, *, reserved_names: frozenset[str] = frozenset()
+    ):
+        self.settings = settings
+        self.storage = storage or FolderStorage(settings.content_dir)
+        self.reader = RegistryReader(settings, self.storage)
+        self.reserved_names = reserved_names  # names a server shadows with its own endpoints
+        self._thread_lock = threading.Lock()
+        self._file_lock = build_lock(settings)
+
+    # ---- the public writes
+
+    def publish(self, upload: Upload, actor: Actor, now: str | None = None) -> BuildResult | None:
+        """A new version from a checked upload; the first publisher becomes the maintainer."""
+        stamp = now or publish.now_iso()
+        return self.apply(upload.name, lambda s: Change(meta=publish.apply_publish(s, upload, actor, stamp), upload=upload))
+
+    def land_archive(
+        self,
+        name: str,
+        data: bytes,
+        actor: Actor,
+        *,
+        published_at: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> BuildResult | None:
+        """A tarball's bytes as they are (an import): checked like a publish, served byte for byte,
+        with its original publish time when known."""
+        manifest, digests = publish.check_tarball(name, None, data, self.settings.limits)
+        upload = Upload(name, manifest["version"], data, manifest, digests, dict(tags or {}))
+        return self.publish(upload, actor, published_at)
+
+    def apply(self, name: str, rule: Rule) -> BuildResult | None:
+        """Runs `rule` on the current state and commits its change, all under the lock."""
+        with self.locked():
+            current = self._current(name)
+            change = rule(current.state)
+            if change.is_empty:
+                return None
+            return self._commit(current, change)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
+        # Threads queue on a thread lock (no polling); only one of them then waits for the file lock.
+        if not self._thread_lock.acquire(timeout=LOCK_TIMEOUT_SECONDS):
+            raise LockTimeout("the registry is busy with other writes; retry shortly")
+        try:
+            try:
+                self._file_lock.acquire(timeout=max(0.1, deadline - time.monotonic()))
+            except Timeout as exc:
+                raise LockTimeout(f"another build holds {self.settings.lock_file}; retry shortly") from exc
+            try:
+                yield
+            finally:
+                self._file_lock.release()
+        finally:
+            self._thread_lock.release()
+
+    # ---- the steps
+
+    def _current(self, name: str) -> CurrentPackage:
+        validate_name(name, legacy=True)  # a new name meets the strict rule in publish.apply_*
+        if name in self.reserved_names:
+            raise BadRequest(f"the name {name!r} is taken by this registry's own endpoints (/{name}); choose another")
+        return self.reader.current(name)
+
+    def _commit(self, current: CurrentPackage, change: Change) -> BuildResult:
+        name = current.state.name
+        touched = [current.meta_key]  # the build looks only at these files (it trusts its state for the rest)
+        added = None
+        try:
+            self._store_meta(current.meta_key, change)
+            if change.upload is not None:
+                added = self._store_archive(name, change.upload)
+                touched.append(added)
+            touched += self._remove_versions(name, change.removed)
+            result = build_locked(self.settings, touched)
+        except BaseException:
+            self._roll_back(added, current, change)
+            raise
+        refused = result.refusals(name, [current.meta_key, *([added] if added else [])])
+        if refused and added is not None:
+            self._roll_back(added, current, change)
+            build_locked(self.settings, touched)
+            raise BuildRefused("the registry could not take this archive: " + "; ".join(i.reason for i in refused))
+        return result
+
+    def _store_meta(self, key: str, change: Change) -> None:
+        # The meta (owners, times, unpublish records) is written first: a kill before the archive
+        # lands leaves a number without an archive, which stays publishable; the other order could
+        # leave an archive that nobody owns.
+        if change.delete_meta:
+            self.storage.remove(key)
+        elif change.meta is not None:
+            self.storage.replace(key, dump_meta(change.meta))
+
+    def _store_archive(self, name: str, upload: Upload) -> str:
+        target = archive_key(name, upload.version)
+        try:
+            self.storage.create(target, upload.data)
+        except VersionConflict as exc:
+            raise VersionConflict(
+                f"content/ already holds an archive for {name}@{upload.version} (not yet built?); "
+                "a version number can be published only once"
+            ) from exc
+        return target
+
+    def _remove_versions(self, name: str, versions: set[str]) -> list[str]:
+        removed = []
+        for version in sorted(versions):
+            for archive in self.reader.archive_keys(name, version):
+                self.storage.remove(archive)
+                removed.append(archive)
+        return removed
+
+    def _roll_back(self, added: str | None, current: CurrentPackage, change: Change) -> None:
+        if added is not None:
+            self.storage.remove(added)
+        if change.meta is not None or change.delete_meta:
+            if current.meta_bytes is None:
+                self.storage.remove(current.meta_key)
+            else:
+                self.storage.replace(current.meta_key, current.meta_bytes)

@@ -1,0 +1,220 @@
+"""Private reads: the `packages:` rules, the in-process check of `serve`, the API's decision for
+nginx, the listings, and deploy's refusal."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import webtest
+
+from registry_gen.access import ANONYMOUS, Caller, package_of_path, parse_rules, read_status
+from registry_gen.build import run_build
+from registry_gen.cli import main as registry_gen
+from registry_gen.errors import ConfigError
+from registry_gen.hosting import nginx_site
+from registry_gen.nginx_access import ReadCheck
+from registry_gen.settings import Settings, load_settings
+from tests.support import make_tarball
+
+RULES = {"@internal/*": {"read": "authenticated"}, "secret-*": {"read": ["group-a"]}}
+
+
+def test_rules_first_match_wins_and_default_is_public() -> None:
+    rules = parse_rules({**RULES, "**": {"read": "all"}})
+    alice, bob, admin = Caller("alice", frozenset({"group-a"})), Caller("bob"), Caller("root", admin=True)
+    assert rules.in_force
+    assert rules.may_read("@internal/lib", bob) and not rules.may_read("@internal/lib", ANONYMOUS)
+    assert rules.may_read("secret-tool", alice) and not rules.may_read("secret-tool", bob)
+    assert rules.may_read("secret-tool", admin)
+    assert rules.may_read("plain", ANONYMOUS) and rules.is_public("plain")
+    assert not rules.is_public("@internal/x") and rules.is_public("@internal-other/x")  # `*` stays inside the scope
+    assert not parse_rules({"**": {"read": "all"}}).in_force
+    assert not parse_rules(None).in_force
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"x": {"read": "nobody"}}, {"x": {"read": []}}, {"x": {"write": "all"}}, {"x": "all"}, ["x"], {"a b": {"read": "all"}}],
+)
+def test_bad_rules_name_the_pattern(bad: object) -> None:
+    with pytest.raises(ConfigError, match="packages"):
+        parse_rules(bad)
+
+
+def test_rules_come_from_registry_yaml(tmp_path: Path) -> None:
+    (tmp_path / "registry.yaml").write_text("packages:\n  '@internal/*': {read: authenticated}\n  'secret-*': {read: [group-a]}\n")
+    assert load_settings(tmp_path / "registry.yaml").packages == parse_rules(RULES)
+    (tmp_path / "registry.yaml").write_text("packages:\n  'x': {read: maybe}\n")
+    with pytest.raises(ConfigError, match="registry.yaml"):
+        load_settings(tmp_path / "registry.yaml")
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/@internal%2flib", "@internal/lib"),
+        ("/@internal%2Flib", "@internal/lib"),
+        ("/@internal/lib/-/lib-1.0.0.tgz", "@internal/lib"),
+        ("/secret-tool/latest", "secret-tool"),
+        ("/secret-tool?write=true", "secret-tool"),
+        ("/-/package/@internal/lib/dist-tags", "@internal/lib"),
+        ("/-/web/package/secret-tool/index.html", "secret-tool"),
+        ("/-/all", None),
+        ("/-/v1/search?text=secret", None),
+        ("/", None),
+    ],
+)
+def test_the_package_a_path_reads(path: str, name: str | None) -> None:
+    assert package_of_path(path) == name
+
+
+def test_status_is_401_without_a_token_and_404_with_one_lacking_access() -> None:
+    rules = parse_rules(RULES)
+    assert read_status(rules, "/secret-tool", ANONYMOUS) == 401
+    assert read_status(rules, "/secret-tool", Caller("bob")) == 404
+    assert read_status(rules, "/secret-tool", Caller("alice", frozenset({"group-a"}))) == 200
+    assert read_status(rules, "/-/all", ANONYMOUS) == 200
+
+
+# ---------------------------------------------------------------- serve and the API
+
+
+@dataclasses.dataclass
+class Registry:
+    app: webtest.TestApp
+    settings: Settings
+    tokens: dict[str, str]
+
+
+@pytest.fixture
+def registry(settings: Settings) -> Iterator[Registry]:
+    from user_api.groups import GroupStore
+    from user_api.server import create_server_app
+    from user_api.store import open_user_store
+
+    make_tarball(settings.content_dir, "@internal/lib", "1.0.0")
+    make_tarball(settings.content_dir, "secret-tool", "1.0.0")
+    make_tarball(settings.content_dir, "plain", "1.0.0")
+    ruled = dataclasses.replace(settings, packages=parse_rules(RULES))
+    assert run_build(ruled).errors == []
+    store = open_user_store(ruled)
+    tokens = {}
+    for name in ("alice", "bob"):
+        user = store.create_user(name, f"{name}-password-1")
+        tokens[name] = store.create_token(user.id)[0]
+        if name == "alice":
+            groups = GroupStore.for_settings(ruled)
+            groups.change(user.id, add=["group-a"])
+            groups.close()
+    try:
+        yield Registry(webtest.TestApp(create_server_app(ruled, store)), ruled, tokens)
+    finally:
+        store.close()
+
+
+def _get(registry: Registry, path: str, who: str | None, **headers: str) -> webtest.TestResponse:
+    if who:
+        headers["Authorization"] = f"Bearer {registry.tokens[who]}"
+    return registry.app.get(path, headers=headers, expect_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "who", "status"),
+    [
+        ("/@internal/lib", None, 401),
+        ("/@internal/lib/-/lib-1.0.0.tgz", None, 401),
+        ("/@internal/lib", "bob", 200),
+        ("/secret-tool", "bob", 404),
+        ("/secret-tool/-/secret-tool-1.0.0.tgz", "bob", 404),
+        ("/-/web/package/secret-tool/", "bob", 404),
+        ("/secret-tool", "alice", 200),
+        ("/secret-tool/-/secret-tool-1.0.0.tgz", "alice", 200),
+        ("/plain", None, 200),
+    ],
+)
+def test_serve_applies_the_rules(registry: Registry, path: str, who: str | None, status: int) -> None:
+    reply = _get(registry, path, who)
+    assert reply.status_int == status
+    if status == 401:
+        assert reply.headers["WWW-Authenticate"].startswith("Bearer")
+    if status == 404:
+        assert reply.json == {"error": "not found"}  # the same answer as a package that does not exist
+        assert _get(registry, "/no-such-package", who).json == reply.json
+
+
+def test_a_revoked_or_unknown_token_is_anonymous(registry: Registry) -> None:
+    assert registry.app.get("/@internal/lib", headers={"Authorization": "Bearer nope"}, expect_errors=True).status_int == 401
+
+
+def test_the_read_check_answers_nginx(registry: Registry) -> None:
+    def decision(uri: str, who: str | None) -> int:
+        return _get(registry, "/-/registry-gen/read-access", who, **{"X-Original-URI": uri}).status_int
+
+    assert decision("/@internal%2flib", None) == 401
+    assert decision("/secret-tool/-/secret-tool-1.0.0.tgz", "bob") == 403  # nginx serves it as 404
+    assert decision("/secret-tool", "alice") == 200
+    assert decision("/plain", None) == 200
+
+
+def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
+    out = registry.settings.out_dir
+    everything = [(out / "-/all/index.html").read_text(), (out / "-/search.json").read_text(),
+                  (out / "-/web/index.html").read_text()]  # fmt: skip
+    assert all("plain" in text for text in everything)
+    assert not any("secret-tool" in text or "@internal/lib" in text for text in everything)
+    assert "secret-tool" in (out / ".registry-gen/search-all.json").read_text()  # the API's copy, never served
+
+
+@pytest.mark.parametrize(
+    ("who", "names"),
+    [(None, []), ("bob", ["@internal/lib"]), ("alice", ["@internal/lib", "secret-tool"])],
+)
+def test_npm_search_shows_each_caller_what_they_may_read(registry: Registry, who: str | None, names: list[str]) -> None:
+    found = _get(registry, "/-/v1/search?text=test+package", who).json
+    listed = sorted(o["package"]["name"] for o in found["objects"])
+    assert listed == sorted(["plain", *names])
+    assert _get(registry, "/-/v1/search?size=x", who).status_int == 400
+
+
+# ---------------------------------------------------------------- nginx config and deploy
+
+
+def test_nginx_config_checks_reads_through_the_api(tmp_path: Path) -> None:
+    site = nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874", read_check=ReadCheck("/var/cache/x", 7))
+    assert "auth_request /-/registry-gen/read-access;" in site and "proxy_cache_valid 200 401 403 7s;" in site
+    assert "error_page 403 =404 @registry_gen_404;" in site
+    with pytest.raises(ValueError, match="API"):
+        nginx_site(tmp_path, "127.0.0.1:8080", None, read_check=ReadCheck("/var/cache/x"))
+    assert "auth_request" not in nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874")
+
+
+def test_deploy_refuses_private_packages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "content").mkdir()
+    make_tarball(tmp_path / "content", "secret-tool", "1.0.0")
+    (tmp_path / "registry.yaml").write_text("content_dir: content\nout_dir: public\npackages:\n  'secret-*': {read: [group-a]}\n")
+    assert registry_gen(["build", "-c", str(tmp_path / "registry.yaml")]) == 0
+    code = registry_gen(["deploy", "s3://bucket", "--endpoint-url", "http://127.0.0.1:9", "-c", str(tmp_path / "registry.yaml")])
+    assert code == 1
+    assert "secret-tool" in capsys.readouterr().err  # refused before talking to any bucket
+
+
+def test_reads_honour_token_networks_and_take_no_passwords(registry: Registry) -> None:
+    from user_api.store import open_user_store
+
+    store = open_user_store(registry.settings)
+    try:
+        user = store.get_by_username("bob")
+        assert user is not None
+        limited = store.create_token(user.id, cidr=["10.0.0.0/8"])[0]
+    finally:
+        store.close()
+    headers = {"Authorization": f"Bearer {limited}"}
+    assert registry.app.get("/@internal/lib", headers=headers, extra_environ={"REMOTE_ADDR": "127.0.0.1"}, expect_errors=True).status_int == 401
+    assert registry.app.get("/@internal/lib", headers=headers, extra_environ={"REMOTE_ADDR": "10.1.2.3"}).status_int == 200
+    basic = {"Authorization": "Basic " + base64.b64encode(b"bob:bob-password-1").decode()}
+    assert registry.app.get("/@internal/lib", headers=basic, expect_errors=True).status_int == 401

@@ -1,0 +1,223 @@
+"""Private reads (issue 17, part 2) with real npm 11, pnpm and yarn 1, through `registry-gen
+serve` (checked in-process) and through nginx in front of `registry-gen api` (auth_request).
+
+Rules: `@internal/*` readable by any account, `secret-*` only by group-a. alice is in group-a,
+bob in no group. Each client installs both private packages with alice's token; without a token
+the install fails with 401, and with bob's token `secret-tool` fails with 404.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from registry_gen.build import run_build
+from registry_gen.cli import main as registry_gen
+from registry_gen.settings import load_settings
+from tests.hosts.clients import ClientRun
+from tests.hosts.conftest import CellPackages
+from tests.hosts.servers import free_port, nginx_server, wait_for_port
+from tests.registry_api.helpers import RegistryProcess, add_user
+from tests.support import make_tarball
+
+pytestmark = pytest.mark.slow
+
+RULES = "packages:\n  '@internal/*': {read: authenticated}\n  'secret-*': {read: [group-a]}\n"
+PRIVATE = ("@internal/secret-lib", "secret-tool")
+# How each client reports a 401: npm and pnpm give the status, yarn 1 the body of our reply
+# (serve's, or nginx's JSON error page).
+UNAUTHORIZED = ("401", "log in to read this package", "authentication required")
+NOT_FOUND = ("404", ': not found')  # the second: yarn 1 quoting our {"error":"not found"}
+
+
+@dataclass(frozen=True)
+class PrivateRegistry:
+    kind: str
+    base: str
+    tokens: dict[str, str]
+    decision_cache: Path | None = None  # nginx's cache of read decisions
+
+
+def _prepare(root: Path, cell_content: tuple[Path, CellPackages], base_url: str | None = None) -> Path:
+    """content/ (the public cell packages and the two private ones) and registry.yaml in `root`."""
+    content = root / "content"
+    shutil.copytree(cell_content[0], content)
+    make_tarball(content / "internal", "@internal/secret-lib", "1.0.0", files={"index.js": "module.exports = 'internal';\n"})
+    make_tarball(content / "secret", "secret-tool", "1.0.0", files={"index.js": "module.exports = 'secret';\n"})
+    base = f"base_url: {base_url}\n" if base_url else ""
+    (root / "registry.yaml").write_text(f"content_dir: content\nout_dir: public\ndata_dir: data\n{base}signup: open\n{RULES}")
+    return root / "registry.yaml"
+
+
+def _accounts(base: str, config: Path) -> dict[str, str]:
+    tokens = {name: add_user(base, name, f"{name}-password-1") for name in ("alice", "bob")}
+    assert registry_gen(["groups", "alice", "--add", "group-a", "-c", str(config)]) == 0
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def serve_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[Path, CellPackages]) -> Iterator[PrivateRegistry]:
+    root = tmp_path_factory.mktemp("private-serve")
+    config = _prepare(root, cell_content)
+    process = RegistryProcess(root).start()  # reads root/registry.yaml (its working folder)
+    try:
+        yield PrivateRegistry("serve", process.base, _accounts(process.base, config))
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="module")
+def nginx_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[Path, CellPackages]) -> Iterator[PrivateRegistry]:
+    root = tmp_path_factory.mktemp("private-nginx")
+    nginx_port, api_port = free_port(), free_port()
+    base = f"http://127.0.0.1:{nginx_port}/"
+    config = _prepare(root, cell_content, base)
+    assert run_build(load_settings(config)).errors == []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    log = open(root / "api.log", "w")  # noqa: SIM115 - closed after the process
+    api = subprocess.Popen(
+        [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(api_port),
+         "--trusted-proxy", "127.0.0.1"],
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(api_port, api, deadline=60)
+        upstream = f"127.0.0.1:{api_port}"
+        with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=upstream, extra_args=["--config", str(config)]):
+            yield PrivateRegistry("nginx+api", base, _accounts(base, config), root / "nginx" / "read_cache")
+    finally:
+        api.terminate()
+        try:
+            api.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            api.kill()
+            api.wait(timeout=10)
+        log.close()
+
+
+REGISTRIES = {"serve": "serve_private", "nginx+api": "nginx_private"}
+
+
+def _status(url: str, token: str | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:  # noqa: S310 - 127.0.0.1
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _project(client: ClientRun, folder: Path, registry: PrivateRegistry, who: str | None) -> Path:
+    project = client.new_project(folder)
+    if who:
+        host = registry.base.removeprefix("http:")
+        with open(project / ".npmrc", "a") as rc:
+            rc.write(f"{host}:_authToken={registry.tokens[who]}\n")
+            if client.spec.kind == "yarn1":
+                rc.write("always-auth=true\n")  # yarn 1 sends the token for unscoped packages only with this
+    return project
+
+
+def _try_add(client: ClientRun, project: Path, *packages: str) -> subprocess.CompletedProcess[str]:
+    args = {"npm": ["install"], "pnpm": ["add"], "yarn1": ["add", "--non-interactive", "--no-progress"]}[client.spec.kind]
+    return client.run(*args, *packages, cwd=project, check=False)
+
+
+@pytest.mark.parametrize("registry_kind", list(REGISTRIES))
+def test_status_codes_and_listings(registry_kind: str, request: pytest.FixtureRequest) -> None:
+    registry: PrivateRegistry = request.getfixturevalue(REGISTRIES[registry_kind])
+    base, tokens = registry.base, registry.tokens
+    assert _status(base + "@internal%2fsecret-lib")[0] == 401
+    assert _status(base + "@internal/secret-lib/-/secret-lib-1.0.0.tgz")[0] == 401
+    assert _status(base + "@internal%2fsecret-lib", tokens["bob"])[0] == 200
+    denied = _status(base + "secret-tool", tokens["bob"])
+    assert denied[0] == 404 and json.loads(denied[1]) == json.loads(_status(base + "no-such-package", tokens["bob"])[1])
+    assert _status(base + "secret-tool/-/secret-tool-1.0.0.tgz", tokens["bob"])[0] == 404
+    assert _status(base + "secret-tool", tokens["alice"])[0] == 200
+    assert _status(base + "secret-tool/-/secret-tool-1.0.0.tgz", tokens["alice"])[0] == 200
+    for listing in ("-/all", "-/v1/search?text=secret", "-/web/"):
+        status, body = _status(base + listing)
+        assert status == 200 and b"secret-tool" not in body and b"secret-lib" not in body, listing
+    found = json.loads(_status(base + "-/v1/search?text=secret", tokens["alice"])[1])
+    assert sorted(o["package"]["name"] for o in found["objects"]) == sorted(PRIVATE)  # npm search: per caller
+
+
+def test_nginx_asks_once_per_package_and_credential(nginx_private: PrivateRegistry) -> None:
+    """A document and its tarball (each spelling) share one cached decision: one cache entry."""
+    assert nginx_private.decision_cache is not None
+    token = add_user(nginx_private.base, "carol", "carol-password-1")
+
+    def entries() -> set[Path]:
+        return {p for p in nginx_private.decision_cache.rglob("*") if p.is_file()}  # type: ignore[union-attr]
+
+    before = entries()
+    for path in ("@internal%2fsecret-lib", "@internal/secret-lib", "@internal/secret-lib/-/secret-lib-1.0.0.tgz"):
+        assert _status(nginx_private.base + path, token)[0] == 200
+    assert len(entries() - before) == 1
+
+
+@pytest.mark.parametrize("registry_kind", list(REGISTRIES))
+@pytest.mark.parametrize("client_name", ["npm11", "pnpm", "yarn1"])
+def test_clients_install_private_packages_with_a_token_only(
+    client_name: str, registry_kind: str, request: pytest.FixtureRequest, make_client, tmp_path: Path
+) -> None:
+    registry: PrivateRegistry = request.getfixturevalue(REGISTRIES[registry_kind])
+    client: ClientRun = make_client(client_name, registry.base)
+
+    allowed = _project(client, tmp_path / "alice", registry, "alice")
+    proc = _try_add(client, allowed, *PRIVATE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in PRIVATE:
+        assert (allowed / "node_modules" / name / "package.json").is_file()
+
+    client.fresh_cache()
+    anonymous = _project(client, tmp_path / "anonymous", registry, None)
+    proc = _try_add(client, anonymous, PRIVATE[0])
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and any(mark in output for mark in UNAUTHORIZED), output
+
+    client.fresh_cache()
+    outsider = _project(client, tmp_path / "bob", registry, "bob")
+    proc = _try_add(client, outsider, PRIVATE[1])
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and any(mark in output for mark in NOT_FOUND), output
+    assert not any(mark in output for mark in UNAUTHORIZED), output
+
+
+@pytest.mark.parametrize("registry_kind", list(REGISTRIES))
+def test_the_site_hides_private_packages_from_anonymous_visitors(registry_kind: str, request: pytest.FixtureRequest) -> None:
+    """Debian's Chromium (Playwright): front page, client-side search and the package page."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.site.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    registry: PrivateRegistry = request.getfixturevalue(REGISTRIES[registry_kind])
+    public = request.getfixturevalue("cell_content")[1].direct[0]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(service_workers="block").new_page()
+            page.goto(registry.base + "-/web/")
+            expect(page.locator("body")).to_contain_text(public)  # public packages are listed
+            text = page.locator("body").inner_text()
+            assert "secret-tool" not in text and "secret-lib" not in text
+            page.locator("#q").fill("secret")
+            expect(page.locator("#search-status")).to_contain_text("No package matches")
+            page.locator("#q").fill(public)
+            expect(page.locator("#search-list")).to_contain_text(public)
+            assert "secret" not in page.locator("#search-list").inner_text()
+            reply = page.goto(registry.base + "-/web/package/secret-tool/")
+            assert reply is not None and reply.status == 401
+            assert "secret" not in page.locator("body").inner_text()
+        finally:
+            browser.close()

@@ -1,0 +1,127 @@
+"""What the npm-side route functions share: the services of one app, and the request helpers.
+
+`create_registry_app` puts one `RegistryContext` in the app's config; a route function reaches it
+with `context()` (Bottle's `request.app`), so routes are plain module-level functions that any
+test can call inside a Bottle request, and the app is still built fresh by a factory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import bottle
+import jinja2
+
+from registry_gen.publish import Actor
+from registry_gen.settings import Settings
+from registry_gen.writes import WriteService
+from user_api import web
+from user_api.errors import InvalidCredentials
+from user_api.models import User
+from user_api.policy import Caller
+from user_api.ratelimit import RateLimiter
+from user_api.store import UserStore
+from user_api.web import BEARER_REALM, JSON_BODY_LIMIT, HttpError, WebLimits, json_response
+
+CONTEXT_KEY: Final = "registry.context"
+
+
+RegistryLimits = WebLimits  # the npm side's name for the one limits object
+
+
+def publish_body_limit(settings: Settings) -> int:
+    """A publish body is base64 (4/3 of the tarball) plus the manifest: the archive cap decides."""
+    return settings.limits.max_archive_bytes * 4 // 3 + 4 + JSON_BODY_LIMIT
+
+
+@dataclass
+class RegistryContext:
+    """The services behind one registry app."""
+
+    settings: Settings
+    store: UserStore
+    writes: WriteService
+    limits: RegistryLimits
+    web_logins: Any  # user_api.routes_weblogin.WebLogins
+    pages: jinja2.Environment
+    per_account: RateLimiter
+    per_address: RateLimiter
+    search_cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def publish_limit(self) -> int:
+        return publish_body_limit(self.settings)
+
+
+def context() -> RegistryContext:
+    found = bottle.request.app.config[CONTEXT_KEY]
+    assert isinstance(found, RegistryContext)
+    return found
+
+
+def environ() -> dict[str, Any]:
+    return bottle.request.environ
+
+
+def json_body(limit: int = JSON_BODY_LIMIT) -> Any:
+    return web.json_body(environ(), limit)
+
+
+def json_object(limit: int = JSON_BODY_LIMIT) -> dict[str, Any]:
+    return web.json_object(environ(), limit)
+
+
+def ok(status: int = 200, **extra: Any) -> bottle.HTTPResponse:
+    return json_response(status, {"ok": True, **extra})
+
+
+def throttle(username: str | None) -> None:
+    """Counts a login attempt per address and per account; 429 past either rate."""
+    ctx = context()
+    keys = [(ctx.per_address, "addr:" + web.client_address(environ()))]
+    if username:
+        keys.append((ctx.per_account, "user:" + username.lower()))
+    for limiter, key in keys:
+        allowed, retry_after = limiter.allow(key)
+        if not allowed:
+            raise HttpError(429, f"too many login attempts; retry in {retry_after} s", {"Retry-After": str(retry_after)})
+
+
+def _password_caller(username: str, password: str) -> Caller:
+    throttle(username)
+    verified = context().store.verify_password(username, password)
+    if verified is None:
+        raise InvalidCredentials("incorrect username or password")
+    return Caller(verified, None)
+
+
+def caller() -> Caller | None:
+    """Bearer token (npm's `_authToken`) or Basic (`_auth`, legacy clients); None when absent."""
+    return web.authenticate(environ(), context().store, basic=_password_caller)
+
+
+def required_caller() -> Caller:
+    found = caller()
+    if found is None:
+        raise HttpError(401, f"log in first: npm login --registry {context().settings.base_url}", BEARER_REALM)
+    return found
+
+
+def writer_actor() -> Actor:
+    found = required_caller()
+    if found.token is not None and found.token.readonly:
+        raise HttpError(403, "this token is read-only; create a read-write token with npm token create")
+    return Actor(found.user.username, found.user.email, found.user.is_admin)
+
+
+def lookup_person(username: str) -> dict[str, str] | None:
+    user = context().store.get_by_username(username)
+    if user is None or user.status != "active":
+        return None
+    return {"name": user.username, "email": user.email} if user.email else {"name": user.username}
+
+
+def issue_token(user: User, description: str) -> str:
+    token, _ = context().store.create_token(user.id, description=description)
+    return token
