@@ -113,6 +113,8 @@ _YAML_TYPES: dict[str, tuple[type, str]] = {
     "check_profile": (str, "a string"),
     "check_ignore": (list, "a list of rule ids"),
     "signing_key": (str, "a path (string)"),
+    "connection_limit": (int, "an integer"),
+    "idle_timeout": (int, "an integer"),
 }
 
 

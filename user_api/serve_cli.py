@@ -100,10 +100,23 @@ def _greet(settings: Settings, listening: str, threads: int, static: bool) -> No
         typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
 
 
+def _prepare_tree(settings: Settings, static: bool) -> None:
+    """Sweeps what an interrupted write left behind, then (serving the tree) brings it up to date."""
+    from registry_gen.build import run_build
+
+    swept = _sweep_temp_files(settings)
+    if swept:
+        typer.echo(f"removed {len(swept)} temp file(s) left by an interrupted write")
+    if static:
+        result = run_build(settings)
+        for issue in result.errors:
+            typer.echo(f"error: {issue}", err=True)
+        typer.echo(f"built {settings.out_dir}: {result.summary()}")
+
+
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
-    from registry_gen.build import run_build
     from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
@@ -131,14 +144,7 @@ def _run(
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
         settings = settings.with_updates(base_url=_public_url(settings.host, port))
-    swept = _sweep_temp_files(settings)
-    if swept:
-        typer.echo(f"removed {len(swept)} temp file(s) left by an interrupted write")
-    if static:
-        result = run_build(settings)
-        for issue in result.errors:
-            typer.echo(f"error: {issue}", err=True)
-        typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
     holder["app"] = create_server_app(settings, store, static=static)
