@@ -136,7 +136,7 @@ def test_a_package_published_through_the_api_has_no_finding(tmp_path: Path) -> N
     (project / "index.js").write_text("module.exports = 1;\n")
     packed = subprocess.run([NPM, "pack", "--json"], cwd=project, env=env_home, check=True, capture_output=True, text=True, timeout=120)
     tarball = (project / json.loads(packed.stdout)[0]["filename"]).read_bytes()
-    settings = _settings(tmp_path / "content", data_dir=tmp_path / "data")
+    settings = _settings(tmp_path / "content", data_dir=tmp_path / "data", signup="open")  # npm adduser signs up
     settings.content_dir.mkdir()
     store = open_user_store(settings, hasher=PasswordHasher(time_cost=1, memory_kib=8, parallelism=1))
     try:
