@@ -12,6 +12,7 @@ Public API (what the web layer and the importers call):
     service.publish(upload, actor)                     # an Upload from publish.decode_publish/_upload
     service.land_archive(name, data, actor, published_at=..., tags=...)   # raw tarball bytes (imports)
     service.apply(name, rule)                          # any rule: PackageState -> Change
+    service.store_batch(write)                         # a bulk write (an import), rebuilt later
     service.reader.current(name).state                 # the package as the registry holds it
 
 Errors are `registry_gen.errors.RegistryError`s: VersionConflict, Forbidden, NotFound, BadRequest,
@@ -111,6 +112,15 @@ class WriteService:
             if change.is_empty:
                 return None
             return self._commit(current, change)
+
+    def store_batch(self, write: Callable[[ContentStorage], list[str]]) -> list[str]:
+        """Runs `write` on content/ under the lock without rebuilding; returns the keys it wrote.
+
+        For imports: a rebuild per package of a 10,000-package import would cost O(n²), so the
+        importer lands every package through here and then runs one incremental build over the
+        returned keys (`run_build(settings, changed=...)`)."""
+        with self.locked():
+            return write(self.storage)
 
     @contextmanager
     def locked(self) -> Iterator[None]:

@@ -39,7 +39,7 @@ def merge_meta(existing: PackageMeta | None, record: PackageRecord, held: Set[st
 def land_package(storage: ContentStorage, record: PackageRecord, archives: Mapping[str, bytes], held: Set[str]) -> list[str]:
     """Stores new archives, then the merged meta; returns the content keys written.
 
-    The one step the write service (issue 12) takes over. Archives first: a crash before the meta
+    Runs under `WriteService.store_batch` (the write lock). Archives first: a crash before the meta
     leaves archives a re-run finds present and whose meta it then writes."""
     written = []
     for version, data in archives.items():

@@ -2,7 +2,8 @@
 
 Downloads are staged under `<data_dir>/import-staging/` (verified, then renamed into place), so an
 interrupted run resumes from what it fetched and nothing half-written reaches content/. Each
-package lands through `landing.land_package`; one incremental build runs at the end."""
+package lands through the write service (`WriteService.store_batch` running `landing.land_package`
+under the registry's write lock); one incremental build runs at the end."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Protocol
 
 import yaml
 
-from registry_gen.build import build_lock, run_build
+from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
 from registry_gen.importers import lockfiles, upstream, verdaccio
 from registry_gen.importers.client import RegistryClient
@@ -27,9 +28,10 @@ from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, 
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir, tarball_filename
 from registry_gen.settings import Settings
-from registry_gen.storage import FolderStorage, archive_key, meta_key, read_meta
+from registry_gen.storage import archive_key, meta_key, read_meta
 from registry_gen.versions import is_valid_version
 from registry_gen.writer import atomic_write_bytes
+from registry_gen.writes import WriteService
 
 DEFAULT_WORKERS = 8
 Fetch = Callable[[VersionSource], bytes]
@@ -81,7 +83,8 @@ class Importer:
 
     def __post_init__(self) -> None:
         self.downloads: ThreadPoolExecutor | None = None
-        self.storage = FolderStorage(self.settings.content_dir)
+        self.writes = WriteService(self.settings)
+        self.storage = self.writes.storage
         self.staging = self.settings.data_dir / "import-staging"
 
     # ------------------------------------------------------------ per package
@@ -153,8 +156,7 @@ class Importer:
         self.summary.skipped += fetched.skipped
         if not fetched.archives and not fetched.held:
             return
-        with build_lock(self.settings):
-            written = land_package(self.storage, fetched.record, fetched.archives, fetched.held)
+        written = self.writes.store_batch(lambda storage: land_package(storage, fetched.record, fetched.archives, fetched.held))
         self.touched += written
         name = fetched.record.name
         self.summary.imported += [f"{name}@{v}" for v in fetched.archives]
