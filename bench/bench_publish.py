@@ -60,7 +60,12 @@ def _request(method: str, url: str, *, body: Any = None, token: str | None = Non
 
 @contextmanager
 def registry_server(root: Path) -> Iterator[str]:
-    """`registry-gen serve --port 0` in `root` (content/ must exist); yields its base URL."""
+    """`registry-gen serve --port 0` in `root` (content/ must exist); yields its base URL. The
+    bench signs its user up through npm's adduser, so the registry opts into open sign-up (the
+    default is admin-only)."""
+    config = root / "registry.yaml"
+    if not config.exists():
+        config.write_text("signup: open\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     env["PYTHONUNBUFFERED"] = "1"
     process = subprocess.Popen(
