@@ -555,9 +555,13 @@ def apply_owners(
     names = list(dict.fromkeys(m["name"] for m in requested))
     if not names:
         raise BadRequest("a package needs at least one maintainer; add someone else first")
+    # An entry recorded without an account stays unbound: only `owner claim` (an admin) binds one,
+    # so re-sending the list through `npm owner add` never hands it to whoever holds that name now.
+    bound_world = actor.account_id is not None
+    unbound = {m["name"]: m for m in state.meta.maintainers if bound_world and not m.get("account")}
     people = []
     for person in names:
-        found = lookup(person)
+        found = unbound.get(person) or lookup(person)
         if found is None:
             raise NotFound(f"there is no user named {person!r} on this registry")
         people.append(found)

@@ -13,7 +13,7 @@ from typing import Any, Final
 import bottle
 import jinja2
 
-from registry_gen.publish import Actor
+from registry_gen.publish import Actor, maintainer_entry
 from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
 from user_api import web
@@ -112,14 +112,16 @@ def writer_actor() -> Actor:
     found = required_caller()
     if found.token is not None and found.token.readonly:
         raise HttpError(403, "this token is read-only; create a read-write token with npm token create")
-    return Actor(found.user.username, found.user.email, found.user.is_admin)
+    # The account id, not the name, is what a maintainer entry binds (registry_gen.publish.grants).
+    return Actor(found.user.username, found.user.email, found.user.is_admin, account_id=found.user.id)
 
 
 def lookup_person(username: str) -> dict[str, str] | None:
+    """The maintainer entry `npm owner add` records: bound to the account's immutable id."""
     user = context().store.get_by_username(username)
     if user is None or user.status != "active":
         return None
-    return {"name": user.username, "email": user.email} if user.email else {"name": user.username}
+    return maintainer_entry(user.username, user.email, user.id)
 
 
 def issue_token(user: User, description: str) -> str:

@@ -48,6 +48,18 @@ def test_the_first_publisher_is_recorded_with_its_account_and_documents_never_sh
     assert parse_meta(json.dumps(meta.to_json()).encode()).maintainers[0]["account"] == "acct-old"
 
 
+def test_npm_owner_add_never_binds_a_name_recorded_without_an_account() -> None:
+    from registry_gen.publish import apply_owners
+
+    state = _state([{"name": "demo"}, {"name": "lead", "account": "acct-lead"}])
+    lead = Actor("lead", account_id="acct-lead")
+    accounts = {"demo": {"name": "demo", "account": "acct-new"}, "lead": {"name": "lead", "account": "acct-lead"},
+                "carol": {"name": "carol", "account": "acct-carol"}}
+    meta = apply_owners(state, [{"name": "demo"}, {"name": "lead"}, {"name": "carol"}], lead, "2026-01-01T00:00:00.000Z", accounts.get)
+    assert meta is not None and meta.maintainers[0] == {"name": "demo"}  # still grants nothing
+    assert meta.maintainers[2] == {"name": "carol", "account": "acct-carol"}
+
+
 @pytest.fixture
 def demo_tree(tmp_path: Path) -> Settings:
     content = tmp_path / "content"
@@ -103,7 +115,6 @@ def test_default_signup_refuses_the_attackers_account(served: RegistryProcess) -
     assert status == 403
 
 
-@pytest.mark.xfail(reason="route hook pending: registry_routes.writer_actor passes account_id=found.user.id", strict=True)
 def test_open_signup_cannot_take_over_a_name_without_an_account(served: RegistryProcess) -> None:
     (served.root / "registry.yaml").write_text("signup: open\n")
     served.start()
