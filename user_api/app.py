@@ -54,7 +54,7 @@ from user_api.params import (
 )
 from user_api.policy import Caller
 from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
-from user_api.ratelimit import RateLimiter
+from user_api.ratelimit import LoginGuard, RateLimiter
 from user_api.store import KEEP, UserStore
 from user_api import web
 from user_api.web import WebLimits, etag_matches, read_body
@@ -287,7 +287,7 @@ class UserServices:
     settings: Settings
     store: UserStore
     signup_limiter: RateLimiter
-    login_limiter: RateLimiter
+    logins: LoginGuard  # shared with the npm login paths (ratelimit.shared_login_guard)
     openapi_document: Mapping[str, Any]
 
 
@@ -342,6 +342,8 @@ def update_user(context: RequestContext) -> Reply:
         raise PreconditionFailed()
     if policy.needs_current_password(caller, current, replacement):
         sent = replacement.current_password is not None
+        if sent:
+            admit_login(context, current.username)  # a stolen token must not make this a password oracle
         verified = sent and store.check_password(current.id, replacement.current_password or "")
         policy.require_current_password(verified, sent)
     user = store.update_user(
@@ -365,16 +367,22 @@ def delete_user(context: RequestContext, user_id: str) -> Reply:
     return Reply(204)
 
 
-def create_token(context: RequestContext) -> Reply:
-    services = context.services
-    allowed, retry_after = services.login_limiter.allow(context.client_address)
+def admit_login(context: RequestContext, username: str) -> None:
+    """Counts a password attempt against the address and the account (every login path shares it)."""
+    allowed, retry_after = context.services.logins.admit(username, context.client_address)
     if not allowed:
         raise RateLimited(retry_after)
+
+
+def create_token(context: RequestContext) -> Reply:
+    services = context.services
     username, password = _login_fields(context.body("credentials"))
+    admit_login(context, username)
     user = services.store.verify_password(username, password)
     if user is None:
         log.info("login failed for a username (request %s)", context.request_id)
         raise InvalidCredentials()
+    services.logins.succeeded(user.username, context.client_address)
     token, info = services.store.create_token(user.id, description="user-api login")
     return Reply(201, json=token_view(token, info), xml_root="token")
 
@@ -392,7 +400,7 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
         settings=settings,
         store=store,
         signup_limiter=RateLimiter(limits.signup_per_minute, limits.signup_burst),
-        login_limiter=RateLimiter(limits.login_per_minute, limits.login_burst),
+        logins=web.login_guard(store, limits),
         openapi_document=build_openapi(settings, max_body_bytes=limits.max_body_bytes),
     )
     app = bottle.Bottle(catchall=True)

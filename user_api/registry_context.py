@@ -20,8 +20,9 @@ from user_api import web
 from user_api.errors import InvalidCredentials
 from user_api.models import User
 from user_api.policy import Caller
-from user_api.ratelimit import RateLimiter
+from user_api.ratelimit import LoginGuard
 from user_api.store import UserStore
+from user_api.weblogin import WebLoginPool
 from user_api.web import BEARER_REALM, JSON_BODY_LIMIT, HttpError, WebLimits, json_response
 
 CONTEXT_KEY: Final = "registry.context"
@@ -43,10 +44,9 @@ class RegistryContext:
     store: UserStore
     writes: WriteService
     limits: RegistryLimits
-    web_logins: Any  # user_api.routes_weblogin.WebLogins
+    web_logins: WebLoginPool
     pages: jinja2.Environment
-    per_account: RateLimiter
-    per_address: RateLimiter
+    logins: LoginGuard  # shared with the /user app (ratelimit.shared_login_guard)
     search_cache: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -77,15 +77,16 @@ def ok(status: int = 200, **extra: Any) -> bottle.HTTPResponse:
 
 
 def throttle(username: str | None) -> None:
-    """Counts a login attempt per address and per account; 429 past either rate."""
-    ctx = context()
-    keys = [(ctx.per_address, "addr:" + web.client_address(environ()))]
-    if username:
-        keys.append((ctx.per_account, "user:" + username.lower()))
-    for limiter, key in keys:
-        allowed, retry_after = limiter.allow(key)
-        if not allowed:
-            raise HttpError(429, f"too many login attempts; retry in {retry_after} s", {"Retry-After": str(retry_after)})
+    """Counts a login attempt (before the password is checked); 429 past the address's or the
+    account's rate (user_api.ratelimit.LoginGuard)."""
+    allowed, retry_after = context().logins.admit(username, web.client_address(environ()))
+    if not allowed:
+        raise HttpError(429, f"too many login attempts; retry in {retry_after} s", {"Retry-After": str(retry_after)})
+
+
+def logged_in(username: str) -> None:
+    """A login succeeded from this address: its later attempts get the account's own bucket."""
+    context().logins.succeeded(username, web.client_address(environ()))
 
 
 def _password_caller(username: str, password: str) -> Caller:
@@ -93,6 +94,7 @@ def _password_caller(username: str, password: str) -> Caller:
     verified = context().store.verify_password(username, password)
     if verified is None:
         raise InvalidCredentials("incorrect username or password")
+    logged_in(verified.username)
     return Caller(verified, None)
 
 

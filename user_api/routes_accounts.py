@@ -18,6 +18,7 @@ from user_api.registry_context import (
     environ,
     issue_token,
     json_object,
+    logged_in,
     ok,
     required_caller,
     throttle,
@@ -57,6 +58,7 @@ def couch_login(username: str, rev: str | None = None) -> bottle.HTTPResponse:
         if credentials is not None and credentials[0].lower() != username.lower():
             raise HttpError(401, "the Basic credentials name another user", BASIC_REALM)
     user, message = _login_or_sign_up(username, password, body)
+    logged_in(user.username)
     token = issue_token(user, "npm login")
     log.info("login: %s (%s)", user.username, message)
     return json_response(201, {
@@ -125,6 +127,7 @@ def create_token() -> bottle.HTTPResponse:
     store = context().store
     if not isinstance(password, str) or not store.check_password(found.user.id, password):
         raise HttpError(401, "incorrect password", BASIC_REALM)
+    logged_in(found.user.username)
     if found.token is not None and found.token.readonly and not body.get("readonly"):
         raise HttpError(403, "a read-only token cannot create a read-write token")
     cidr = body.get("cidr_whitelist") or None

@@ -156,10 +156,13 @@ def test_web_login(server: RegistryProcess, tmp_path: Path) -> None:
         assert url is not None, login.stderr.read() if login.stderr else ""
         form = http("GET", url)
         assert form.status == 200 and b'name="password"' in form.body
-        wrong = http("POST", url, raw=b"username=dave&password=nope", headers={"Content-Type": "application/x-www-form-urlencoded"})
+        browser = {"Content-Type": "application/x-www-form-urlencoded", "Origin": server.base.rstrip("/")}
+        assert http("POST", url, raw=b"username=dave&password=dave-password-1",
+                    headers={**browser, "Origin": "https://evil.example"}).status == 403  # the form of another site
+        wrong = http("POST", url, raw=b"username=dave&password=nope", headers=browser)
         assert wrong.status == 401 and b"Incorrect username or password" in wrong.body
         body = urllib.parse.urlencode({"username": "dave", "password": "dave-password-1"}).encode()
-        done = http("POST", url, raw=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        done = http("POST", url, raw=body, headers=browser)
         assert done.status == 200 and b"logged in as dave" in done.body
         login.wait(timeout=60)
     finally:

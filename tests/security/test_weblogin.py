@@ -57,7 +57,7 @@ def test_the_login_page_shows_code_address_and_time_once_given_a_session() -> No
     assert "Confirmation code" not in pages.get_template("login.html").render(action="/x", site_title="R", create=False)
 
 
-# ---------------------------------------------------------------- against a real serve (hooks pending)
+# ---------------------------------------------------------------- against a real serve
 
 import http.client  # noqa: E402  (kept beside the tests that need it)
 from urllib.parse import urlsplit  # noqa: E402
@@ -78,7 +78,6 @@ def _start_login(base: str, source: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="route hook pending: registry_routes uses user_api.weblogin.WebLoginPool (start(create, address))", strict=True)
 def test_a_few_addresses_cannot_exhaust_web_logins(tmp_path: Path) -> None:
     process = RegistryProcess(tmp_path).start()
     try:

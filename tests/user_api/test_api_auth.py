@@ -308,7 +308,7 @@ def test_login_body_must_hold_exactly_the_credentials(cast: Cast) -> None:
 
 
 def test_login_is_rate_limited(store_settings: Settings, store: UserStore, caplog: pytest.LogCaptureFixture) -> None:
-    api = make_api(store_settings, store, limits=ApiLimits(login_per_minute=1, login_burst=3))
+    api = make_api(store_settings, store, limits=ApiLimits(login_per_account_per_minute=1, login_per_account_burst=3))
     api.make_user("target", password="target-password")
     for _ in range(3):
         api.login("target", "wrong-password", status=401)
