@@ -289,6 +289,9 @@ class UserServices:
     signup_limiter: RateLimiter
     logins: LoginGuard  # shared with the npm login paths (ratelimit.shared_login_guard)
     openapi_document: Mapping[str, Any]
+    # Called with a deleted account's username: the server erases its email from every package
+    # (registry_gen.ownership.erase_maintainer_email); None for a /user app without a registry.
+    forget_maintainer: Callable[[str], object] | None = None
 
 
 def list_users(context: RequestContext) -> Reply:
@@ -362,8 +365,12 @@ def update_user(context: RequestContext) -> Reply:
 def delete_user(context: RequestContext, user_id: str) -> Reply:
     assert context.caller is not None
     policy.may_delete(context.caller)
-    if not context.services.store.delete_user(user_id):
+    services = context.services
+    user = services.store.get_by_id(user_id)
+    if user is None or not services.store.delete_user(user_id):
         raise UserNotFound()
+    if services.forget_maintainer is not None:
+        services.forget_maintainer(user.username)  # AUTH.md: a deleted user's email leaves every package
     return Reply(204)
 
 
@@ -393,8 +400,10 @@ def openapi(context: RequestContext) -> Reply:
     return Reply(200, json=context.services.openapi_document)
 
 
-def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None) -> bottle.Bottle:
-    """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document."""
+def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None,
+                    forget_maintainer: Callable[[str], object] | None = None) -> bottle.Bottle:
+    """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document.
+    `forget_maintainer(username)` runs after an account is deleted (see UserServices)."""
     limits = limits or ApiLimits()
     services = UserServices(
         settings=settings,
@@ -402,6 +411,7 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
         signup_limiter=RateLimiter(limits.signup_per_minute, limits.signup_burst),
         logins=web.login_guard(store, limits),
         openapi_document=build_openapi(settings, max_body_bytes=limits.max_body_bytes),
+        forget_maintainer=forget_maintainer,
     )
     app = bottle.Bottle(catchall=True)
     app.install(UserApiPlugin(services, limits))

@@ -12,6 +12,7 @@ without the static part, for deployments where nginx serves the files.
 
 from __future__ import annotations
 
+import functools
 import json
 import mimetypes
 import os
@@ -29,6 +30,7 @@ from registry_gen.layout import (
     JSON_TYPE,
     USER_API_PREFIXES,
 )
+from registry_gen.ownership import erase_maintainer_email
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
@@ -196,7 +198,7 @@ class StaticTree:
 
 def create_server_app(settings: Settings, store: UserStore, *, static: bool = True) -> WsgiApp:
     """The combined app; `static=False` for `registry-gen api` behind a static host."""
-    user_app = create_user_app(settings, store)
+    user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store)
     tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.

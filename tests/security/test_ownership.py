@@ -138,3 +138,24 @@ def test_a_deleted_users_email_is_erased_from_metas_and_documents(demo_tree: Set
         if path.is_file() and not path.name.endswith((".gz", ".tgz", ".sqlite3")):
             assert b"demo@private.example" not in path.read_bytes(), path
     assert b"kept@example.com" in (demo_tree.out_dir / "demo-core" / "index.html").read_bytes()
+
+
+def test_deleting_an_account_erases_its_email_from_the_served_packages(tmp_path: Path) -> None:
+    process = RegistryProcess(tmp_path)
+    process.content.mkdir(parents=True)
+    (tmp_path / "registry.yaml").write_text("signup: open\n")
+    added = _cli(tmp_path, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n")
+    assert added.returncode == 0, added.stderr
+    process.start()
+    try:
+        _, token = _signup(process.base, "leaver")
+        assert http("PUT", process.base + "leaving-pkg", token=token,
+                    body=publish_body("leaving-pkg", "1.0.0", tarball("leaving-pkg", "1.0.0"))).status == 201
+        assert (process.packument("leaving-pkg") or {})["maintainers"] == [{"name": "leaver", "email": "x@evil.example"}]
+        admin = http("POST", process.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+        found = http("GET", process.base + "user/search?keyword=leaver", token=admin).json["content"][0]
+        assert http("DELETE", f"{process.base}user/{found['id']}", token=admin).status == 204
+        assert (process.packument("leaving-pkg") or {})["maintainers"] == [{"name": "leaver"}]
+        assert b"x@evil.example" not in (process.content / "leaving-pkg" / "registry-meta.json").read_bytes()
+    finally:
+        process.stop()
