@@ -18,10 +18,17 @@ from urllib.parse import quote, urlencode
 
 import bottle
 
+from registry_gen.advisories import InvalidAdvisory, add_advisory
+from registry_gen.errors import InvalidName, NotFound
 from registry_gen.settings import Settings
 from user_api import policy
+from user_api.admin import claim_for
 from user_api.errors import (
     AuthenticationRequired,
+    BadRequest,
+    PackageNotFound,
+    PermissionDenied,
+    UnsupportedMediaType,
     FieldError,
     InvalidCredentials,
     InvalidFields,
@@ -64,6 +71,8 @@ log = logging.getLogger(__name__)
 UUID_FILTER: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 TOKENS_PATH: Final = "/-/user-api/tokens"
 OPENAPI_PATH: Final = "/-/user-api/openapi.json"
+OWNERS_PATH: Final = "/-/user-api/owners"  # admin: bind a maintainer name to an account
+ADVISORIES_PATH: Final = "/-/user-api/advisories"  # admin: record an advisory for npm audit
 COMMON_HEADERS: Final = {
     "Vary": "Accept",
     "Cache-Control": "no-store",  # responses depend on the caller and may carry private fields
@@ -394,6 +403,46 @@ def create_token(context: RequestContext) -> Reply:
     return Reply(201, json=token_view(token, info), xml_root="token")
 
 
+def _require_admin(context: RequestContext) -> None:
+    caller = context.caller
+    assert caller is not None
+    policy.require_writable(caller)
+    if not caller.is_admin:
+        raise PermissionDenied("Only administrators may do this.")
+
+
+def claim_owner(context: RequestContext) -> Reply:
+    """An administrator binds a package's maintainer name to an account (`registry-gen owner claim`)."""
+    _require_admin(context)
+    body = context.body("claim")
+    package, username = body.get("package"), body.get("username")
+    problems = [FieldError("is required and must be a string", pointer=f"#/{key}")
+                for key, value in (("package", package), ("username", username)) if not isinstance(value, str) or not value]
+    if problems:
+        raise InvalidFields(errors=problems)
+    try:
+        changed = claim_for(context.services.settings, context.services.store, package, username)
+    except InvalidName as exc:
+        raise InvalidFields(errors=[FieldError(str(exc), pointer="#/package")]) from exc
+    except NotFound as exc:
+        raise PackageNotFound(str(exc)) from exc
+    return Reply(200, json={"package": package, "username": username, "changed": changed}, xml_root="claim")
+
+
+def record_advisory(context: RequestContext) -> Reply:
+    """An administrator records an advisory (OSV or GitHub JSON) for `npm audit` (`registry-gen advisory add`)."""
+    _require_admin(context)
+    if not str(context.environ.get("CONTENT_TYPE") or "").startswith("application/json"):
+        raise UnsupportedMediaType("An advisory is an OSV or GitHub advisory JSON document (application/json).")
+    try:
+        found = add_advisory(context.services.settings, read_body(context.environ, context.max_body_bytes), "the request body")
+    except InvalidAdvisory as exc:
+        raise BadRequest(str(exc)) from exc
+    added = [{"id": a.source_id, "package": a.name, "severity": a.severity, "vulnerable_versions": a.vulnerable_versions}
+             for a in found]
+    return Reply(201, json={"advisories": added}, xml_root="advisories", item_names={"advisories": "advisory"})
+
+
 def openapi(context: RequestContext) -> Reply:
     if context.media.format != JSON:
         raise NotAcceptable("The OpenAPI document is available as application/json only.")
@@ -424,4 +473,6 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route(f"/user/<user_id:re:{UUID_FILTER}>", "DELETE", delete_user, params=())
     app.route(TOKENS_PATH, "POST", create_token, params=(), auth="none")
     app.route(OPENAPI_PATH, "GET", openapi, params=(), auth="none")
+    app.route(OWNERS_PATH, "POST", claim_owner, params=())
+    app.route(ADVISORIES_PATH, "POST", record_advisory, params=())
     return app

@@ -146,6 +146,13 @@ ROUTES = [
         lambda n, r: f"/user/{r.store.create_user(f'victim-{next(_addresses)}', PASSWORD, None, None, 'user').id}",
         lambda n, r, a: {}, (401, 401, 401, 403, 403, 403, 204), on_package=False,
     ),
+    # Admin actions on a package: claim a maintainer name for an account, record an advisory.
+    Route("owner-claim", "POST", lambda n, r: "/-/user-api/owners", _json(lambda n: {"package": n, "username": "stranger"}),
+          DENIED + (403, 200)),
+    Route("advisory-add", "POST", lambda n, r: "/-/user-api/advisories", _json(lambda n: {
+        "id": f"GHSA-{n}", "summary": "test", "database_specific": {"severity": "LOW"},
+        "affected": [{"package": {"ecosystem": "npm", "name": n}, "ranges": [{"type": "SEMVER", "events": [{"introduced": "0"}]}]}],
+    }), DENIED + (403, 201)),
 ]
 
 
@@ -221,7 +228,8 @@ def test_the_matrix_covers_every_write_route_of_the_registry(registry: Registry)
         for route in create_user_app(registry.settings, registry.store).routes
         if route.method in ("PUT", "POST", "DELETE", "PATCH")
     }
-    user_covered = {("POST", "/user"): "user-create", ("PUT", "/user"): "user-update", ("DELETE", "/user/"): "user-delete"}
+    user_covered = {("POST", "/user"): "user-create", ("PUT", "/user"): "user-update", ("DELETE", "/user/"): "user-delete",
+                    ("POST", "/-/user-api/owners"): "owner-claim", ("POST", "/-/user-api/advisories"): "advisory-add"}
     assert user_writes - {("POST", "/-/user-api/tokens")} == set(user_covered)
     assert set(user_covered.values()) <= {r.id for r in ROUTES}
 

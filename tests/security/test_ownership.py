@@ -159,3 +159,24 @@ def test_deleting_an_account_erases_its_email_from_the_served_packages(tmp_path:
         assert b"x@evil.example" not in (process.content / "leaving-pkg" / "registry-meta.json").read_bytes()
     finally:
         process.stop()
+
+
+def test_an_admin_claims_a_recorded_name_over_the_api_and_its_account_then_publishes(served: RegistryProcess) -> None:
+    root = served.root
+    (root / "registry.yaml").write_text("signup: admin\n")
+    for name, extra in (("boss", ["--admin"]), ("demo", [])):
+        assert _cli(root, "user", "add", name, *extra, "--password-stdin", stdin=f"{name}-password-1\n").returncode == 0
+    served.start()
+
+    def login(name: str) -> str:
+        return str(http("POST", served.base + "-/user-api/tokens", body={"username": name, "password": f"{name}-password-1"}).json["token"])
+
+    demo, boss = login("demo"), login("boss")
+    body = publish_body("demo-core", "1.3.0", tarball("demo-core", "1.3.0"))
+    assert http("PUT", served.base + "demo-core", token=demo, body=body).status == 403  # the bare name grants nothing
+    claim = {"package": "demo-core", "username": "demo"}
+    assert http("POST", served.base + "-/user-api/owners", token=demo, body=claim).status == 403  # admins only
+    claimed = http("POST", served.base + "-/user-api/owners", token=boss, body=claim)
+    assert claimed.status == 200 and claimed.json["changed"] is True
+    assert http("POST", served.base + "-/user-api/owners", token=boss, body={**claim, "package": "no-such-pkg"}).status == 404
+    assert http("PUT", served.base + "demo-core", token=demo, body=body).status == 201
