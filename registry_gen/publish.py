@@ -109,6 +109,7 @@ class PackageState:
     name: str
     meta: PackageMeta
     published: frozenset[str]  # versions the tree serves (each has an archive)
+    now: str | None = None  # when the write happens (ISO 8601); None: the clock's now
 
     @property
     def maintainer_names(self) -> list[str]:
@@ -125,8 +126,21 @@ class PackageState:
 
     @property
     def is_held(self) -> bool:
-        """Somebody holds the name: it has versions or maintainers."""
-        return bool(self.published or self.meta.maintainers)
+        """Somebody holds the name: a published version; an unpublished one (its maintainers keep
+        the name); a staged version that has not expired; or an entry the legacy publish's first
+        step opened less than STAGE_TTL_SECONDS ago. A version-less entry older than that holds
+        nothing: whoever publishes first takes the name (issue 13, "Version-less entries")."""
+        if self.published or self.meta.unpublished:
+            return True
+        now = self.now or now_iso()
+        return bool(live_pending(self.meta.pending, now)) or _within_stage_ttl(self.meta.created, now)
+
+    def holders_after(self, actor: Actor) -> list[dict[str, str]]:
+        """The maintainers once `actor` writes: the current ones, or `actor` when nobody holds the
+        name (a free name, an expired version-less entry, archives dropped in without any)."""
+        if self.is_held and self.meta.maintainers:
+            return [dict(m) for m in self.meta.maintainers]
+        return [actor.person()]
 
 
 @dataclass(frozen=True)
@@ -374,7 +388,7 @@ def apply_publish(state: PackageState, upload: Upload, actor: Actor, now: str) -
         meta,
         now,
         dist_tags=tags,
-        maintainers=[dict(m) for m in meta.maintainers] or [actor.person()],
+        maintainers=state.holders_after(actor),
         time={**meta.time, upload.version: now},
         pending=pending,
         created=meta.created or now,
@@ -389,7 +403,9 @@ def apply_create(state: PackageState, actor: Actor, now: str) -> PackageMeta | N
         return None
     # A fresh entry, or one whose versions were all unpublished: (re)open it, so the version-less
     # packument the legacy client reads next is served (see build: entry-only packages).
-    return _bump(state.meta, now, maintainers=[dict(m) for m in state.meta.maintainers] or [actor.person()], created=now)
+    # An open entry keeps its first time: re-sending step 1 must not hold the name past its expiry.
+    reopen = not state.is_held or bool(state.meta.unpublished)
+    return _bump(state.meta, now, maintainers=state.holders_after(actor), created=now if reopen else state.meta.created)
 
 
 def apply_stage(state: PackageState, version: str, tag: str, document: Any, actor: Actor, now: str) -> PackageMeta:
@@ -420,7 +436,7 @@ def apply_stage(state: PackageState, version: str, tag: str, document: Any, acto
         meta,
         now,
         pending={**pending, version: staged},
-        maintainers=[dict(m) for m in meta.maintainers] or [actor.person()],
+        maintainers=state.holders_after(actor),
         created=meta.created or now,
     )
 
@@ -432,6 +448,11 @@ def _iso_seconds(stamp: object) -> float | None:
         return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+def _within_stage_ttl(stamp: object, now: str) -> bool:
+    at = _iso_seconds(stamp)
+    return at is not None and (_iso_seconds(now) or 0.0) - at < STAGE_TTL_SECONDS
 
 
 def live_pending(pending: Mapping[str, Any], now: str) -> dict[str, Any]:
