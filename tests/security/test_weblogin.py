@@ -87,3 +87,34 @@ def test_a_few_addresses_cannot_exhaust_web_logins(tmp_path: Path) -> None:
         assert request("POST", process.base + "-/v1/login", body={}).status == 200  # today: 503
     finally:
         process.stop()
+
+
+@pytest.mark.slow
+def test_a_real_browser_sees_the_code_and_its_form_post_passes_the_origin_check(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.registry_api.helpers import add_user
+
+    process = RegistryProcess(tmp_path).start()
+    try:
+        add_user(process.base, "wanda", "wanda-password-1")
+        started = request("POST", process.base + "-/v1/login", body={}).json
+        code = started["loginUrl"].rsplit("#", 1)[1]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page()
+                page.goto(started["loginUrl"])
+                assert code in page.inner_text("#confirmation") and "127.0.0.1" in page.inner_text("#confirmation")
+                page.fill("#username", "wanda")
+                page.fill("#password", "wanda-password-1")
+                page.click("button[type=submit]")
+                page.wait_for_selector("text=logged in as wanda", timeout=30_000)
+            finally:
+                browser.close()
+        done = request("GET", started["doneUrl"])
+        assert done.status == 200 and done.json["token"]
+        tokens = request("GET", process.base + "-/npm/v1/tokens", token=done.json["token"]).json["objects"]
+        assert any(code in t["name"] and "127.0.0.1" in t["name"] for t in tokens)
+    finally:
+        process.stop()
