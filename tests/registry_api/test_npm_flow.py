@@ -48,7 +48,10 @@ def test_publish_install_owners_deprecate_unpublish(server: RegistryProcess, tmp
     assert (server.out / name / "-" / f"{name}-1.0.0.tgz").is_file()
     assert (server.content / name / f"{name}-1.0.0.tgz").is_file()
     meta = json.loads((server.content / name / "registry-meta.json").read_text())
-    assert meta["maintainers"] == [{"name": "alice", "email": "alice@example.com"}]
+    # The meta binds the maintainer to alice's account id; the documents never show it.
+    assert [{k: v for k, v in m.items() if k != "account"} for m in meta["maintainers"]] == [{"name": "alice", "email": "alice@example.com"}]
+    assert len(meta["maintainers"][0]["account"]) == 36
+    assert server.packument(name)["maintainers"] == [{"name": "alice", "email": "alice@example.com"}]  # type: ignore[index]
 
     assert alice.run("view", name, "version", cwd=tmp_path).stdout.strip() == "1.0.0"
     project = _fresh_project(tmp_path / "project")
