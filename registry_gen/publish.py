@@ -74,8 +74,8 @@ class Actor:
     name: str
     email: str | None = None
     is_admin: bool = False
-    # The account's immutable id. None only from a caller that predates account binding: it is
-    # then matched by name (the route hook passes it; see the issue-13 report).
+    # The account's immutable id (every HTTP write passes it). Without one an actor holds no
+    # maintainer rights at all: names alone never grant anything.
     account_id: str | None = None
 
     def person(self) -> dict[str, str]:
@@ -97,9 +97,7 @@ def grants(entry: Mapping[str, str], actor: Actor) -> bool:
 
     An entry with no bound account (hand-edited meta, names from a package.json, from another
     user database) grants nothing, whoever registers that name later."""
-    if actor.account_id is None:
-        return entry.get("name") == actor.name
-    return bool(entry.get("account")) and entry.get("account") == actor.account_id
+    return actor.account_id is not None and entry.get("account") == actor.account_id
 
 
 @dataclass(frozen=True)
@@ -578,8 +576,7 @@ def apply_owners(
         raise BadRequest("a package needs at least one maintainer; add someone else first")
     # An entry recorded without an account stays unbound: only `owner claim` (an admin) binds one,
     # so re-sending the list through `npm owner add` never hands it to whoever holds that name now.
-    bound_world = actor.account_id is not None
-    unbound = {m["name"]: m for m in state.meta.maintainers if bound_world and not m.get("account")}
+    unbound = {m["name"]: m for m in state.meta.maintainers if not m.get("account")}
     people = []
     for person in names:
         found = unbound.get(person) or lookup(person)
