@@ -75,13 +75,15 @@ def print_summary(summary: Summary) -> None:
         raise typer.Exit(1)
 
 
-def import_accounts(settings: Settings, htpasswd: Path, summary: Summary) -> None:
+def import_accounts(settings: Settings, htpasswd: Path, summary: Summary) -> dict[str, str]:
+    """The accounts created, {username: account id}: the import binds maintainers to them."""
     found = {entry.name: entry for entry in entry_points(group=ACCOUNT_IMPORTERS)}
     if "htpasswd" not in found:
         raise RegistryError("--htpasswd needs the user API (the `user_api` package) installed")
     imported, skipped = found["htpasswd"].load()(settings, htpasswd)
-    summary.accounts += imported
+    summary.accounts += list(imported)
     summary.skipped += [Skipped(f"user {name}", reason) for name, reason in skipped]
+    return dict(imported)
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
@@ -113,11 +115,10 @@ def _add_verdaccio(importing: typer.Typer, settings_from_options: Callable[..., 
         settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Importing") as progress:
             summary = Summary()
-            if htpasswd is not None:
-                import_accounts(settings, htpasswd, summary)
+            accounts = import_accounts(settings, htpasswd, summary) if htpasswd is not None else {}
             if verdaccio_config is not None and not verdaccio_config.is_file():
                 raise RegistryError(f"--verdaccio-config {verdaccio_config}: no such file")
-            result = import_verdaccio(settings, storage, progress, verdaccio_config)
+            result = import_verdaccio(settings, storage, progress, verdaccio_config, accounts)
             result.accounts, result.skipped = summary.accounts, summary.skipped + result.skipped
         print_summary(result)
 

@@ -74,8 +74,8 @@ class Actor:
     name: str
     email: str | None = None
     is_admin: bool = False
-    # The account's immutable id. None only from a caller that predates account binding: it is
-    # then matched by name (the route hook passes it; see the issue-13 report).
+    # The account's immutable id (every HTTP write passes it). Without one an actor holds no
+    # maintainer rights at all: names alone never grant anything.
     account_id: str | None = None
 
     def person(self) -> dict[str, str]:
@@ -97,9 +97,7 @@ def grants(entry: Mapping[str, str], actor: Actor) -> bool:
 
     An entry with no bound account (hand-edited meta, names from a package.json, from another
     user database) grants nothing, whoever registers that name later."""
-    if actor.account_id is None:
-        return entry.get("name") == actor.name
-    return bool(entry.get("account")) and entry.get("account") == actor.account_id
+    return actor.account_id is not None and entry.get("account") == actor.account_id
 
 
 @dataclass(frozen=True)
@@ -109,6 +107,7 @@ class PackageState:
     name: str
     meta: PackageMeta
     published: frozenset[str]  # versions the tree serves (each has an archive)
+    now: str | None = None  # when the write happens (ISO 8601); None: the clock's now
 
     @property
     def maintainer_names(self) -> list[str]:
@@ -125,8 +124,21 @@ class PackageState:
 
     @property
     def is_held(self) -> bool:
-        """Somebody holds the name: it has versions or maintainers."""
-        return bool(self.published or self.meta.maintainers)
+        """Somebody holds the name: a published version; an unpublished one (its maintainers keep
+        the name); a staged version that has not expired; or an entry the legacy publish's first
+        step opened less than STAGE_TTL_SECONDS ago. A version-less entry older than that holds
+        nothing: whoever publishes first takes the name (issue 13, "Version-less entries")."""
+        if self.published or self.meta.unpublished:
+            return True
+        now = self.now or now_iso()
+        return bool(live_pending(self.meta.pending, now)) or _within_stage_ttl(self.meta.created, now)
+
+    def holders_after(self, actor: Actor) -> list[dict[str, str]]:
+        """The maintainers once `actor` writes: the current ones, or `actor` when nobody holds the
+        name (a free name, an expired version-less entry, archives dropped in without any)."""
+        if self.is_held and self.meta.maintainers:
+            return [dict(m) for m in self.meta.maintainers]
+        return [actor.person()]
 
 
 @dataclass(frozen=True)
@@ -374,7 +386,7 @@ def apply_publish(state: PackageState, upload: Upload, actor: Actor, now: str) -
         meta,
         now,
         dist_tags=tags,
-        maintainers=[dict(m) for m in meta.maintainers] or [actor.person()],
+        maintainers=state.holders_after(actor),
         time={**meta.time, upload.version: now},
         pending=pending,
         created=meta.created or now,
@@ -389,7 +401,9 @@ def apply_create(state: PackageState, actor: Actor, now: str) -> PackageMeta | N
         return None
     # A fresh entry, or one whose versions were all unpublished: (re)open it, so the version-less
     # packument the legacy client reads next is served (see build: entry-only packages).
-    return _bump(state.meta, now, maintainers=[dict(m) for m in state.meta.maintainers] or [actor.person()], created=now)
+    # An open entry keeps its first time: re-sending step 1 must not hold the name past its expiry.
+    reopen = not state.is_held or bool(state.meta.unpublished)
+    return _bump(state.meta, now, maintainers=state.holders_after(actor), created=now if reopen else state.meta.created)
 
 
 def apply_stage(state: PackageState, version: str, tag: str, document: Any, actor: Actor, now: str) -> PackageMeta:
@@ -420,7 +434,7 @@ def apply_stage(state: PackageState, version: str, tag: str, document: Any, acto
         meta,
         now,
         pending={**pending, version: staged},
-        maintainers=[dict(m) for m in meta.maintainers] or [actor.person()],
+        maintainers=state.holders_after(actor),
         created=meta.created or now,
     )
 
@@ -432,6 +446,11 @@ def _iso_seconds(stamp: object) -> float | None:
         return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None
+
+
+def _within_stage_ttl(stamp: object, now: str) -> bool:
+    at = _iso_seconds(stamp)
+    return at is not None and (_iso_seconds(now) or 0.0) - at < STAGE_TTL_SECONDS
 
 
 def live_pending(pending: Mapping[str, Any], now: str) -> dict[str, Any]:
@@ -555,9 +574,12 @@ def apply_owners(
     names = list(dict.fromkeys(m["name"] for m in requested))
     if not names:
         raise BadRequest("a package needs at least one maintainer; add someone else first")
+    # An entry recorded without an account stays unbound: only `owner claim` (an admin) binds one,
+    # so re-sending the list through `npm owner add` never hands it to whoever holds that name now.
+    unbound = {m["name"]: m for m in state.meta.maintainers if not m.get("account")}
     people = []
     for person in names:
-        found = lookup(person)
+        found = unbound.get(person) or lookup(person)
         if found is None:
             raise NotFound(f"there is no user named {person!r} on this registry")
         people.append(found)

@@ -18,10 +18,17 @@ from urllib.parse import quote, urlencode
 
 import bottle
 
+from registry_gen.advisories import InvalidAdvisory, add_advisory
+from registry_gen.errors import InvalidName, NotFound
 from registry_gen.settings import Settings
 from user_api import policy
+from user_api.admin import claim_for
 from user_api.errors import (
     AuthenticationRequired,
+    BadRequest,
+    PackageNotFound,
+    PermissionDenied,
+    UnsupportedMediaType,
     FieldError,
     InvalidCredentials,
     InvalidFields,
@@ -54,7 +61,7 @@ from user_api.params import (
 )
 from user_api.policy import Caller
 from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
-from user_api.ratelimit import RateLimiter
+from user_api.ratelimit import LoginGuard, RateLimiter
 from user_api.store import KEEP, UserStore
 from user_api import web
 from user_api.web import WebLimits, etag_matches, read_body
@@ -64,6 +71,8 @@ log = logging.getLogger(__name__)
 UUID_FILTER: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 TOKENS_PATH: Final = "/-/user-api/tokens"
 OPENAPI_PATH: Final = "/-/user-api/openapi.json"
+OWNERS_PATH: Final = "/-/user-api/owners"  # admin: bind a maintainer name to an account
+ADVISORIES_PATH: Final = "/-/user-api/advisories"  # admin: record an advisory for npm audit
 COMMON_HEADERS: Final = {
     "Vary": "Accept",
     "Cache-Control": "no-store",  # responses depend on the caller and may carry private fields
@@ -287,8 +296,11 @@ class UserServices:
     settings: Settings
     store: UserStore
     signup_limiter: RateLimiter
-    login_limiter: RateLimiter
+    logins: LoginGuard  # shared with the npm login paths (ratelimit.shared_login_guard)
     openapi_document: Mapping[str, Any]
+    # Called with a deleted account's username: the server erases its email from every package
+    # (registry_gen.ownership.erase_maintainer_email); None for a /user app without a registry.
+    forget_maintainer: Callable[[str], object] | None = None
 
 
 def list_users(context: RequestContext) -> Reply:
@@ -342,6 +354,8 @@ def update_user(context: RequestContext) -> Reply:
         raise PreconditionFailed()
     if policy.needs_current_password(caller, current, replacement):
         sent = replacement.current_password is not None
+        if sent:
+            admit_login(context, current.username)  # a stolen token must not make this a password oracle
         verified = sent and store.check_password(current.id, replacement.current_password or "")
         policy.require_current_password(verified, sent)
     user = store.update_user(
@@ -360,23 +374,73 @@ def update_user(context: RequestContext) -> Reply:
 def delete_user(context: RequestContext, user_id: str) -> Reply:
     assert context.caller is not None
     policy.may_delete(context.caller)
-    if not context.services.store.delete_user(user_id):
+    services = context.services
+    user = services.store.get_by_id(user_id)
+    if user is None or not services.store.delete_user(user_id):
         raise UserNotFound()
+    if services.forget_maintainer is not None:
+        services.forget_maintainer(user.username)  # AUTH.md: a deleted user's email leaves every package
     return Reply(204)
+
+
+def admit_login(context: RequestContext, username: str) -> None:
+    """Counts a password attempt against the address and the account (every login path shares it)."""
+    allowed, retry_after = context.services.logins.admit(username, context.client_address)
+    if not allowed:
+        raise RateLimited(retry_after)
 
 
 def create_token(context: RequestContext) -> Reply:
     services = context.services
-    allowed, retry_after = services.login_limiter.allow(context.client_address)
-    if not allowed:
-        raise RateLimited(retry_after)
     username, password = _login_fields(context.body("credentials"))
+    admit_login(context, username)
     user = services.store.verify_password(username, password)
     if user is None:
         log.info("login failed for a username (request %s)", context.request_id)
         raise InvalidCredentials()
+    services.logins.succeeded(user.username, context.client_address)
     token, info = services.store.create_token(user.id, description="user-api login")
     return Reply(201, json=token_view(token, info), xml_root="token")
+
+
+def _require_admin(context: RequestContext) -> None:
+    caller = context.caller
+    assert caller is not None
+    policy.require_writable(caller)
+    if not caller.is_admin:
+        raise PermissionDenied("Only administrators may do this.")
+
+
+def claim_owner(context: RequestContext) -> Reply:
+    """An administrator binds a package's maintainer name to an account (`registry-gen owner claim`)."""
+    _require_admin(context)
+    body = context.body("claim")
+    package, username = body.get("package"), body.get("username")
+    problems = [FieldError("is required and must be a string", pointer=f"#/{key}")
+                for key, value in (("package", package), ("username", username)) if not isinstance(value, str) or not value]
+    if problems:
+        raise InvalidFields(errors=problems)
+    try:
+        changed = claim_for(context.services.settings, context.services.store, package, username)
+    except InvalidName as exc:
+        raise InvalidFields(errors=[FieldError(str(exc), pointer="#/package")]) from exc
+    except NotFound as exc:
+        raise PackageNotFound(str(exc)) from exc
+    return Reply(200, json={"package": package, "username": username, "changed": changed}, xml_root="claim")
+
+
+def record_advisory(context: RequestContext) -> Reply:
+    """An administrator records an advisory (OSV or GitHub JSON) for `npm audit` (`registry-gen advisory add`)."""
+    _require_admin(context)
+    if not str(context.environ.get("CONTENT_TYPE") or "").startswith("application/json"):
+        raise UnsupportedMediaType("An advisory is an OSV or GitHub advisory JSON document (application/json).")
+    try:
+        found = add_advisory(context.services.settings, read_body(context.environ, context.max_body_bytes), "the request body")
+    except InvalidAdvisory as exc:
+        raise BadRequest(str(exc)) from exc
+    added = [{"id": a.source_id, "package": a.name, "severity": a.severity, "vulnerable_versions": a.vulnerable_versions}
+             for a in found]
+    return Reply(201, json={"advisories": added}, xml_root="advisories", item_names={"advisories": "advisory"})
 
 
 def openapi(context: RequestContext) -> Reply:
@@ -385,15 +449,18 @@ def openapi(context: RequestContext) -> Reply:
     return Reply(200, json=context.services.openapi_document)
 
 
-def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None) -> bottle.Bottle:
-    """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document."""
+def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None,
+                    forget_maintainer: Callable[[str], object] | None = None) -> bottle.Bottle:
+    """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document.
+    `forget_maintainer(username)` runs after an account is deleted (see UserServices)."""
     limits = limits or ApiLimits()
     services = UserServices(
         settings=settings,
         store=store,
         signup_limiter=RateLimiter(limits.signup_per_minute, limits.signup_burst),
-        login_limiter=RateLimiter(limits.login_per_minute, limits.login_burst),
+        logins=web.login_guard(store, limits),
         openapi_document=build_openapi(settings, max_body_bytes=limits.max_body_bytes),
+        forget_maintainer=forget_maintainer,
     )
     app = bottle.Bottle(catchall=True)
     app.install(UserApiPlugin(services, limits))
@@ -406,4 +473,6 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route(f"/user/<user_id:re:{UUID_FILTER}>", "DELETE", delete_user, params=())
     app.route(TOKENS_PATH, "POST", create_token, params=(), auth="none")
     app.route(OPENAPI_PATH, "GET", openapi, params=(), auth="none")
+    app.route(OWNERS_PATH, "POST", claim_owner, params=())
+    app.route(ADVISORIES_PATH, "POST", record_advisory, params=())
     return app

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from registry_gen.advisories import advisory_folder, bulk_report, load_advisories
@@ -20,7 +19,6 @@ from registry_gen.settings import Settings
 
 BULK_PATH: Final = "/-/npm/v1/security/advisories/bulk"
 QUICK_PATH: Final = "/-/npm/v1/security/audits/quick"
-AUDIT_PATHS: Final = (BULK_PATH, QUICK_PATH)
 MAX_INFLATED: Final = 16 * 1024 * 1024
 MAX_BODY: Final = 1024 * 1024
 NOT_SUPPORTED: Final = (
@@ -28,15 +26,6 @@ NOT_SUPPORTED: Final = (
     "An operator can record advisories with `registry-gen advisory add FILE` (OSV or GitHub advisory JSON)."
 )
 logger = logging.getLogger(__name__)
-
-StartResponse = Callable[..., Any]
-
-
-def _reply(start_response: StartResponse, status: str, data: Any) -> list[bytes]:
-    body = json.dumps(data).encode()
-    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store")])
-    return [body]
-
 
 def decode_bulk_body(raw: bytes, encoding: str) -> dict[str, Any]:
     """npm's gzip-compressed `{name: [versions]}`; ValueError when it is something else."""
@@ -66,18 +55,3 @@ def audit_answer(settings: Settings, path: str, raw: bytes, encoding: str) -> tu
     except (ValueError, zlib.error) as exc:
         return "400 Bad Request", {"error": f"unreadable audit request: {exc}"}
     return "200 OK", bulk_report(advisories, request)
-
-
-def create_audit_app(settings: Settings) -> Callable[[dict[str, Any], StartResponse], Iterable[bytes]]:
-    def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("REQUEST_METHOD") != "POST":
-            start_response("405 Method Not Allowed", [("Allow", "POST"), ("Content-Length", "0")])
-            return []
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        if length > MAX_BODY:
-            return _reply(start_response, "413 Content Too Large", {"error": f"an audit request may hold at most {MAX_BODY} bytes"})
-        raw = environ["wsgi.input"].read(length) if length > 0 else b""
-        status, data = audit_answer(settings, str(environ.get("PATH_INFO")), raw, str(environ.get("HTTP_CONTENT_ENCODING") or ""))
-        return _reply(start_response, status, data)
-
-    return application

@@ -15,9 +15,9 @@ from typing import Annotated, Any
 import typer
 
 from registry_gen.cli_options import ConfigOption
-from registry_gen.errors import NotFound, RegistryError
-from registry_gen.ownership import claim_package
+from registry_gen.errors import RegistryError
 from registry_gen.settings import Settings
+from user_api.admin import claim_for
 from user_api.errors import UserApiError
 from user_api.store import UserStore, open_user_store
 
@@ -110,11 +110,3 @@ def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_sett
         typer.echo(f"{username} is {'now' if changed else 'already'} a bound maintainer of {package}")
 
     app.add_typer(owners, name="owner")
-
-
-def claim_for(settings: Settings, store: UserStore, package: str, username: str) -> bool:
-    """The admin action behind the CLI (and the admin API function in user_api.admin_owner)."""
-    user = store.get_by_username(username)
-    if user is None or user.status != "active":
-        raise NotFound(f"there is no active user named {username!r} on this registry")
-    return claim_package(settings, package, user.username, user.email, user.id)

@@ -94,6 +94,10 @@ class UserNotFound(UserApiError, NotFound):
     default_detail = "No such user."
 
 
+class PackageNotFound(UserApiError, NotFound):
+    default_detail = "No such package in this registry."
+
+
 class UsernameTaken(UserApiError):
     default_detail = "This username is taken."
 

@@ -34,14 +34,16 @@ def parse_htpasswd(text: str) -> tuple[list[tuple[str, str]], list[tuple[str, st
     return accounts, skipped
 
 
-def import_htpasswd(settings: Settings, path: Path) -> tuple[list[str], list[tuple[str, str]]]:
-    """Creates an account per entry (existing names are left as they are); returns (created, skipped)."""
+def import_htpasswd(settings: Settings, path: Path) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """Creates an account per entry (existing names are left as they are); returns
+    ({created username: its account id}, skipped). The importer binds the imported packages'
+    maintainer entries to those ids (registry_gen.importers.verdaccio.bind_accounts)."""
     try:
         text = path.read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RegistryError(f"{path}: cannot be read as an htpasswd file ({exc})") from exc
     accounts, skipped = parse_htpasswd(text)
-    created: list[str] = []
+    created: dict[str, str] = {}
     store = open_user_store(settings)
     try:
         for user, password_hash in accounts:
@@ -55,7 +57,9 @@ def import_htpasswd(settings: Settings, path: Path) -> tuple[list[str], list[tup
             except UserApiError as exc:
                 skipped.append((user, exc.detail))
                 continue
-            created.append(user.lower())
+            imported = store.get_by_username(user.lower())
+            if imported is not None:
+                created[imported.username] = imported.id
     finally:
         store.close()
     return created, skipped

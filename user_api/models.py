@@ -69,6 +69,7 @@ class TokenInfo:
     token_prefix: str
     cidr_whitelist: tuple[str, ...] = ()
     description: str | None = None
+    expires: datetime | None = None  # None: until revoked (npm token create --expires sets days)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,12 +108,23 @@ class LoginGuard:
                 self._known.popitem(last=False)
 
 
-_SHARED: dict[int, LoginGuard] = {}
+# Keyed weakly by the store, so a closed store's guard goes with it (an id() could be reused by a
+# new store, which would then inherit old buckets); objects that take no weak reference fall back to id().
+_SHARED: weakref.WeakKeyDictionary[object, LoginGuard] = weakref.WeakKeyDictionary()
+_SHARED_BY_ID: dict[int, LoginGuard] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_login_guard(store: object) -> LoginGuard:
+def shared_login_guard(store: object, *, per_address: tuple[float, int] = (30, 30),
+                       per_account: tuple[float, int] = (10, 10)) -> LoginGuard:
     """One LoginGuard per user store in this process: the user API and the npm login paths both
-    take theirs from here, so guesses through one count against the other."""
+    take theirs from here, so guesses through one count against the other. The rates are those of
+    the first caller for that store (the server builds both apps from one limits object)."""
     with _SHARED_LOCK:
-        return _SHARED.setdefault(id(store), LoginGuard())
+        try:
+            found = _SHARED.get(store)
+        except TypeError:
+            return _SHARED_BY_ID.setdefault(id(store), LoginGuard(per_address, per_account))
+        if found is None:
+            found = _SHARED[store] = LoginGuard(per_address, per_account)
+        return found

@@ -13,15 +13,16 @@ from typing import Any, Final
 import bottle
 import jinja2
 
-from registry_gen.publish import Actor
+from registry_gen.publish import Actor, maintainer_entry
 from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
 from user_api import web
 from user_api.errors import InvalidCredentials
 from user_api.models import User
 from user_api.policy import Caller
-from user_api.ratelimit import RateLimiter
+from user_api.ratelimit import LoginGuard
 from user_api.store import UserStore
+from user_api.weblogin import WebLoginPool
 from user_api.web import BEARER_REALM, JSON_BODY_LIMIT, HttpError, WebLimits, json_response
 
 CONTEXT_KEY: Final = "registry.context"
@@ -43,10 +44,9 @@ class RegistryContext:
     store: UserStore
     writes: WriteService
     limits: RegistryLimits
-    web_logins: Any  # user_api.routes_weblogin.WebLogins
+    web_logins: WebLoginPool
     pages: jinja2.Environment
-    per_account: RateLimiter
-    per_address: RateLimiter
+    logins: LoginGuard  # shared with the /user app (ratelimit.shared_login_guard)
     search_cache: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -77,15 +77,16 @@ def ok(status: int = 200, **extra: Any) -> bottle.HTTPResponse:
 
 
 def throttle(username: str | None) -> None:
-    """Counts a login attempt per address and per account; 429 past either rate."""
-    ctx = context()
-    keys = [(ctx.per_address, "addr:" + web.client_address(environ()))]
-    if username:
-        keys.append((ctx.per_account, "user:" + username.lower()))
-    for limiter, key in keys:
-        allowed, retry_after = limiter.allow(key)
-        if not allowed:
-            raise HttpError(429, f"too many login attempts; retry in {retry_after} s", {"Retry-After": str(retry_after)})
+    """Counts a login attempt (before the password is checked); 429 past the address's or the
+    account's rate (user_api.ratelimit.LoginGuard)."""
+    allowed, retry_after = context().logins.admit(username, web.client_address(environ()))
+    if not allowed:
+        raise HttpError(429, f"too many login attempts; retry in {retry_after} s", {"Retry-After": str(retry_after)})
+
+
+def logged_in(username: str) -> None:
+    """A login succeeded from this address: its later attempts get the account's own bucket."""
+    context().logins.succeeded(username, web.client_address(environ()))
 
 
 def _password_caller(username: str, password: str) -> Caller:
@@ -93,6 +94,7 @@ def _password_caller(username: str, password: str) -> Caller:
     verified = context().store.verify_password(username, password)
     if verified is None:
         raise InvalidCredentials("incorrect username or password")
+    logged_in(verified.username)
     return Caller(verified, None)
 
 
@@ -112,14 +114,16 @@ def writer_actor() -> Actor:
     found = required_caller()
     if found.token is not None and found.token.readonly:
         raise HttpError(403, "this token is read-only; create a read-write token with npm token create")
-    return Actor(found.user.username, found.user.email, found.user.is_admin)
+    # The account id, not the name, is what a maintainer entry binds (registry_gen.publish.grants).
+    return Actor(found.user.username, found.user.email, found.user.is_admin, account_id=found.user.id)
 
 
 def lookup_person(username: str) -> dict[str, str] | None:
+    """The maintainer entry `npm owner add` records: bound to the account's immutable id."""
     user = context().store.get_by_username(username)
     if user is None or user.status != "active":
         return None
-    return {"name": user.username, "email": user.email} if user.email else {"name": user.username}
+    return maintainer_entry(user.username, user.email, user.id)
 
 
 def issue_token(user: User, description: str) -> str:

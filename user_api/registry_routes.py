@@ -30,14 +30,13 @@ from user_api import routes_packages as packages
 from user_api import routes_service as service
 from user_api import routes_weblogin as weblogin
 from user_api.errors import StoreUnavailable
-from user_api.ratelimit import RateLimiter
 from user_api.registry_context import CONTEXT_KEY, RegistryContext, RegistryLimits, publish_body_limit
 from user_api.routes_service import search_objects
-from user_api.routes_weblogin import WebLogins
 from user_api.store import UserStore
-from user_api.web import HttpError, error_status, json_response, loggable_path
+from user_api.web import HttpError, error_status, json_response, loggable_path, login_guard
+from user_api.weblogin import WebLoginPool
 
-__all__ = ["ROUTES", "RegistryLimits", "WebLogins", "create_registry_app", "publish_body_limit", "search_objects"]
+__all__ = ["ROUTES", "RegistryLimits", "create_registry_app", "publish_body_limit", "search_objects"]
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +57,8 @@ ROUTES: Final = (
     Route("GET", "/-/ping", service.ping),
     Route("GET", "/-/whoami", service.whoami),
     Route("GET", "/-/v1/search", service.search),
-    Route("POST", "/-/npm/v1/security/advisories/bulk", service.audit_bulk),
-    Route("POST", "/-/npm/v1/security/audits/quick", service.audit_quick),
+    Route("POST", "/-/npm/v1/security/advisories/bulk", service.audit),
+    Route("POST", "/-/npm/v1/security/audits/quick", service.audit),
     Route("POST", "/-/v1/login", weblogin.web_login_start),
     Route("GET", "/-/v1/login/<login_id>", weblogin.web_login_form),
     Route("POST", "/-/v1/login/<login_id>", weblogin.web_login_submit),
@@ -145,10 +144,10 @@ def create_registry_app(
         store=store,
         writes=WriteService(settings, storage, reserved_names=SERVER_PATHS),
         limits=limits,
-        web_logins=WebLogins(limits),
+        web_logins=WebLoginPool(capacity=limits.web_login_sessions, per_address=limits.web_login_per_address,
+                                lifetime_seconds=limits.web_login_seconds),
         pages=jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True),
-        per_account=RateLimiter(limits.login_per_account_per_minute, limits.login_per_account_burst),
-        per_address=RateLimiter(limits.login_per_address_per_minute, limits.login_per_address_burst),
+        logins=login_guard(store, limits),
     )
     app.install(replies_in_json)
     for route in ROUTES:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 import bottle
 
 from registry_gen.errors import NotFound
 from registry_gen.publish import BadRequest
-from user_api.models import TokenInfo, User
+from user_api.models import TokenInfo, User, utcnow
 from user_api.registry_context import (
     caller,
     context,
     environ,
     issue_token,
     json_object,
+    logged_in,
     ok,
     required_caller,
     throttle,
@@ -26,6 +28,7 @@ from user_api.web import BASIC_REALM, HttpError, basic_credentials, json_respons
 
 log = logging.getLogger(__name__)
 WRONG_PASSWORD = "incorrect username or password"
+MAX_TOKEN_DAYS = 3650
 
 
 def user_document(username: str) -> bottle.HTTPResponse:
@@ -57,6 +60,7 @@ def couch_login(username: str, rev: str | None = None) -> bottle.HTTPResponse:
         if credentials is not None and credentials[0].lower() != username.lower():
             raise HttpError(401, "the Basic credentials name another user", BASIC_REALM)
     user, message = _login_or_sign_up(username, password, body)
+    logged_in(user.username)
     token = issue_token(user, "npm login")
     log.info("login: %s (%s)", user.username, message)
     return json_response(201, {
@@ -101,14 +105,29 @@ def logout(token: str) -> bottle.HTTPResponse:
     return ok(200, revoked=revoked)
 
 
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def token_item(info: TokenInfo) -> dict[str, Any]:
-    created = info.created.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    created = _iso(info.created)
     return {
         # npm redacts UUID-shaped strings in its output (old tokens were UUIDs): show the hex form.
         "key": info.key.replace("-", ""), "token": info.token_prefix, "name": info.description, "created": created,
         "updated": created, "readonly": info.readonly,
         "cidr_whitelist": list(info.cidr_whitelist) or None,
+        "expires": None if info.expires is None else _iso(info.expires),
     }
+
+
+def token_expiry(body: dict[str, Any]) -> datetime | None:
+    """npm token create's `expires`: whole days from now (npm 11 sends an integer), or none."""
+    days = body.get("expires")
+    if days is None:
+        return None
+    if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_TOKEN_DAYS:
+        raise BadRequest(f"expires must be a whole number of days from 1 to {MAX_TOKEN_DAYS}; got {days!r}")
+    return utcnow() + timedelta(days=days)
 
 
 def list_tokens() -> bottle.HTTPResponse:
@@ -125,12 +144,14 @@ def create_token() -> bottle.HTTPResponse:
     store = context().store
     if not isinstance(password, str) or not store.check_password(found.user.id, password):
         raise HttpError(401, "incorrect password", BASIC_REALM)
+    logged_in(found.user.username)
     if found.token is not None and found.token.readonly and not body.get("readonly"):
         raise HttpError(403, "a read-only token cannot create a read-write token")
     cidr = body.get("cidr_whitelist") or None
     description = body.get("description") or body.get("name") or "npm token create"
     token, info = store.create_token(
-        found.user.id, readonly=bool(body.get("readonly")), cidr=cidr, description=str(description)[:200]
+        found.user.id, readonly=bool(body.get("readonly")), cidr=cidr, description=str(description)[:200],
+        expires=token_expiry(body),
     )
     return json_response(201, {**token_item(info), "token": token})
 

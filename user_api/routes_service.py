@@ -10,8 +10,10 @@ import bottle
 
 from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.publish import BadRequest, now_iso
+from user_api.audit import MAX_BODY as MAX_AUDIT_BODY
+from user_api.audit import audit_answer
 from user_api.registry_context import context, required_caller
-from user_api.web import json_response
+from user_api.web import json_response, read_body
 
 
 
@@ -52,18 +54,14 @@ def _search_document() -> Mapping[str, Any] | None:
     return document
 
 
-def audit_bulk() -> bottle.HTTPResponse:
-    # No advisory database: "nothing known" keeps `npm install` quiet; the gzip body is not read.
-    return json_response(200, {})
-
-
-def audit_quick() -> bottle.HTTPResponse:
-    counts = {"info": 0, "low": 0, "moderate": 0, "high": 0, "critical": 0}
-    return json_response(200, {
-        "actions": [], "advisories": {}, "muted": [],
-        "metadata": {"vulnerabilities": counts, "dependencies": 0, "devDependencies": 0,
-                     "optionalDependencies": 0, "totalDependencies": 0},
-    })
+def audit() -> bottle.HTTPResponse:
+    """npm audit's endpoints, answered from the operator's advisories (user_api.audit): no
+    advisory source gives 404 with a message, never "nothing known"."""
+    environ = bottle.request.environ
+    raw = read_body(environ, MAX_AUDIT_BODY)
+    encoding = str(environ.get("HTTP_CONTENT_ENCODING") or "")
+    status, data = audit_answer(context().settings, bottle.request.path, raw, encoding)
+    return json_response(int(status.split()[0]), data)
 
 
 def _matches(package: Mapping[str, Any], term: str) -> bool:

@@ -12,6 +12,7 @@ without the static part, for deployments where nginx serves the files.
 
 from __future__ import annotations
 
+import functools
 import json
 import mimetypes
 import os
@@ -29,10 +30,10 @@ from registry_gen.layout import (
     JSON_TYPE,
     USER_API_PREFIXES,
 )
+from registry_gen.ownership import erase_maintainer_email
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
-from user_api.audit import AUDIT_PATHS, create_audit_app
 from user_api.groups import GroupStore
 from user_api.negotiation import parse_accept
 from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
@@ -196,7 +197,7 @@ class StaticTree:
 
 def create_server_app(settings: Settings, store: UserStore, *, static: bool = True) -> WsgiApp:
     """The combined app; `static=False` for `registry-gen api` behind a static host."""
-    user_app = create_user_app(settings, store)
+    user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store)
     tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
@@ -204,7 +205,6 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
     if tree is not None and guard is not None:
         tree = guard.protect(tree)
     read_check = guard.decision if guard is not None else allow_all
-    audit_app = create_audit_app(settings)  # answered from the operator's advisories (SECURITY.md)
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = _wsgi_path(environ)
@@ -215,8 +215,6 @@ def create_server_app(settings: Settings, store: UserStore, *, static: bool = Tr
         if guard is not None and path == SEARCH_PATH:
             return guard.search(environ, start_response)  # each caller sees what they may read
         method = environ.get("REQUEST_METHOD")
-        if path in AUDIT_PATHS:
-            return audit_app(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)
         return registry_app(environ, start_response)  # type: ignore[no-any-return]

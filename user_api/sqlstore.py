@@ -49,7 +49,7 @@ from user_api.models import (
 log = logging.getLogger(__name__)
 
 USER_COLUMNS: Final = ("id", "username", "email", "full_name", "role", "status", "created_at", "updated_at", "version")
-TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description")
+TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description", "expires_at")
 TRIGRAM: Final = 3  # keywords shorter than a trigram take the username-prefix path
 MAX_TOKEN_LENGTH: Final = 512
 DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever verifies against it
@@ -130,7 +130,12 @@ def token_from_row(user_id: str, row: Sequence[Any]) -> TokenInfo:
         token_prefix=row[3],
         cidr_whitelist=tuple(json.loads(row[4])),
         description=row[5],
+        expires=None if row[6] is None else _decode_time(row[6]),
     )
+
+
+def expired(info: TokenInfo, now: datetime) -> bool:
+    return info.expires is not None and info.expires <= now
 
 
 def prefix_range(keyword: str) -> tuple[str, str]:
@@ -508,8 +513,10 @@ class SqlUserStore:
         readonly: bool = False,
         cidr: Sequence[str] | None = None,
         description: str | None = None,
+        expires: datetime | None = None,
     ) -> tuple[str, TokenInfo]:
-        """Returns the token once; only its SHA-256 digest is stored."""
+        """Returns the token once; only its SHA-256 digest is stored. An `expires` token stops
+        authenticating at that moment."""
         networks = _cidr_list(cidr)
         key = canonical_uuid(user_id)
         token = new_token()
@@ -523,12 +530,13 @@ class SqlUserStore:
                 raise UserNotFound()
             tx.run(
                 "INSERT INTO user_tokens (key, user_pk, token_hash, token_prefix, readonly,"
-                " cidr_whitelist, description, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " cidr_whitelist, description, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (info_key, owner[0], token_digest(token), token_prefix(token), bool(readonly),
-                 json.dumps(networks), description, self.dialect.encode_time(now)),
+                 json.dumps(networks), description, self.dialect.encode_time(now),
+                 None if expires is None else self.dialect.encode_time(expires)),
             )
         log.info("token created: key=%s user=%s readonly=%s", info_key, key, bool(readonly))
-        info = TokenInfo(info_key, str(key), now, bool(readonly), token_prefix(token), tuple(networks), description)
+        info = TokenInfo(info_key, str(key), now, bool(readonly), token_prefix(token), tuple(networks), description, expires)
         return token, info
 
     def authenticate_token(self, token: str) -> tuple[User, TokenInfo] | None:
@@ -544,7 +552,8 @@ class SqlUserStore:
         if row is None:
             return None
         user = user_from_row(row)
-        return user, token_from_row(user.id, row[len(USER_COLUMNS):])
+        info = token_from_row(user.id, row[len(USER_COLUMNS):])
+        return None if expired(info, utcnow()) else (user, info)
 
     def authenticate(self, token: str) -> User | None:
         found = self.authenticate_token(token)
@@ -560,7 +569,8 @@ class SqlUserStore:
                 " WHERE u.id = ? ORDER BY t.created_at, t.key",
                 (key,),
             )
-        return [token_from_row(key, row) for row in rows]
+        now = utcnow()
+        return [info for info in (token_from_row(key, row) for row in rows) if not expired(info, now)]
 
     def revoke_token(self, user_id: str, key: str) -> bool:
         owner = canonical_uuid(user_id)

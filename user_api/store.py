@@ -8,6 +8,7 @@ so they share every rule; only DDL, connections and the search index differ.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from registry_gen.errors import ConfigError
@@ -86,6 +87,7 @@ class UserStore(Protocol):
         readonly: bool = False,
         cidr: Sequence[str] | None = None,
         description: str | None = None,
+        expires: datetime | None = None,
     ) -> tuple[str, TokenInfo]: ...
 
     def authenticate(self, token: str) -> User | None: ...

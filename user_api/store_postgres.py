@@ -17,7 +17,7 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: user_tokens.expires_at
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 SCHEMA: Final = """
@@ -51,6 +51,8 @@ CREATE TABLE IF NOT EXISTS user_tokens (
     description text,
     created_at timestamptz NOT NULL
 );
+-- Schema 2: a token may expire (npm token create --expires). Idempotent, so it also migrates schema 1.
+ALTER TABLE user_tokens ADD COLUMN IF NOT EXISTS expires_at timestamptz;
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
 CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
 INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
@@ -137,7 +139,7 @@ class PostgresDialect:
         with conn.transaction():
             conn.execute(SCHEMA)
             row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
-            if row[0] is None:
+            if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
                 raise ConfigError(f"the database was written by a newer version (schema {row[0]})")

@@ -15,7 +15,7 @@ from registry_gen.errors import ConfigError
 from user_api.sqlstore import USER_COLUMNS, Tx, columns, count_rows
 
 MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: user_tokens.expires_at
 BUSY_TIMEOUT_MS: Final = 5000
 
 TABLES: Final = """
@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS user_tokens (
     readonly INTEGER NOT NULL,
     cidr_whitelist TEXT NOT NULL,
     description TEXT,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    expires_at TEXT
 );
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
 -- Covers the username-prefix search (range + tombstone filter) without touching the table.
@@ -95,6 +96,13 @@ def private_files(database: Path) -> None:
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             continue
         os.chmod(path, 0o600)
+
+def migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Brings a database of an older schema up to SCHEMA_VERSION (inside the schema transaction)."""
+    token_columns = {row[1] for row in conn.execute("PRAGMA table_info(user_tokens)")}
+    if version < 2 and "expires_at" not in token_columns:
+        conn.execute("ALTER TABLE user_tokens ADD COLUMN expires_at TEXT")
+
 
 class _SqliteTx:
     def __init__(self, cursor: sqlite3.Cursor):
@@ -175,6 +183,7 @@ class SqliteDialect:
         try:
             for statement in _statements(TABLES + TRIGGERS):
                 conn.execute(statement)
+            migrate(conn, version)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:

@@ -34,6 +34,7 @@ from registry_gen.writes import BrokenMeta, BuildRefused
 from user_api import errors as e
 from user_api.policy import Caller, address_allowed
 from user_api.problems import headers_for, problem_type_for
+from user_api.ratelimit import LoginGuard, shared_login_guard
 from user_api.store import UserStore
 
 JSON_BODY_LIMIT: Final = 1024 * 1024  # everything but a publish: documents, logins, tags
@@ -53,15 +54,24 @@ class WebLimits:
     max_body_bytes: int = 64 * 1024  # the /user app's bodies
     signup_per_minute: float = 5  # anonymous sign-ups on POST /user, per address
     signup_burst: int = 5
-    login_per_minute: float = 10  # POST /-/user-api/tokens, per address
-    login_burst: int = 10
-    login_per_account_per_minute: float = 10  # npm logins, per account and per address
+    # Every login path (POST /-/user-api/tokens, npm login, Basic auth, web login, npm token
+    # create, PUT /user's currentPassword) shares one user_api.ratelimit.LoginGuard per store:
+    login_per_account_per_minute: float = 10  # per account (an address that logged in to it has its own)
     login_per_account_burst: int = 10
-    login_per_address_per_minute: float = 30
+    login_per_address_per_minute: float = 30  # per address, whatever the account
     login_per_address_burst: int = 30
     web_login_seconds: int = 600  # npm web login sessions
-    web_login_sessions: int = 1000
+    web_login_sessions: int = 1000  # in progress at once; the oldest unauthenticated is evicted
+    web_login_per_address: int = 5  # in progress per starting address
     done_retry_after: int = 1
+
+
+def login_guard(store: object, limits: WebLimits) -> LoginGuard:
+    """The store's one LoginGuard (shared by the /user app and the npm side), at these rates."""
+    return shared_login_guard(
+        store, per_address=(limits.login_per_address_per_minute, limits.login_per_address_burst),
+        per_account=(limits.login_per_account_per_minute, limits.login_per_account_burst),
+    )
 
 
 class HttpError(Exception):

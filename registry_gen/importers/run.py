@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,9 +228,11 @@ def _verdaccio_config(path: Path | None) -> dict:
 
 
 def import_verdaccio(
-    settings: Settings, storage_dir: Path, progress: Progress | None = None, config: Path | None = None
+    settings: Settings, storage_dir: Path, progress: Progress | None = None, config: Path | None = None,
+    accounts: Mapping[str, str] | None = None,
 ) -> Summary:
-    """`config` defaults to the config.yaml beside the storage folder (Verdaccio's own layout)."""
+    """`config` defaults to the config.yaml beside the storage folder (Verdaccio's own layout).
+    `accounts` ({username: account id}, the ones this import created) bind the maintainers."""
     importer = Importer(settings, progress or SilentProgress())
     rules = _verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
     folders = verdaccio.package_folders(_storage_listing(storage_dir))
@@ -254,6 +256,7 @@ def import_verdaccio(
             continue
         if not record.maintainers:
             record = dataclasses.replace(record, maintainers=verdaccio.publishers(rules, record.name))
+        record = dataclasses.replace(record, maintainers=verdaccio.bind_accounts(record.maintainers, accounts or {}))
         # A proxying Verdaccio caches upstream documents listing versions whose tarballs it never fetched.
         stored = tuple(v for v in record.versions if (storage_dir / v.tarball).is_file())
         skipped += [Skipped(f"{v.name}@{v.version}", "listed by a cached upstream document but not stored by Verdaccio "

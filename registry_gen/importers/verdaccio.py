@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -31,6 +31,19 @@ def publishers(config: Mapping[str, Any], name: str) -> tuple[dict[str, str], ..
             people = allowed.split() if isinstance(allowed, str) else [str(p) for p in allowed]
             return tuple({"name": p} for p in people if p not in _GROUPS and not p.startswith(("$", "@")))
     return ()
+
+
+def bind_accounts(people: Iterable[Mapping[str, str]], accounts: Mapping[str, str]) -> tuple[dict[str, str], ...]:
+    """Maintainer entries bound to the accounts this import created (`{username: account id}`).
+
+    Only those: a name that matched an account already in the user store stays unbound (nothing
+    says it is the same person); an administrator binds it with `registry-gen owner claim`."""
+    bound = []
+    for person in people:
+        entry = {k: v for k, v in person.items() if k != "account"}
+        account = accounts.get(entry["name"].lower())
+        bound.append({**entry, "account": account} if account else entry)
+    return tuple(bound)
 
 
 def package_folders(entries: Mapping[str, list[str]]) -> list[str]:

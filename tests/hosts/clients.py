@@ -244,7 +244,8 @@ class ClientRun:
             assert url is not None, f"{self.spec.label} printed no login URL:\n{printed}"
             form = urllib.parse.urlencode({"username": username, "password": password}).encode()
             reply = urllib.request.urlopen(  # noqa: S310 - a test registry on 127.0.0.1
-                urllib.request.Request(url, data=form, headers={"Content-Type": "application/x-www-form-urlencoded"}), timeout=30
+                urllib.request.Request(url, data=form, headers={"Content-Type": "application/x-www-form-urlencoded",
+                                                               "Origin": self.registry.rstrip("/")}), timeout=30
             )
             assert reply.status == 200
             rest, _ = process.communicate(timeout=TIMEOUT)

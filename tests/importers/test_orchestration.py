@@ -174,7 +174,7 @@ def test_htpasswd_accounts_of_every_hash_form_log_in_and_are_rehashed(tmp_path: 
     path.write_text("\n".join(lines) + "\n")
     settings = settings_at(tmp_path)
     created, skipped = import_htpasswd(settings, path)
-    assert created == ["carol", "dave", "erin", "frank", "gina"]
+    assert list(created) == ["carol", "dave", "erin", "frank", "gina"]
     assert [name for name, _ in skipped] == ["hank", "line 7"]
     store = open_user_store(settings)
     try:
@@ -189,7 +189,7 @@ def test_htpasswd_accounts_of_every_hash_form_log_in_and_are_rehashed(tmp_path: 
     with sqlite3.connect(tmp_path / "data" / "users.sqlite3") as db:
         assert all(h.startswith("$argon2id$") for (h,) in db.execute("SELECT password_hash FROM users"))
     again, skipped_again = import_htpasswd(settings, path)
-    assert again == [] and "exists already" in dict(skipped_again)["carol"]
+    assert again == {} and "exists already" in dict(skipped_again)["carol"]
 
 
 def test_htpasswd_parser_keeps_hashes_whole() -> None:

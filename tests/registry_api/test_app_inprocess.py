@@ -19,7 +19,8 @@ import webtest
 from registry_gen.build import run_build
 from registry_gen.settings import Limits, Settings
 from user_api.credentials import PasswordHasher
-from user_api.registry_routes import RegistryLimits, WebLogins, create_registry_app
+from user_api.registry_routes import RegistryLimits, create_registry_app
+from user_api.weblogin import WebLoginPool
 from user_api.server import StaticTree, create_server_app
 from user_api.store import UserStore, open_user_store
 from tests.registry_api.helpers import http, publish_body, tarball
@@ -89,12 +90,16 @@ def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -
     run_build(settings)
     tight = RegistryLimits(login_per_account_per_minute=1, login_per_account_burst=2)
     app = webtest.TestApp(create_registry_app(settings, store, limits=tight))
-    _adduser(app, "target")
-    app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "bad-guess-1"}, status=401)
-    limited = app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "password-123"}, status=429)
+    _adduser(app, "target")  # from webtest's address, which is known to the account from now on
+    path, elsewhere = "/-/user/org.couchdb.user:target", {"REMOTE_ADDR": "198.51.100.9"}
+    # The sign-up took one of the account's two attempts; one wrong guess from elsewhere takes the other.
+    app.put_json(path, {"name": "target", "password": "bad-guess-1"}, extra_environ=elsewhere, status=401)
+    limited = app.put_json(path, {"name": "target", "password": "password-123"}, extra_environ={"REMOTE_ADDR": "198.51.100.10"}, status=429)
     assert int(limited.headers["Retry-After"]) >= 1 and "too many" in limited.json["error"]
     # Basic-authenticated writes count as attempts too.
-    app.get("/-/whoami", headers=_basic("target", "password-123"), status=429)
+    app.get("/-/whoami", headers=_basic("target", "password-123"), extra_environ={"REMOTE_ADDR": "198.51.100.11"}, status=429)
+    # The guesses from elsewhere do not lock the owner out of the address they logged in from.
+    app.put_json(path, {"name": "target", "password": "password-123"}, status=201)
 
 
 def test_the_legacy_409_path_and_basic_auth(settings: Settings, store: UserStore) -> None:
@@ -214,14 +219,14 @@ def test_registry_gen_api_runs_alone(tmp_path: Path) -> None:
 
 def test_web_login_sessions_expire_and_hand_out_a_token_once() -> None:
     now = [1000.0]
-    logins = WebLogins(RegistryLimits(web_login_seconds=60), clock=lambda: now[0])
-    session = logins.start(create=False)
+    logins = WebLoginPool(lifetime_seconds=60, clock=lambda: now[0])
+    session = logins.start(False, "192.0.2.1")
     assert session.login_id != session.done_id  # the browser's link cannot be used to poll for the token
     assert logins.poll(session.done_id) == (True, None)
     assert logins.complete(session.login_id, "tok") and not logins.complete(session.login_id, "again")
     assert logins.poll(session.done_id) == (True, "tok")
     assert logins.poll(session.done_id) == (False, None)
-    stale = logins.start(create=True)
+    stale = logins.start(True, "192.0.2.1")
     now[0] += 61
     assert logins.by_login(stale.login_id) is None and logins.poll(stale.done_id) == (False, None)
 

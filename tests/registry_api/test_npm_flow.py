@@ -48,7 +48,10 @@ def test_publish_install_owners_deprecate_unpublish(server: RegistryProcess, tmp
     assert (server.out / name / "-" / f"{name}-1.0.0.tgz").is_file()
     assert (server.content / name / f"{name}-1.0.0.tgz").is_file()
     meta = json.loads((server.content / name / "registry-meta.json").read_text())
-    assert meta["maintainers"] == [{"name": "alice", "email": "alice@example.com"}]
+    # The meta binds the maintainer to alice's account id; the documents never show it.
+    assert [{k: v for k, v in m.items() if k != "account"} for m in meta["maintainers"]] == [{"name": "alice", "email": "alice@example.com"}]
+    assert len(meta["maintainers"][0]["account"]) == 36
+    assert server.packument(name)["maintainers"] == [{"name": "alice", "email": "alice@example.com"}]  # type: ignore[index]
 
     assert alice.run("view", name, "version", cwd=tmp_path).stdout.strip() == "1.0.0"
     project = _fresh_project(tmp_path / "project")
@@ -156,10 +159,13 @@ def test_web_login(server: RegistryProcess, tmp_path: Path) -> None:
         assert url is not None, login.stderr.read() if login.stderr else ""
         form = http("GET", url)
         assert form.status == 200 and b'name="password"' in form.body
-        wrong = http("POST", url, raw=b"username=dave&password=nope", headers={"Content-Type": "application/x-www-form-urlencoded"})
+        browser = {"Content-Type": "application/x-www-form-urlencoded", "Origin": server.base.rstrip("/")}
+        assert http("POST", url, raw=b"username=dave&password=dave-password-1",
+                    headers={**browser, "Origin": "https://evil.example"}).status == 403  # the form of another site
+        wrong = http("POST", url, raw=b"username=dave&password=nope", headers=browser)
         assert wrong.status == 401 and b"Incorrect username or password" in wrong.body
         body = urllib.parse.urlencode({"username": "dave", "password": "dave-password-1"}).encode()
-        done = http("POST", url, raw=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        done = http("POST", url, raw=body, headers=browser)
         assert done.status == 200 and b"logged in as dave" in done.body
         login.wait(timeout=60)
     finally:

@@ -17,13 +17,13 @@ from registry_gen.storage import FolderStorage, MemoryStorage, archive_key, meta
 from tests.registry_api.helpers import publish_body, tarball
 
 NOW = "2025-03-01T12:00:00.000Z"
-ALICE = Actor("alice", "alice@example.com")
-BOB = Actor("bob", "bob@example.com")
+ALICE = Actor("alice", "alice@example.com", account_id="acct-alice")
+BOB = Actor("bob", "bob@example.com", account_id="acct-bob")
 ADMIN = Actor("root", None, is_admin=True)
 
 
 def held(name: str = "pkg", published: tuple[str, ...] = ("1.0.0",), **meta: object) -> PackageState:
-    fields = {"maintainers": [{"name": "alice", "email": "alice@example.com"}], **meta}
+    fields = {"maintainers": [{"name": "alice", "email": "alice@example.com", "account": "acct-alice"}], **meta}
     return PackageState(name, PackageMeta(name=name, **fields), frozenset(published))  # type: ignore[arg-type]
 
 
@@ -34,7 +34,7 @@ def upload(name: str = "pkg", version: str = "1.1.0", tag: str = "latest") -> pu
 def test_first_publisher_becomes_maintainer_and_tags_merge() -> None:
     fresh = PackageState("pkg", PackageMeta(name="pkg"), frozenset())
     meta = publish.apply_publish(fresh, upload(version="1.0.0"), BOB, NOW)
-    assert meta.maintainers == [{"name": "bob", "email": "bob@example.com"}]
+    assert meta.maintainers == [{"name": "bob", "email": "bob@example.com", "account": "acct-bob"}]
     assert (meta.dist_tags, meta.time, meta.created, meta.revision) == ({"latest": "1.0.0"}, {"1.0.0": NOW}, NOW, 1)
     later = publish.apply_publish(held(dist_tags={"latest": "1.0.0", "beta": "1.0.0"}), upload(tag="next"), ALICE, NOW)
     assert later.dist_tags == {"latest": "1.0.0", "beta": "1.0.0", "next": "1.1.0"}
@@ -139,7 +139,7 @@ def test_unpublish_keeps_numbers_and_moves_tags() -> None:
     everything, gone = publish.apply_version_set(state, set(), None, ALICE, NOW)
     assert everything is not None and gone == {"1.0.0", "1.1.0"}
     assert set(everything.unpublished) == {"1.0.0", "1.1.0"} and everything.maintainers == state.meta.maintainers
-    never_published = PackageState("pkg", PackageMeta(name="pkg", maintainers=[{"name": "alice"}], created=NOW), frozenset())
+    never_published = PackageState("pkg", PackageMeta(name="pkg", maintainers=[{"name": "alice", "account": "acct-alice"}], created=NOW), frozenset())
     assert publish.apply_unpublish_all(never_published, ALICE, NOW) == (None, set())
 
 
@@ -192,5 +192,5 @@ def test_a_new_name_follows_npms_rule_for_new_packages_but_a_held_legacy_name_ta
         publish.apply_publish(fresh, upload, ALICE, NOW)
     with pytest.raises(InvalidName, match="lowercase"):
         publish.apply_create(fresh, ALICE, NOW)
-    held_legacy = PackageState("LegacyName", PackageMeta(name="LegacyName", maintainers=[{"name": "alice"}]), frozenset({"1.0.0"}))
+    held_legacy = PackageState("LegacyName", PackageMeta(name="LegacyName", maintainers=[{"name": "alice", "account": "acct-alice"}]), frozenset({"1.0.0"}))
     assert publish.apply_publish(held_legacy, upload, ALICE, NOW).time["1.1.0"] == NOW

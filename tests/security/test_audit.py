@@ -98,3 +98,23 @@ def test_a_recorded_advisory_is_reported_by_npm_audit_with_severity_and_fix(regi
     assert found["fixAvailable"] == {"name": "audit-target", "version": "1.1.0", "isSemVerMajor": False}
     assert found["via"][0]["url"] == OSV["references"][0]["url"]  # type: ignore[index]
     assert report["metadata"]["vulnerabilities"]["high"] == 1
+
+
+def test_an_admin_records_an_advisory_over_the_api(tmp_path: Path) -> None:
+    root = tmp_path
+    (root / "content").mkdir()
+    (root / "registry.yaml").write_text("signup: admin\n")
+    added = subprocess.run([sys.executable, "-m", "registry_gen", "user", "add", "boss", "--admin", "--password-stdin",
+                            "--config", str(root / "registry.yaml")], input="boss-password-1\n", capture_output=True, text=True, cwd=root)
+    assert added.returncode == 0, added.stderr
+    process = RegistryProcess(root).start()
+    try:
+        token = http("POST", process.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+        assert http("POST", process.base + "-/user-api/advisories", token=token, body={"id": "nothing"}).status == 400
+        recorded = http("POST", process.base + "-/user-api/advisories", token=token, body=GITHUB)
+        assert recorded.status == 201 and recorded.json["advisories"][0]["package"] == "other"
+        bulk = http("POST", process.base + "-/npm/v1/security/advisories/bulk", raw=gzip.compress(b'{"other":["2.1.0"]}'),
+                    headers={"Content-Encoding": "gzip", "Content-Type": "application/json"})
+        assert bulk.status == 200 and bulk.json["other"][0]["severity"] == "moderate"
+    finally:
+        process.stop()

@@ -75,7 +75,6 @@ def _login_from(base: str, source: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="route hook pending: app.py login and registry_routes.throttle use shared_login_guard(store)", strict=True)
 def test_user_api_login_guesses_from_many_addresses_hit_the_account_limit(served: RegistryProcess) -> None:
     statuses = [_login_from(served.base, f"127.0.1.{i}") for i in range(1, 21)]
     assert 429 in statuses

@@ -48,6 +48,18 @@ def test_the_first_publisher_is_recorded_with_its_account_and_documents_never_sh
     assert parse_meta(json.dumps(meta.to_json()).encode()).maintainers[0]["account"] == "acct-old"
 
 
+def test_npm_owner_add_never_binds_a_name_recorded_without_an_account() -> None:
+    from registry_gen.publish import apply_owners
+
+    state = _state([{"name": "demo"}, {"name": "lead", "account": "acct-lead"}])
+    lead = Actor("lead", account_id="acct-lead")
+    accounts = {"demo": {"name": "demo", "account": "acct-new"}, "lead": {"name": "lead", "account": "acct-lead"},
+                "carol": {"name": "carol", "account": "acct-carol"}}
+    meta = apply_owners(state, [{"name": "demo"}, {"name": "lead"}, {"name": "carol"}], lead, "2026-01-01T00:00:00.000Z", accounts.get)
+    assert meta is not None and meta.maintainers[0] == {"name": "demo"}  # still grants nothing
+    assert meta.maintainers[2] == {"name": "carol", "account": "acct-carol"}
+
+
 @pytest.fixture
 def demo_tree(tmp_path: Path) -> Settings:
     content = tmp_path / "content"
@@ -103,7 +115,6 @@ def test_default_signup_refuses_the_attackers_account(served: RegistryProcess) -
     assert status == 403
 
 
-@pytest.mark.xfail(reason="route hook pending: registry_routes.writer_actor passes account_id=found.user.id", strict=True)
 def test_open_signup_cannot_take_over_a_name_without_an_account(served: RegistryProcess) -> None:
     (served.root / "registry.yaml").write_text("signup: open\n")
     served.start()
@@ -127,3 +138,45 @@ def test_a_deleted_users_email_is_erased_from_metas_and_documents(demo_tree: Set
         if path.is_file() and not path.name.endswith((".gz", ".tgz", ".sqlite3")):
             assert b"demo@private.example" not in path.read_bytes(), path
     assert b"kept@example.com" in (demo_tree.out_dir / "demo-core" / "index.html").read_bytes()
+
+
+def test_deleting_an_account_erases_its_email_from_the_served_packages(tmp_path: Path) -> None:
+    process = RegistryProcess(tmp_path)
+    process.content.mkdir(parents=True)
+    (tmp_path / "registry.yaml").write_text("signup: open\n")
+    added = _cli(tmp_path, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n")
+    assert added.returncode == 0, added.stderr
+    process.start()
+    try:
+        _, token = _signup(process.base, "leaver")
+        assert http("PUT", process.base + "leaving-pkg", token=token,
+                    body=publish_body("leaving-pkg", "1.0.0", tarball("leaving-pkg", "1.0.0"))).status == 201
+        assert (process.packument("leaving-pkg") or {})["maintainers"] == [{"name": "leaver", "email": "x@evil.example"}]
+        admin = http("POST", process.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+        found = http("GET", process.base + "user/search?keyword=leaver", token=admin).json["content"][0]
+        assert http("DELETE", f"{process.base}user/{found['id']}", token=admin).status == 204
+        assert (process.packument("leaving-pkg") or {})["maintainers"] == [{"name": "leaver"}]
+        assert b"x@evil.example" not in (process.content / "leaving-pkg" / "registry-meta.json").read_bytes()
+    finally:
+        process.stop()
+
+
+def test_an_admin_claims_a_recorded_name_over_the_api_and_its_account_then_publishes(served: RegistryProcess) -> None:
+    root = served.root
+    (root / "registry.yaml").write_text("signup: admin\n")
+    for name, extra in (("boss", ["--admin"]), ("demo", [])):
+        assert _cli(root, "user", "add", name, *extra, "--password-stdin", stdin=f"{name}-password-1\n").returncode == 0
+    served.start()
+
+    def login(name: str) -> str:
+        return str(http("POST", served.base + "-/user-api/tokens", body={"username": name, "password": f"{name}-password-1"}).json["token"])
+
+    demo, boss = login("demo"), login("boss")
+    body = publish_body("demo-core", "1.3.0", tarball("demo-core", "1.3.0"))
+    assert http("PUT", served.base + "demo-core", token=demo, body=body).status == 403  # the bare name grants nothing
+    claim = {"package": "demo-core", "username": "demo"}
+    assert http("POST", served.base + "-/user-api/owners", token=demo, body=claim).status == 403  # admins only
+    claimed = http("POST", served.base + "-/user-api/owners", token=boss, body=claim)
+    assert claimed.status == 200 and claimed.json["changed"] is True
+    assert http("POST", served.base + "-/user-api/owners", token=boss, body={**claim, "package": "no-such-pkg"}).status == 404
+    assert http("PUT", served.base + "demo-core", token=demo, body=body).status == 201

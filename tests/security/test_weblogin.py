@@ -57,7 +57,7 @@ def test_the_login_page_shows_code_address_and_time_once_given_a_session() -> No
     assert "Confirmation code" not in pages.get_template("login.html").render(action="/x", site_title="R", create=False)
 
 
-# ---------------------------------------------------------------- against a real serve (hooks pending)
+# ---------------------------------------------------------------- against a real serve
 
 import http.client  # noqa: E402  (kept beside the tests that need it)
 from urllib.parse import urlsplit  # noqa: E402
@@ -78,7 +78,6 @@ def _start_login(base: str, source: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="route hook pending: registry_routes uses user_api.weblogin.WebLoginPool (start(create, address))", strict=True)
 def test_a_few_addresses_cannot_exhaust_web_logins(tmp_path: Path) -> None:
     process = RegistryProcess(tmp_path).start()
     try:
@@ -86,5 +85,36 @@ def test_a_few_addresses_cannot_exhaust_web_logins(tmp_path: Path) -> None:
         statuses = [_start_login(process.base, f"127.0.2.{1 + i % 40}") for i in range(1000)]
         assert set(statuses) == {200}
         assert request("POST", process.base + "-/v1/login", body={}).status == 200  # today: 503
+    finally:
+        process.stop()
+
+
+@pytest.mark.slow
+def test_a_real_browser_sees_the_code_and_its_form_post_passes_the_origin_check(tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from tests.registry_api.helpers import add_user
+
+    process = RegistryProcess(tmp_path).start()
+    try:
+        add_user(process.base, "wanda", "wanda-password-1")
+        started = request("POST", process.base + "-/v1/login", body={}).json
+        code = started["loginUrl"].rsplit("#", 1)[1]
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page()
+                page.goto(started["loginUrl"])
+                assert code in page.inner_text("#confirmation") and "127.0.0.1" in page.inner_text("#confirmation")
+                page.fill("#username", "wanda")
+                page.fill("#password", "wanda-password-1")
+                page.click("button[type=submit]")
+                page.wait_for_selector("text=logged in as wanda", timeout=30_000)
+            finally:
+                browser.close()
+        done = request("GET", started["doneUrl"])
+        assert done.status == 200 and done.json["token"]
+        tokens = request("GET", process.base + "-/npm/v1/tokens", token=done.json["token"]).json["objects"]
+        assert any(code in t["name"] and "127.0.0.1" in t["name"] for t in tokens)
     finally:
         process.stop()

@@ -24,7 +24,8 @@ from user_api.store import UserStore, open_user_store
 
 # Cheap argon2id for tests only: production uses the OWASP parameters (test_store checks them).
 FAST_HASHER = PasswordHasher(time_cost=1, memory_kib=1024, parallelism=1)
-LOOSE_LIMITS = ApiLimits(signup_per_minute=10_000, signup_burst=10_000, login_per_minute=10_000, login_burst=10_000)
+LOOSE_LIMITS = ApiLimits(signup_per_minute=10_000, signup_burst=10_000, login_per_address_per_minute=10_000,
+                         login_per_address_burst=10_000, login_per_account_per_minute=10_000, login_per_account_burst=10_000)
 PG_DATABASE = "user_api_tests"
 _schemas = itertools.count()
 

@@ -308,7 +308,7 @@ def test_login_body_must_hold_exactly_the_credentials(cast: Cast) -> None:
 
 
 def test_login_is_rate_limited(store_settings: Settings, store: UserStore, caplog: pytest.LogCaptureFixture) -> None:
-    api = make_api(store_settings, store, limits=ApiLimits(login_per_minute=1, login_burst=3))
+    api = make_api(store_settings, store, limits=ApiLimits(login_per_account_per_minute=1, login_per_account_burst=3))
     api.make_user("target", password="target-password")
     for _ in range(3):
         api.login("target", "wrong-password", status=401)
@@ -321,3 +321,16 @@ def test_login_ignores_a_bad_bearer_header(cast: Cast) -> None:
     response = cast.api.post("/-/user-api/tokens", {"username": "target", "password": "target-password"},
                              headers={"Authorization": "Bearer junk"}, status=201)
     cast.api.tokens.add(response.json["token"])
+
+
+def test_current_password_checks_share_the_login_limits(store_settings: Settings, store: UserStore) -> None:
+    """A stolen token must not turn PUT /user's currentPassword into a password oracle (issue 13)."""
+    api = make_api(store_settings, store, limits=ApiLimits(login_per_account_per_minute=1, login_per_account_burst=3))
+    user, token = api.make_user("target", password="target-password")
+    body = {"id": user.id, "username": "target", "password": "new-password-2"}
+    api.passwords.update({"guess-password", "new-password-2"})
+    for _ in range(3):
+        api.put("/user", {**body, "currentPassword": "guess-password"}, token=token, status=403)
+    limited = api.put("/user", {**body, "currentPassword": "target-password"}, token=token, status=429)
+    assert int(limited.headers["Retry-After"]) >= 1
+    api.login("target", "target-password", status=429)  # the same account bucket as the logins

@@ -348,3 +348,48 @@ def test_a_new_password_is_never_held_under_the_hash_column(tmp_path: Path) -> N
         assert store.verify_password("kim", "kim-password-2") is not None
     finally:
         store.close()
+
+
+def test_a_token_with_an_expiry_stops_working_then(store: UserStore) -> None:
+    from datetime import timedelta
+
+    from user_api.models import utcnow
+
+    owner = store.create_user("tess", "password-1")
+    lasting, info = store.create_token(owner.id, expires=utcnow() + timedelta(days=1))
+    assert info.expires is not None and store.authenticate(lasting) == owner
+    stale, _ = store.create_token(owner.id, expires=utcnow() - timedelta(seconds=1))
+    forever, _ = store.create_token(owner.id)
+    assert store.authenticate(stale) is None and store.authenticate(forever) == owner
+    listed = store.list_tokens(owner.id)
+    assert len(listed) == 2 and {t.expires is None for t in listed} == {True, False}  # the expired one is not listed
+
+
+def _downgrade_to_schema_1(store: UserStore) -> None:
+    """What a database written before token expiry looks like."""
+    with store.dialect.write() as tx:  # type: ignore[attr-defined]
+        tx.run("ALTER TABLE user_tokens DROP COLUMN expires_at")
+        if store.dialect.name == "sqlite":  # type: ignore[attr-defined]
+            tx.run("PRAGMA user_version = 1")
+        else:
+            tx.run("DELETE FROM user_api_schema")
+            tx.run("INSERT INTO user_api_schema (version) VALUES (1)")
+
+
+def test_a_schema_1_database_is_migrated_and_keeps_its_tokens(store_settings: Settings) -> None:
+    from datetime import timedelta
+
+    from user_api.models import utcnow
+
+    first = open_user_store(store_settings, hasher=FAST_HASHER)
+    owner = first.create_user("uma", "password-1")
+    kept, _ = first.create_token(owner.id)
+    _downgrade_to_schema_1(first)
+    first.close()
+    again = open_user_store(store_settings, hasher=FAST_HASHER)
+    try:
+        assert again.authenticate(kept) == owner
+        stale, _ = again.create_token(owner.id, expires=utcnow() - timedelta(seconds=1))
+        assert again.authenticate(stale) is None
+    finally:
+        again.close()
