@@ -61,6 +61,9 @@ class Settings:
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
+    # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
+    # this machine reaches; `build` warns, `serve` derives it from the address it binds).
+    base_url_given: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -91,6 +94,16 @@ class Settings:
     @property
     def lock_file(self) -> Path:
         return self.out_dir.parent / f".{self.out_dir.name}.lock"
+
+
+def default_base_url_warning(settings: Settings) -> str | None:
+    """One line when the tree is built for the built-in URL (tarballs only this machine can fetch)."""
+    if settings.base_url_given:
+        return None
+    return (
+        f"warning: no base_url configured: tarball URLs point at {settings.base_url} (the built-in default), "
+        "which only this machine reaches; pass --base-url URL or set base_url in registry.yaml (`registry-gen init` writes one)"
+    )
 
 
 _PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir", "signing_key"}
@@ -185,6 +198,7 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     if os.environ.get(SIGNING_KEY_ENV):
         values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     values.update({k: v for k, v in overrides.items() if v is not None})
+    values.setdefault("base_url_given", "base_url" in values)
     try:
         return Settings(**values)
     except (TypeError, ConfigError) as exc:

@@ -144,6 +144,13 @@ def _run(
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
         settings = settings.with_updates(base_url=_public_url(settings.host, port))
+        if not settings.base_url_given:
+            typer.echo(
+                f"warning: no base_url configured: tarball URLs point at {settings.base_url} (the address listened on); "
+                "for clients that reach it by another name, pass --base-url URL or set base_url in registry.yaml "
+                "(`registry-gen init` writes one)",
+                err=True,
+            )
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
