@@ -197,7 +197,7 @@ class UserApiPlugin:
                 # The traceback goes to our log with the request id; the client gets a bare 500.
                 log.exception("unhandled error, request %s", request_id)
                 response = problem_response(RuntimeError(), media, request_id)
-            log.info("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"),
+            log.debug("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"),
                      response.status_code, request_id)
             return response
 
@@ -219,7 +219,7 @@ def make_error_handler() -> Callable[[bottle.HTTPError], bytes]:
         for name, value in {**COMMON_HEADERS, "X-Request-Id": request_id}.items():
             target.set_header(name, value)
         target.set_header("Content-Type", content_type)
-        log.info("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), error.status_code, request_id)
+        log.debug("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), error.status_code, request_id)
         return body
 
     return handle

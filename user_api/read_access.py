@@ -18,6 +18,7 @@ from registry_gen.access import ALL, ANONYMOUS, FULL_SEARCH_DOCUMENT, Caller, pa
 from registry_gen.nginx_access import READ_CHECK_PATH
 from registry_gen.settings import Settings
 from user_api import policy
+from user_api.access_log import note_user
 from user_api.groups import GroupStore
 from user_api.models import User
 from user_api.registry_routes import search_objects
@@ -55,6 +56,7 @@ class ReadGuard:
         # REMOTE_ADDR: behind nginx, waitress's trusted_proxy has put the client's address there.
         if user.status != "active" or not policy.address_allowed(environ.get("REMOTE_ADDR"), info.cidr_whitelist):
             return None
+        note_user(environ, user.username)
         return user
 
     def status(self, path: str, environ: dict[str, Any]) -> int:

@@ -117,11 +117,13 @@ def _prepare_tree(settings: Settings, static: bool) -> None:
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
+    from user_api.access_log import AccessLog, configure_server_logging
     from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
     from user_api.store import open_user_store
 
+    configure_server_logging()
     holder: dict[str, Any] = {}
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -154,7 +156,7 @@ def _run(
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
-    holder["app"] = create_server_app(settings, store, static=static)
+    holder["app"] = AccessLog(create_server_app(settings, store, static=static))
     _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:

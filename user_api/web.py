@@ -32,6 +32,7 @@ from registry_gen.errors import (
 from registry_gen.publish import ArchiveTooLarge, BadRequest
 from registry_gen.writes import BrokenMeta, BuildRefused
 from user_api import errors as e
+from user_api.access_log import note_user
 from user_api.policy import Caller, address_allowed
 from user_api.problems import headers_for, problem_type_for
 from user_api.store import UserStore
@@ -237,9 +238,16 @@ def authenticate(
         user, info = found
         if not address_allowed(client_address(environ), info.cidr_whitelist):
             raise AddressNotAllowed("this token may not be used from your address")
-        return Caller(user, info)
+        return _noted(environ, Caller(user, info))
     credentials = basic_credentials(environ) if basic is not None else None
     if credentials is None:
         raise e.AuthenticationRequired("use Authorization: Bearer <token>" + (" or Basic" if basic else ""))
     assert basic is not None
-    return basic(*credentials)
+    return _noted(environ, basic(*credentials))
+
+
+def _noted(environ: Mapping[str, Any], caller: Caller) -> Caller:
+    """The access log names the authenticated user (user_api.access_log)."""
+    if isinstance(environ, dict):
+        note_user(environ, caller.user.username)
+    return caller
