@@ -12,6 +12,7 @@ import yaml
 
 from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
+from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
@@ -58,6 +59,7 @@ class Settings:
     check_profile: str = "npm"
     check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
+    state_dir: Path | None = None  # the build's state; None: OUT_DIR.state beside the tree (registry_gen.layout)
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
@@ -88,8 +90,16 @@ class Settings:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
+    def state_folder(self) -> Path:
+        """Where the build keeps its state: `state_dir`, else OUT_DIR.state next to the tree."""
+        if self.state_dir is not None:
+            return self.state_dir
+        out = self.out_dir if self.out_dir.name else self.out_dir.resolve()
+        return out.with_name(out.name + STATE_SUFFIX)
+
+    @property
     def state_file(self) -> Path:
-        return self.out_dir / ".registry-gen" / "state.sqlite3"
+        return self.state_folder / STATE_DATABASE
 
     @property
     def lock_file(self) -> Path:
@@ -106,12 +116,13 @@ def default_base_url_warning(settings: Settings) -> str | None:
     )
 
 
-_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir", "signing_key"}
-_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key"}
+_PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
+_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type, str]] = {
     "content_dir": (str, "a path (string)"),
     "out_dir": (str, "a path (string)"),
+    "state_dir": (str, "a path (string)"),
     "template_dir": (str, "a path (string)"),
     "data_dir": (str, "a path (string)"),
     "base_url": (str, "a string"),

@@ -100,6 +100,19 @@ def _greet(settings: Settings, listening: str, threads: int, static: bool) -> No
         typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
 
 
+def _derived_base_url(settings: Settings, port: int) -> Settings:
+    """No URL configured: the tree is built for the address bound (and a line says so)."""
+    settings = settings.with_updates(base_url=_public_url(settings.host, port))
+    if not settings.base_url_given:
+        typer.echo(
+            f"warning: no base_url configured: tarball URLs point at {settings.base_url} (the address listened on); "
+            "for clients that reach it by another name, pass --base-url URL or set base_url in registry.yaml "
+            "(`registry-gen init` writes one)",
+            err=True,
+        )
+    return settings
+
+
 def _prepare_tree(settings: Settings, static: bool) -> None:
     """Sweeps what an interrupted write left behind, then (serving the tree) brings it up to date."""
     from registry_gen.build import run_build
@@ -145,14 +158,7 @@ def _run(
     server.channel_class = guarded_channel(publish_body_limit(settings), store_token_check(lambda: holder.get("store")))
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
-        settings = settings.with_updates(base_url=_public_url(settings.host, port))
-        if not settings.base_url_given:
-            typer.echo(
-                f"warning: no base_url configured: tarball URLs point at {settings.base_url} (the address listened on); "
-                "for clients that reach it by another name, pass --base-url URL or set base_url in registry.yaml "
-                "(`registry-gen init` writes one)",
-                err=True,
-            )
+        settings = _derived_base_url(settings, port)
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
