@@ -189,7 +189,7 @@ def _sweep_temp_files(settings: Settings) -> list[Path]:
     from registry_gen.writer import sweep_temp_files
 
     with build_lock(settings):
-        return sweep_temp_files(settings.content_dir, settings.out_dir)
+        return sweep_temp_files(settings.content_dir, settings.out_dir, settings.state_folder)
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
