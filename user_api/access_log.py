@@ -9,7 +9,8 @@ to the last byte handed to the server (nginx's `$request_time`). Tools that read
 logs (GoAccess, awstats, lnav) read the first nine fields as they are.
 
 The user comes from the one place that authenticates (`user_api.web.authenticate`), which notes
-it in the WSGI environ; a request nobody authenticated shows `-`.
+it in the WSGI environ; a request nobody authenticated shows `-`. The token npm's logout puts in
+the path is blanked (`user_api.web.loggable_path`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
+from user_api.web import ACCESS_USER_KEY, loggable_path
+
 ACCESS_LOGGER: Final = "registry_gen.access"
-USER_KEY: Final = "registry_gen.user"
 
 log = logging.getLogger(ACCESS_LOGGER)
 StartResponse = Callable[..., Any]
-
-
-def note_user(environ: dict[str, Any], username: str) -> None:
-    environ[USER_KEY] = username
 
 
 def _field(value: object) -> str:
@@ -51,7 +49,8 @@ def _token(value: object) -> str:
 
 
 def request_line(environ: Mapping[str, Any]) -> str:
-    path = str(environ.get("SCRIPT_NAME", "")) + str(environ.get("PATH_INFO", ""))
+    # npm logout carries the token in the path (by protocol): blanked, as in every log line.
+    path = str(environ.get("SCRIPT_NAME", "")) + loggable_path(environ.get("PATH_INFO", ""))
     query = environ.get("QUERY_STRING")
     target = path + ("?" + str(query) if query else "")
     # PEP 3333 strings are latin-1 decoded bytes: show the UTF-8 a client sent.
@@ -65,7 +64,7 @@ def request_line(environ: Mapping[str, Any]) -> str:
 def access_line(environ: Mapping[str, Any], status: str, size: int | None, arrived: float, seconds: float) -> str:
     stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(arrived))
     return (
-        f"{_token(environ.get('REMOTE_ADDR') or '-')} - {_token(environ.get(USER_KEY) or '-')} [{stamp}] "
+        f"{_token(environ.get('REMOTE_ADDR') or '-')} - {_token(environ.get(ACCESS_USER_KEY) or '-')} [{stamp}] "
         f'"{_field(request_line(environ))}" {status} {size if size else "-"} '
         f'"{_field(environ.get("HTTP_REFERER") or "-")}" "{_field(environ.get("HTTP_USER_AGENT") or "-")}" {seconds:.3f}'
     )

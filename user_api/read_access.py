@@ -19,7 +19,7 @@ from registry_gen.layout import FULL_SEARCH_FILE
 from registry_gen.nginx_access import READ_CHECK_PATH
 from registry_gen.settings import Settings
 from user_api import policy
-from user_api.access_log import note_user
+from user_api.web import note_user
 from user_api.groups import GroupStore
 from user_api.models import User
 from user_api.registry_routes import search_objects

@@ -32,7 +32,6 @@ from registry_gen.errors import (
 from registry_gen.publish import ArchiveTooLarge, BadRequest
 from registry_gen.writes import BrokenMeta, BuildRefused
 from user_api import errors as e
-from user_api.access_log import note_user
 from user_api.policy import Caller, address_allowed
 from user_api.problems import headers_for, problem_type_for
 from user_api.store import UserStore
@@ -138,6 +137,14 @@ def _user_error_headers(error: e.UserApiError) -> dict[str, str]:
 def client_address(environ: Mapping[str, Any]) -> str:
     # REMOTE_ADDR only: X-Forwarded-For is client-controlled unless waitress's trusted_proxy rewrote it.
     return str(environ.get("REMOTE_ADDR") or "unknown")
+
+
+ACCESS_USER_KEY: Final = "registry_gen.user"  # the environ key the access log reads the user from
+
+
+def note_user(environ: dict[str, Any], username: str) -> None:
+    """Tells the access log (user_api.access_log) who this request authenticated as."""
+    environ[ACCESS_USER_KEY] = username
 
 
 def loggable_path(path: object) -> str:

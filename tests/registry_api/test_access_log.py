@@ -61,6 +61,10 @@ def test_one_access_line_per_request(server: RegistryProcess) -> None:
     assert access(server, "GET /nope-not-here HTTP/1.1", 404)["size"] != "-"
     bad = http("GET", f"{base}-/whoami", token="not-a-token")
     assert access(server, "GET /-/whoami HTTP/1.1", bad.status)["user"] == "-"  # a refused token names nobody
+    # npm logout puts the token in the path: the line shows the request, never the token.
+    assert http("DELETE", f"{base}-/user/token/{token}", token=token).status == 200
+    access(server, "DELETE /-/user/token/<token> HTTP/1.1", 200)
+    assert not any(token in line for line in server.output)
 
 
 def test_a_line_per_write_names_who_did_what(server: RegistryProcess) -> None:
