@@ -23,7 +23,7 @@ import typer
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import AddressUnavailable
 from registry_gen.layout import SEARCH_DOCUMENT
-from registry_gen.settings import Settings
+from registry_gen.settings import Settings, default_base_url_warning
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
@@ -159,6 +159,8 @@ def _run(
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
         settings = _derived_base_url(settings, port)
+    elif not static and default_base_url_warning(settings):
+        typer.echo(default_base_url_warning(settings), err=True)  # `api` rebuilds the tree for that URL
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
