@@ -54,4 +54,4 @@ demo: $(TEST_STAMP)
 	$(BIN)/python -m tests.demo_packages content
 
 clean:
-	rm -rf public data $(VENV)
+	rm -rf public public.state data $(VENV)

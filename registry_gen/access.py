@@ -22,9 +22,6 @@ from registry_gen.errors import ConfigError
 
 ALL = "all"
 AUTHENTICATED = "authenticated"
-# With rules in force, the build keeps the search document of every package here (a dotfile
-# folder: never served, never deployed); the API filters it per caller.
-FULL_SEARCH_DOCUMENT = ".registry-gen/search-all.json"
 
 
 @dataclass(frozen=True)

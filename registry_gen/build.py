@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
-from registry_gen.access import FULL_SEARCH_DOCUMENT
 from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
     CACHE_FILE,
@@ -46,7 +45,14 @@ from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
 from registry_gen.hosting import LEGACY_SEARCH_FOLDER, STATIC_EXTRAS, tag_documents
 from registry_gen.keyring import load_signer, publish_keys
-from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
+from registry_gen.layout import (
+    ABBREVIATED_DOCUMENT,
+    ALL_DOCUMENT,
+    CONVERTED_FOLDER,
+    FULL_SEARCH_FILE,
+    PACKAGE_DOCUMENT,
+    SEARCH_DOCUMENT,
+)
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, tarball_path
@@ -64,6 +70,7 @@ from registry_gen.packument import (
 from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
 from registry_gen.signing import Signer
+from registry_gen.statedir import move_state_out_of_tree
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
@@ -273,16 +280,12 @@ def detect_hinted_changes(content_dir: Path, state: BuildState, paths: Iterable[
     return changes
 
 
-def _cache_dir(out_dir: Path) -> Path:
-    return out_dir / ".registry-gen"
-
-
-def _converted_cache(out_dir: Path, shasum: str) -> Path:
-    return _cache_dir(out_dir) / "converted" / shasum[:2] / f"{shasum}.tgz"
+def _converted_cache(state_folder: Path, shasum: str) -> Path:
+    return state_folder / CONVERTED_FOLDER / shasum[:2] / f"{shasum}.tgz"
 
 
 def inspect_archive(
-    content_dir: Path, out_dir: Path, relative: str, limits: Limits
+    content_dir: Path, state_folder: Path, relative: str, limits: Limits
 ) -> tuple[ArchiveRecord, CachedManifest | None]:
     """Reads one archive (in a worker process for big builds): its record, and the JSON the
     packuments need from it (manifest, README) for the manifest cache."""
@@ -313,14 +316,14 @@ def inspect_archive(
     record.unpacked_size = contents.unpacked_size
     record.converted = contents.converted is not None
     if contents.converted is not None:
-        atomic_write_bytes(_converted_cache(out_dir, digests.shasum), contents.converted)
+        atomic_write_bytes(_converted_cache(state_folder, digests.shasum), contents.converted)
     files = json.dumps(contents.files, separators=(",", ":")).encode()
     return record, CachedManifest(dumps(manifest), contents.readme, contents.readme_filename, files)
 
 
 def _inspect_batch(args: tuple[str, str, list[str], Limits]) -> list[tuple[ArchiveRecord, CachedManifest | None]]:
-    content_dir, out_dir, relatives, limits = args
-    return [inspect_archive(Path(content_dir), Path(out_dir), r, limits) for r in relatives]
+    content_dir, state_folder, relatives, limits = args
+    return [inspect_archive(Path(content_dir), Path(state_folder), r, limits) for r in relatives]
 
 
 def _worker_count() -> int:
@@ -344,8 +347,8 @@ def _read_changed(
 ) -> Iterator[tuple[ArchiveRecord, CachedManifest | None]]:
     """Reads the changed archives, in path order, in worker processes when there are many."""
     ordered = sorted(relatives)
-    content, out = str(settings.content_dir), str(settings.out_dir)
-    batches = [(content, out, ordered[i : i + READ_BATCH], settings.limits) for i in range(0, len(ordered), READ_BATCH)]
+    content, state_folder = str(settings.content_dir), str(settings.state_folder)
+    batches = [(content, state_folder, ordered[i : i + READ_BATCH], settings.limits) for i in range(0, len(ordered), READ_BATCH)]
     workers = _worker_count()
     done = 0
     if len(ordered) >= PARALLEL_THRESHOLD and workers > 1:
@@ -392,7 +395,7 @@ def _load_cached(
         raise RegistryError(f"the manifest cache lost a published version ({record.integrity}); put its archive back into content/")
     if missing:
         # The cache went missing (a cleaned tree) or predates file lists: read this one archive again.
-        fresh, cached = inspect_archive(settings.content_dir, settings.out_dir, record.path, settings.limits)
+        fresh, cached = inspect_archive(settings.content_dir, settings.state_folder, record.path, settings.limits)
         if fresh.error or fresh.shasum != record.shasum or cached is None:
             raise RegistryError(f"{record.path}: changed while building, retry")
         body, stored, listing = cached.manifest, (cached.readme, cached.readme_filename), cached.files
@@ -523,7 +526,7 @@ def _tarball_source(settings: Settings, name: str, version: str, record: Archive
             f"{name}@{version}: its published tarball is gone from {settings.out_dir} and content/ no longer "
             "holds its bytes; put the original archive back into content/"
         )
-    return _converted_cache(settings.out_dir, record.shasum or "") if record.converted else settings.content_dir / record.path
+    return _converted_cache(settings.state_folder, record.shasum or "") if record.converted else settings.content_dir / record.path
 
 
 def _write_json_pair(
@@ -670,7 +673,7 @@ def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: Bu
     ordered = [e.summary for e in listed]
     stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
     if settings.packages.in_force:  # every package, for the API's per-caller search (never served)
-        write_if_changed(out / FULL_SEARCH_DOCUMENT, join_search_document([e.search_fragment for e in present], stamp))
+        write_if_changed(settings.state_folder / FULL_SEARCH_FILE, join_search_document([e.search_fragment for e in present], stamp))
     del present
     documents = {
         ALL_DOCUMENT: join_all_index(stamp, (e.all_fragment for e in listed)),
@@ -909,7 +912,8 @@ def _build_locked(
     settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None, full: bool = False
 ) -> BuildResult:
     started = time.perf_counter()
-    cache_dir = _cache_dir(settings.out_dir)
+    move_state_out_of_tree(settings)
+    cache_dir = settings.state_folder
     state = BuildState(settings.state_file)
     try:
         cache = ManifestCache(cache_dir / CACHE_FILE)
@@ -1001,11 +1005,14 @@ def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -
     state, settings = run.state, run.settings
     fingerprint = settings_fingerprint(settings)
     if state.is_empty():
-        state.import_times(read_legacy_times(_cache_dir(settings.out_dir)))
+        state.import_times(read_legacy_times(settings.state_folder))
     elif not state.has_live():
         _seed_live(state)  # a tree built before versions were pinned: pin what it serves now
     run.signer = load_signer(settings)  # a bad key stops the build before it writes anything
-    run.full = force_full or state.get_setting("fingerprint") != fingerprint
+    # The state lives beside the tree (Settings.state_folder): a tree deleted on its own would
+    # otherwise look up to date. Its index document is written by every build.
+    tree_lost = not state.is_empty() and not (settings.out_dir / ALL_DOCUMENT).is_file()
+    run.full = force_full or tree_lost or state.get_setting("fingerprint") != fingerprint
     if run.full:
         state.forget_content()  # a new generator or new settings: read every archive again
         run.dropped = None  # and afterwards drop every cached manifest no archive uses

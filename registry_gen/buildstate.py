@@ -1,4 +1,5 @@
-"""The build's memory between runs, in SQLite files under OUT/.registry-gen/.
+"""The build's memory between runs, in SQLite files in the state folder beside the tree
+(`Settings.state_folder`, OUT.state/ by default).
 
 Two files, because they have different lifetimes:
 

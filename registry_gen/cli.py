@@ -21,7 +21,7 @@ import typer
 from registry_gen import __version__
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
-from registry_gen.settings import Settings, load_settings
+from registry_gen.settings import Settings, default_base_url_warning, load_settings
 
 log = logging.getLogger(__name__)
 PLUGIN_GROUP = "registry_gen.commands"
@@ -78,6 +78,9 @@ def build_command(
     settings = settings_from_options(
         config, content_dir=content_dir, out_dir=out, base_url=base_url, strict=strict, prune=prune or None
     )
+    warning = default_base_url_warning(settings)
+    if warning:
+        typer.echo(warning, err=True)
     report, stop = _progress_reporter()
     try:
         result = run_build(settings, progress=report, full=full)
@@ -175,7 +178,7 @@ def create_cli() -> typer.Typer:
     app.callback()(global_options)
     app.command("build")(build_command)
     app.command("check")(check_command)
-    for extra in ("watch", "verify", "host_config", "import", "keys", "advisory"):
+    for extra in ("init", "watch", "verify", "host_config", "import", "keys", "advisory"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
             module.register(app, settings_from_options)

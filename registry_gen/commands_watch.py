@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from registry_gen.cli import BaseUrlOption, ConfigOption, ContentArg, OutOption
-from registry_gen.settings import Settings
+from registry_gen.settings import Settings, default_base_url_warning
 
 
 def _echo_report(report: Any) -> None:
@@ -61,6 +61,9 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         from registry_gen.watch import Watcher
 
         settings = settings_from_options(config, content_dir=content_dir, out_dir=out, base_url=base_url)
+        warning = default_base_url_warning(settings)
+        if warning:
+            typer.echo(warning, err=True)
         watcher = Watcher(settings, settle_seconds=settle, max_wait_seconds=max_wait, poll=poll, on_build=_echo_report)
         watcher.start()
         typer.echo(f"watching {settings.content_dir} -> {settings.out_dir} (Ctrl-C to stop)")

@@ -71,7 +71,7 @@ def tree_files(out_dir: Path) -> list[str]:
     """Every regular file below out_dir as a POSIX relative path (symlinks are not followed)."""
     found: list[str] = []
     for folder, dirs, files in os.walk(out_dir):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]  # .registry-gen/ is never deployed
+        dirs[:] = [d for d in dirs if not d.startswith(".")]  # dotfiles (temp files, an old .registry-gen/) are never deployed
         for name in files:
             path = Path(folder) / name
             if path.is_file() and not path.is_symlink():

@@ -91,7 +91,7 @@ class ObjectKind(str, Enum):
     REGISTRY_DOCUMENT = "registry-document"  # generator-owned JSON under -/ (dist-tags, ping, all, search, 404)
     WEB = "web"  # the HTML site under -/web/
     PRECOMPRESSED = "precompressed"  # .gz siblings: only a server that negotiates can use them
-    PRIVATE = "private"  # .registry-gen/, temp files, dotfiles: never published
+    PRIVATE = "private"  # an old in-tree .registry-gen/, temp files, dotfiles: never published
     OTHER = "other"  # not written by the build (robots.txt put there by hand, say)
 
 

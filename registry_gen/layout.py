@@ -20,6 +20,16 @@ NOT_FOUND_DOCUMENT: Final = "-/404.json"  # the object store's error document
 PAGES_NOT_FOUND: Final = "404.html"  # GitHub Pages serves this one, with status 404, for any missing path
 NOJEKYLL: Final = ".nojekyll"  # GitHub Pages: serve the files as they are, no Jekyll pass
 
+# The build's state (databases, the first-seen ledger, caches, refused archives, the full search
+# document behind read rules) lives beside the tree, never in it: `public/` is deployed as it is.
+# Default: OUT_DIR.state (`public.state/`); registry.yaml `state_dir` moves it. Trees built before
+# kept it in OUT_DIR/.registry-gen/, which the next build moves out (registry_gen.statedir).
+STATE_SUFFIX: Final = ".state"
+LEGACY_STATE_FOLDER: Final = ".registry-gen"
+STATE_DATABASE: Final = "state.sqlite3"
+FULL_SEARCH_FILE: Final = "search-all.json"  # every package's search entry, filtered per caller by the API
+CONVERTED_FOLDER: Final = "converted"  # .zip archives converted to the .tgz the tree serves
+
 # Content types and cache headers.
 ABBREVIATED_TYPE: Final = "application/vnd.npm.install-v1+json"
 JSON_TYPE: Final = "application/json"

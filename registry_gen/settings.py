@@ -12,6 +12,7 @@ import yaml
 
 from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
+from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
@@ -58,9 +59,13 @@ class Settings:
     check_profile: str = "npm"
     check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
+    state_dir: Path | None = None  # the build's state; None: OUT_DIR.state beside the tree (registry_gen.layout)
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
+    # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
+    # this machine reaches; `build` warns, `serve` derives it from the address it binds).
+    base_url_given: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -85,20 +90,39 @@ class Settings:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     @property
+    def state_folder(self) -> Path:
+        """Where the build keeps its state: `state_dir`, else OUT_DIR.state next to the tree."""
+        if self.state_dir is not None:
+            return self.state_dir
+        out = self.out_dir if self.out_dir.name else self.out_dir.resolve()
+        return out.with_name(out.name + STATE_SUFFIX)
+
+    @property
     def state_file(self) -> Path:
-        return self.out_dir / ".registry-gen" / "state.sqlite3"
+        return self.state_folder / STATE_DATABASE
 
     @property
     def lock_file(self) -> Path:
         return self.out_dir.parent / f".{self.out_dir.name}.lock"
 
 
-_PATH_KEYS = {"content_dir", "out_dir", "template_dir", "data_dir", "signing_key"}
-_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key"}
+def default_base_url_warning(settings: Settings) -> str | None:
+    """One line when the tree is built for the built-in URL (tarballs only this machine can fetch)."""
+    if settings.base_url_given:
+        return None
+    return (
+        f"warning: no base_url configured: tarball URLs point at {settings.base_url} (the built-in default), "
+        "which only this machine reaches; pass --base-url URL or set base_url in registry.yaml (`registry-gen init` writes one)"
+    )
+
+
+_PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
+_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type, str]] = {
     "content_dir": (str, "a path (string)"),
     "out_dir": (str, "a path (string)"),
+    "state_dir": (str, "a path (string)"),
     "template_dir": (str, "a path (string)"),
     "data_dir": (str, "a path (string)"),
     "base_url": (str, "a string"),
@@ -185,6 +209,7 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     if os.environ.get(SIGNING_KEY_ENV):
         values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     values.update({k: v for k, v in overrides.items() if v is not None})
+    values.setdefault("base_url_given", "base_url" in values)
     try:
         return Settings(**values)
     except (TypeError, ConfigError) as exc:

@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from registry_gen.errors import InvalidName, InvalidVersion
-from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
+from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, LEGACY_STATE_FOLDER, PACKAGE_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
 from registry_gen.packument import abbreviate
 from registry_gen.ranges import INVALID, parse_spec, resolves
@@ -48,7 +48,6 @@ from registry_gen.versions import validate_version
 
 PACKUMENT_FILE = PACKAGE_DOCUMENT
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
-STATE_FOLDER = ".registry-gen"
 HASH_CHUNK = 1024 * 1024
 SRI_ALGORITHMS = ("sha512", "sha384", "sha256", "sha1")
 
@@ -389,7 +388,7 @@ def check_gzip_siblings(out_dir: Path) -> list[TreeProblem]:
     """Every X.gz holds exactly X (nginx's gzip_static serves it instead of X)."""
     problems = []
     for root, folders, files in os.walk(out_dir):
-        folders[:] = [f for f in folders if not (root == str(out_dir) and f == STATE_FOLDER)]
+        folders[:] = [f for f in folders if not (root == str(out_dir) and f == LEGACY_STATE_FOLDER)]
         for filename in files:
             if not filename.endswith(".gz") or filename.startswith("."):
                 continue

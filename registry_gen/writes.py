@@ -22,6 +22,7 @@ file does not parse).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,11 +40,13 @@ from registry_gen.names import validate_name
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
+from registry_gen.write_events import describe_write
 from registry_gen.storage import ContentStorage, FolderStorage, archive_key
 
 __all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService"]
 
 LOCK_TIMEOUT_SECONDS: Final = 60
+log = logging.getLogger(__name__)
 
 
 class BuildRefused(RegistryError):
@@ -87,7 +90,9 @@ class WriteService:
     def publish(self, upload: Upload, actor: Actor, now: str | None = None) -> BuildResult | None:
         """A new version from a checked upload; the first publisher becomes the maintainer."""
         stamp = now or publish.now_iso()
-        return self.apply(upload.name, lambda s: Change(meta=publish.apply_publish(s, upload, actor, stamp), upload=upload))
+        return self.apply(
+            upload.name, lambda s: Change(meta=publish.apply_publish(s, upload, actor, stamp), upload=upload), actor
+        )
 
     def land_archive(
         self,
@@ -104,14 +109,20 @@ class WriteService:
         upload = Upload(name, manifest["version"], data, manifest, digests, dict(tags or {}))
         return self.publish(upload, actor, published_at)
 
-    def apply(self, name: str, rule: Rule) -> BuildResult | None:
-        """Runs `rule` on the current state and commits its change, all under the lock."""
+    def apply(self, name: str, rule: Rule, actor: Actor | None = None) -> BuildResult | None:
+        """Runs `rule` on the current state and commits its change, all under the lock; logs one
+        line naming `actor` and what the write did (README, "Logs")."""
         with self.locked():
             current = self._current(name)
             change = rule(current.state)
             if change.is_empty:
                 return None
-            return self._commit(current, change)
+            result = self._commit(current, change)
+            meta = None if change.delete_meta else (change.meta or current.state.meta)
+            what = describe_write(current.state, meta, change.upload, change.removed)
+            if what:
+                log.info("%s %s", actor.name if actor else "registry-gen", what)
+            return result
 
     def store_batch(self, write: Callable[[ContentStorage], list[str]]) -> list[str]:
         """Runs `write` on content/ under the lock without rebuilding; returns the keys it wrote.

@@ -211,7 +211,7 @@ def test_index_documents_joined_from_pieces_are_the_bytes_dumps_makes() -> None:
 def test_the_manifest_cache_forgets_removed_archives(settings: Settings) -> None:
     archives = _registry(settings)
     run_build(settings)
-    cache_path = settings.out_dir / ".registry-gen" / CACHE_FILE
+    cache_path = settings.state_folder / CACHE_FILE
 
     def cached(shasum: str) -> bool:
         cache = ManifestCache(cache_path, readonly=True)

@@ -21,7 +21,7 @@ import bottle
 from registry_gen.advisories import InvalidAdvisory, add_advisory
 from registry_gen.errors import InvalidName, NotFound
 from registry_gen.settings import Settings
-from user_api import policy
+from user_api import account_actions, policy
 from user_api.admin import claim_for
 from user_api.errors import (
     AuthenticationRequired,
@@ -69,6 +69,7 @@ from user_api.web import WebLimits, etag_matches, read_body
 log = logging.getLogger(__name__)
 
 UUID_FILTER: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+TOKEN_KEY_FILTER: Final = r"[0-9a-fA-F-]{32,36}"  # a token's key: a UUID, with or without dashes (npm shows it without)
 TOKENS_PATH: Final = "/-/user-api/tokens"
 OPENAPI_PATH: Final = "/-/user-api/openapi.json"
 OWNERS_PATH: Final = "/-/user-api/owners"  # admin: bind a maintainer name to an account
@@ -205,7 +206,7 @@ class UserApiPlugin:
                 # The traceback goes to our log with the request id; the client gets a bare 500.
                 log.exception("unhandled error, request %s", request_id)
                 response = problem_response(RuntimeError(), media, request_id)
-            log.info("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"),
+            log.debug("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"),
                      response.status_code, request_id)
             return response
 
@@ -227,7 +228,7 @@ def make_error_handler() -> Callable[[bottle.HTTPError], bytes]:
         for name, value in {**COMMON_HEADERS, "X-Request-Id": request_id}.items():
             target.set_header(name, value)
         target.set_header("Content-Type", content_type)
-        log.info("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), error.status_code, request_id)
+        log.debug("%s %s %d %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), error.status_code, request_id)
         return body
 
     return handle
@@ -388,6 +389,33 @@ def admit_login(context: RequestContext, username: str) -> None:
     allowed, retry_after = context.services.logins.admit(username, context.client_address)
     if not allowed:
         raise RateLimited(retry_after)
+def _token_owner(context: RequestContext, user_id: str) -> Any:
+    """The user whose tokens are asked for: admins reach everyone's, a user only their own."""
+    assert context.caller is not None
+    user = context.services.store.get_by_id(user_id)
+    if user is None:
+        raise UserNotFound()
+    policy.may_manage_tokens(context.caller, user)
+    return user
+
+
+def list_user_tokens(context: RequestContext, user_id: str) -> Reply:
+    user = _token_owner(context, user_id)
+    items = [account_actions.token_json(info) for info in context.services.store.list_tokens(user.id)]
+    return Reply(200, json={"content": items}, xml_root="tokens", item_names={"content": "token", "cidrWhitelist": "cidr"})
+
+
+def revoke_user_tokens(context: RequestContext, user_id: str) -> Reply:
+    policy.require_writable(context.caller)
+    account_actions.revoke_tokens(context.services.store, _token_owner(context, user_id))
+    return Reply(204)
+
+
+def revoke_user_token(context: RequestContext, user_id: str, key: str) -> Reply:
+    policy.require_writable(context.caller)
+    if not account_actions.revoke_tokens(context.services.store, _token_owner(context, user_id), key):
+        raise UserNotFound("This user has no token with that key.")
+    return Reply(204)
 
 
 def create_token(context: RequestContext) -> Reply:
@@ -471,6 +499,9 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route("/user/search", "GET", search_users, params=SEARCHING)
     app.route(f"/user/<user_id:re:{UUID_FILTER}>", "GET", read_user, params=())
     app.route(f"/user/<user_id:re:{UUID_FILTER}>", "DELETE", delete_user, params=())
+    app.route(f"/user/<user_id:re:{UUID_FILTER}>/tokens", "GET", list_user_tokens, params=())
+    app.route(f"/user/<user_id:re:{UUID_FILTER}>/tokens", "DELETE", revoke_user_tokens, params=())
+    app.route(f"/user/<user_id:re:{UUID_FILTER}>/tokens/<key:re:{TOKEN_KEY_FILTER}>", "DELETE", revoke_user_token, params=())
     app.route(TOKENS_PATH, "POST", create_token, params=(), auth="none")
     app.route(OPENAPI_PATH, "GET", openapi, params=(), auth="none")
     app.route(OWNERS_PATH, "POST", claim_owner, params=())

@@ -16,7 +16,9 @@ import typer
 
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
+from registry_gen.ownership import erase_maintainer_email
 from registry_gen.settings import Settings
+from user_api import account_actions as actions
 from user_api.admin import claim_for
 from user_api.errors import UserApiError
 from user_api.store import UserStore, open_user_store
@@ -40,7 +42,7 @@ def read_password(from_stdin: bool) -> str:
 
 
 def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) -> None:
-    """Add the `user` command group (`user add`, `user list`) to `app`."""
+    """Add the `user` command group (add, list, remove, disable/enable, passwd, promote/demote, tokens) to `app`."""
     users = typer.Typer(help="Manage registry accounts.", no_args_is_help=True)
 
     @contextmanager
@@ -89,8 +91,109 @@ def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) 
             typer.echo(f"{user.id}  {user.username:<24} {user.role:<5} {user.status}")
         typer.echo(f"{len(result.items)} of {result.total} users")
 
+    register_account_actions(users, opened_store, lambda config: load_settings_callable(config) if config else load_settings_callable())
     app.add_typer(users, name="user")
     register_owner(app, opened_store, load_settings_callable)
+
+
+NameArg = Annotated[str, typer.Argument(help="Username.")]
+
+
+def _revoked(count: int) -> str:
+    return f" ({count} token{'s' if count != 1 else ''} revoked)" if count else ""
+
+
+def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any], settings_of: Callable[[Path | None], Settings]) -> None:
+    """The administrator's actions on one account (user_api.account_actions; the API has the same)."""
+
+    def change(username: str, config: Path | None, verb: str, field: str, value: str) -> None:
+        with opened_store(config) as store:
+            apply = actions.set_status if field == "status" else actions.set_role
+            outcome = apply(store, username, value)
+        if outcome.changed:
+            typer.echo(f"{verb}d {username}{_revoked(outcome.tokens_revoked)}")
+        else:
+            typer.echo(f"{username} is already {'an ' if value == 'admin' else ''}{value}")
+
+    for verb, value in actions.STATUS_ACTIONS.items():
+        users.command(verb, help=f"Set the account's status to {value}" + (
+            " (it can no longer log in; its tokens are revoked)." if value == "disabled" else " (it can log in again)."
+        ))(_bound(change, verb, "status", value))
+    for verb, value in actions.ROLE_ACTIONS.items():
+        users.command(verb, help=f"Make the account {'an administrator' if value == 'admin' else 'a plain user'}.")(
+            _bound(change, verb, "role", value)
+        )
+
+    @users.command("passwd")
+    def passwd(
+        username: NameArg,
+        password_stdin: Annotated[bool, typer.Option("--password-stdin", help="Read the new password from stdin.")] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Set a new password (the account's tokens are revoked: every session ends)."""
+        password = read_password(password_stdin)
+        with opened_store(config) as store:
+            outcome = actions.set_password(store, username, password)
+        typer.echo(f"password of {username} changed{_revoked(outcome.tokens_revoked)}")
+
+    @users.command("remove")
+    def remove(
+        username: NameArg,
+        yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Delete an account: personal data erased, tokens revoked, the name stays reserved."""
+        if not yes:
+            typer.confirm(f"Remove the account {username}? Its name stays reserved", abort=True)
+        with opened_store(config) as store:
+            outcome = actions.remove(store, username)
+        # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package.
+        erased = erase_maintainer_email(settings_of(config), username)
+        typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}" + (f"; email erased from {len(erased)} package file(s)" if erased else ""))
+
+    register_token_commands(users, opened_store)
+
+
+def _bound(change: Callable[..., None], verb: str, field: str, value: str) -> Callable[..., None]:
+    def command(username: NameArg, config: ConfigOption = None) -> None:
+        change(username, config, verb, field, value)
+
+    return command
+
+
+def register_token_commands(users: typer.Typer, opened_store: Callable[..., Any]) -> None:
+    """`registry-gen user tokens list|revoke NAME`."""
+    tokens = typer.Typer(help="List or revoke an account's tokens.", no_args_is_help=True)
+
+    @tokens.command("list")
+    def list_tokens(username: NameArg, config: ConfigOption = None) -> None:
+        """One line per token: key, created, read-only or read-write, its first characters, description."""
+        with opened_store(config) as store:
+            infos = store.list_tokens(actions.user_named(store, username).id)
+        for info in infos:
+            view = actions.token_json(info)
+            mode = "read-only " if info.readonly else "read-write"
+            typer.echo(f"{view['key']}  {view['created']}  {mode}  {info.token_prefix}…  {info.description or ''}".rstrip())
+        typer.echo(f"{len(infos)} token{'s' if len(infos) != 1 else ''} of {username}")
+
+    @tokens.command("revoke")
+    def revoke(
+        username: NameArg,
+        key: Annotated[str | None, typer.Argument(help="The token's key (from `user tokens list` or `npm token list`).")] = None,
+        every: Annotated[bool, typer.Option("--all", help="Revoke every token of the account.")] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Revoke one token by its key, or every token with --all."""
+        if (key is None) == (not every):
+            raise typer.BadParameter("give a token KEY, or --all (not both)", param_hint="KEY")
+        with opened_store(config) as store:
+            count = actions.revoke_tokens(store, actions.user_named(store, username), key)
+        if key is not None and not count:
+            typer.echo(f"error: {username} has no token with key {key!r} (`registry-gen user tokens list {username}`)", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"revoked {count} token{'s' if count != 1 else ''} of {username}")
+
+    users.add_typer(tokens, name="tokens")
 
 
 def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_settings_callable: Callable[..., Settings]) -> None:

@@ -245,6 +245,7 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             },
             "xml": {"name": "token"},
         },
+        **_token_schemas(),
         "Problem": {
             "type": "object",
             "description": "RFC 9457 problem details",
@@ -267,6 +268,67 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
     for name in ("UserCreate", "UserUpdate", "Credentials"):
         schemas[f"{name}Xml"] = _xml_variant(schemas[name])
     return schemas
+
+
+def _token_schemas() -> dict[str, Any]:
+    """An account's tokens as `GET /user/{id}/tokens` lists them (never the token itself)."""
+    info = {
+        "type": "object",
+        "required": ["key", "tokenPrefix", "readonly", "cidrWhitelist", "created"],
+        "additionalProperties": False,
+        "properties": {
+            "key": {"type": "string", "description": "Public id of the token (DELETE /user/{id}/tokens/{key})"},
+            "description": {"type": ["string", "null"], "description": "What created it (npm login, npm token create...)"},
+            "tokenPrefix": {"type": "string", "description": "The token's first characters, to recognise it"},
+            "readonly": {"type": "boolean"},
+            "cidrWhitelist": {"type": "array", "items": {"type": "string", "xml": {"name": "cidr"}}, "xml": {"wrapped": True, "name": "cidrWhitelist"}},
+            "created": {"type": "string", "format": "date-time"},
+        },
+        "xml": {"name": "token"},
+    }
+    return {
+        "TokenInfo": info,
+        "TokenList": {
+            "type": "object",
+            "required": ["content"],
+            "additionalProperties": False,
+            "properties": {"content": {"type": "array", "items": _ref("TokenInfo")}},
+        },
+        "TokenListXml": {
+            "type": "object",
+            "properties": {"content": {"type": "array", "items": _ref("TokenInfo"), "xml": {"wrapped": True}}},
+            "xml": {"name": "tokens"},
+        },
+    }
+
+
+def _token_paths(user_id: dict[str, Any]) -> dict[str, Any]:
+    key = {"name": "key", "in": "path", "required": True,
+           "schema": {"type": "string", "pattern": "^[0-9a-fA-F-]{32,36}$"}}
+    return {
+        "/user/{id}/tokens": {
+            "get": {
+                "operationId": "listUserTokens",
+                "summary": "List a user's tokens (admins: anyone's; users: their own)",
+                "parameters": [user_id],
+                "responses": _responses({"200": _success("The tokens", "TokenList", "TokenListXml")}, (401, 403, 404)),
+            },
+            "delete": {
+                "operationId": "revokeUserTokens",
+                "summary": "Revoke every token of a user (admins: anyone's; users: their own)",
+                "parameters": [user_id],
+                "responses": _responses({"204": {"description": "Revoked"}}, (401, 403, 404)),
+            },
+        },
+        "/user/{id}/tokens/{key}": {
+            "delete": {
+                "operationId": "revokeUserToken",
+                "summary": "Revoke one token of a user by its key",
+                "parameters": [user_id, key],
+                "responses": _responses({"204": {"description": "Revoked"}}, (401, 403, 404)),
+            },
+        },
+    }
 
 
 def _paging_parameters(max_page: int) -> list[dict[str, Any]]:
@@ -381,6 +443,7 @@ def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
                     "responses": _responses({"204": {"description": "Deleted"}}, (401, 403, 404, 409)),
                 },
             },
+            **_token_paths(user_id),
             "/-/user-api/tokens": {
                 "post": {
                     "operationId": "createToken",

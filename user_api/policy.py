@@ -117,6 +117,12 @@ def require_current_password(verified: bool, sent: bool) -> None:
         raise ReauthenticationRequired(errors=[FieldError("is not your current password", pointer="#/currentPassword")])
 
 
+def may_manage_tokens(caller: Caller, owner: User) -> None:
+    """An account's tokens: administrators see and revoke anyone's, a user only their own."""
+    if not caller.is_admin and caller.user.id != owner.id:
+        raise PermissionDenied("You may see and revoke only your own tokens.")
+
+
 def may_delete(caller: Caller) -> None:
     require_writable(caller)
     if not caller.is_admin:

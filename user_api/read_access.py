@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import parse_qs
 
-from registry_gen.access import ALL, ANONYMOUS, FULL_SEARCH_DOCUMENT, Caller, package_of_path, read_status
+from registry_gen.access import ALL, ANONYMOUS, Caller, package_of_path, read_status
+from registry_gen.layout import FULL_SEARCH_FILE
 from registry_gen.nginx_access import READ_CHECK_PATH
 from registry_gen.settings import Settings
 from user_api import policy
+from user_api.web import note_user
 from user_api.groups import GroupStore
 from user_api.models import User
 from user_api.registry_routes import search_objects
@@ -38,6 +40,7 @@ class ReadGuard:
         self.store = store
         self.groups = groups
         self.out_dir = settings.out_dir
+        self.state_folder = settings.state_folder
         self._search_cache: dict[str, Any] = {}
 
     def account(self, environ: dict[str, Any]) -> User | None:
@@ -55,6 +58,7 @@ class ReadGuard:
         # REMOTE_ADDR: behind nginx, waitress's trusted_proxy has put the client's address there.
         if user.status != "active" or not policy.address_allowed(environ.get("REMOTE_ADDR"), info.cidr_whitelist):
             return None
+        note_user(environ, user.username)
         return user
 
     def status(self, path: str, environ: dict[str, Any]) -> int:
@@ -99,7 +103,7 @@ class ReadGuard:
         return _json(start_response, "200 OK", found)
 
     def _full_search(self) -> dict[str, Any]:
-        path = self.out_dir / FULL_SEARCH_DOCUMENT
+        path = self.state_folder / FULL_SEARCH_FILE
         try:
             stat = path.stat()
         except FileNotFoundError:

@@ -121,7 +121,7 @@ def replies_in_json(callback: Callable[..., Any]) -> Callable[..., Any]:
             if status >= 500 and not isinstance(error, (LockTimeout, StoreUnavailable, HttpError)):
                 log.exception("%s %s failed", method, loggable_path(environ.get("PATH_INFO")))
             response = json_response(status, {"error": message}, headers)
-        log.info("%s %s %d", method, loggable_path(environ.get("PATH_INFO")), response.status_code)
+        log.debug("%s %s %d", method, loggable_path(environ.get("PATH_INFO")), response.status_code)
         return response
 
     return wrapper

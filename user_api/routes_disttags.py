@@ -14,10 +14,10 @@ def dist_tag_set(name: str, tag: str) -> bottle.HTTPResponse:
     actor = writer_actor()
     version = json_body()
     now = publish.now_iso()
-    return commit(name, lambda s: Change(meta=publish.apply_dist_tag(s, tag, version, actor, now)))
+    return commit(name, lambda s: Change(meta=publish.apply_dist_tag(s, tag, version, actor, now)), actor)
 
 
 def dist_tag_remove(name: str, tag: str) -> bottle.HTTPResponse:
     actor = writer_actor()
     now = publish.now_iso()
-    return commit(name, lambda s: Change(meta=publish.apply_dist_tag_removal(s, tag, actor, now)), 200)
+    return commit(name, lambda s: Change(meta=publish.apply_dist_tag_removal(s, tag, actor, now)), actor, 200)

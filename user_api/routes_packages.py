@@ -17,8 +17,8 @@ from user_api import web
 from user_api.registry_context import context, environ, json_body, json_object, lookup_person, ok, writer_actor
 
 
-def commit(name: str, rule: Rule, status: int = 201, **extra: Any) -> bottle.HTTPResponse:
-    context().writes.apply(name, rule)
+def commit(name: str, rule: Rule, actor: Actor, status: int = 201, **extra: Any) -> bottle.HTTPResponse:
+    context().writes.apply(name, rule, actor)
     return ok(status, id=name, **extra)
 
 
@@ -37,8 +37,8 @@ def package_put(name: str) -> bottle.HTTPResponse:
     now = publish.now_iso()
     versions = body.get("versions")
     if versions:
-        return commit(name, lambda s: Change(meta=publish.apply_deprecations(s, versions, actor, now)))
-    return commit(name, lambda s: Change(meta=publish.apply_create(s, actor, now)))
+        return commit(name, lambda s: Change(meta=publish.apply_deprecations(s, versions, actor, now)), actor)
+    return commit(name, lambda s: Change(meta=publish.apply_create(s, actor, now)), actor)
 
 
 def package_rev_put(name: str, rev: str) -> bottle.HTTPResponse:
@@ -49,9 +49,9 @@ def package_rev_put(name: str, rev: str) -> bottle.HTTPResponse:
     publish.check_body_name(name, body)
     now = publish.now_iso()
     if "versions" in body:
-        return commit(name, _version_set_rule(body, actor, now), 200)
+        return commit(name, _version_set_rule(body, actor, now), actor, 200)
     if "maintainers" in body:
-        return commit(name, lambda s: Change(meta=publish.apply_owners(s, body["maintainers"], actor, now, lookup_person)), 200)
+        return commit(name, lambda s: Change(meta=publish.apply_owners(s, body["maintainers"], actor, now, lookup_person)), actor, 200)
     if "users" in body:
         # npm star: accepted and not recorded (a static tree has no place for per-user stars).
         return ok(200, id=name)
@@ -81,7 +81,7 @@ def package_delete(name: str, rev: str) -> bottle.HTTPResponse:
         meta, removed = publish.apply_unpublish_all(state, actor, now)
         return Change(meta=meta, delete_meta=meta is None, removed=removed)
 
-    return commit(name, rule, 200)
+    return commit(name, rule, actor, 200)
 
 
 def tarball_put(name: str, filename: str, rev: str) -> bottle.HTTPResponse:
@@ -109,11 +109,11 @@ def tarball_delete(name: str, filename: str, rev: str) -> bottle.HTTPResponse:
         meta, removed = publish.apply_unpublish_version(state, version, actor, now)
         return Change(meta=meta, delete_meta=meta is None, removed=removed)
 
-    return commit(name, rule, 200)
+    return commit(name, rule, actor, 200)
 
 
 def stage_version(name: str, version: str, tag: str) -> bottle.HTTPResponse:
     actor = writer_actor()
     document = json_body()
     now = publish.now_iso()
-    return commit(name, lambda s: Change(meta=publish.apply_stage(s, version, tag, document, actor, now)))
+    return commit(name, lambda s: Change(meta=publish.apply_stage(s, version, tag, document, actor, now)), actor)

@@ -23,7 +23,7 @@ import typer
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import AddressUnavailable
 from registry_gen.layout import SEARCH_DOCUMENT
-from registry_gen.settings import Settings
+from registry_gen.settings import Settings, default_base_url_warning
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
@@ -100,6 +100,19 @@ def _greet(settings: Settings, listening: str, threads: int, static: bool) -> No
         typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
 
 
+def _derived_base_url(settings: Settings, port: int) -> Settings:
+    """No URL configured: the tree is built for the address bound (and a line says so)."""
+    settings = settings.with_updates(base_url=_public_url(settings.host, port))
+    if not settings.base_url_given:
+        typer.echo(
+            f"warning: no base_url configured: tarball URLs point at {settings.base_url} (the address listened on); "
+            "for clients that reach it by another name, pass --base-url URL or set base_url in registry.yaml "
+            "(`registry-gen init` writes one)",
+            err=True,
+        )
+    return settings
+
+
 def _prepare_tree(settings: Settings, static: bool) -> None:
     """Sweeps what an interrupted write left behind, then (serving the tree) brings it up to date."""
     from registry_gen.build import run_build
@@ -117,11 +130,13 @@ def _prepare_tree(settings: Settings, static: bool) -> None:
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
+    from user_api.access_log import AccessLog, configure_server_logging
     from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
     from user_api.store import open_user_store
 
+    configure_server_logging()
     holder: dict[str, Any] = {}
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -143,11 +158,13 @@ def _run(
     server.channel_class = guarded_channel(publish_body_limit(settings), store_token_check(lambda: holder.get("store")))
     port = int(getattr(server, "effective_port", settings.port))
     if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
-        settings = settings.with_updates(base_url=_public_url(settings.host, port))
+        settings = _derived_base_url(settings, port)
+    elif not static and default_base_url_warning(settings):
+        typer.echo(default_base_url_warning(settings), err=True)  # `api` rebuilds the tree for that URL
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
-    holder["app"] = create_server_app(settings, store, static=static)
+    holder["app"] = AccessLog(create_server_app(settings, store, static=static))
     _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
@@ -174,7 +191,7 @@ def _sweep_temp_files(settings: Settings) -> list[Path]:
     from registry_gen.writer import sweep_temp_files
 
     with build_lock(settings):
-        return sweep_temp_files(settings.content_dir, settings.out_dir)
+        return sweep_temp_files(settings.content_dir, settings.out_dir, settings.state_folder)
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:

@@ -91,7 +91,7 @@ class StaticTree:
 
     def _locate(self, path: str) -> list[str] | None:
         segments = [s for s in path.split("/") if s]
-        # Hidden names (the build's .registry-gen/ state, temp files) and climbing out are never served.
+        # Hidden names (temp files, an old tree's .registry-gen/) and climbing out are never served.
         if any(s.startswith(".") or "\\" in s or "\x00" in s for s in segments):
             return None
         return segments

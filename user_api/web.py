@@ -149,6 +149,14 @@ def client_address(environ: Mapping[str, Any]) -> str:
     return str(environ.get("REMOTE_ADDR") or "unknown")
 
 
+ACCESS_USER_KEY: Final = "registry_gen.user"  # the environ key the access log reads the user from
+
+
+def note_user(environ: dict[str, Any], username: str) -> None:
+    """Tells the access log (user_api.access_log) who this request authenticated as."""
+    environ[ACCESS_USER_KEY] = username
+
+
 def loggable_path(path: object) -> str:
     """The request path for the log, with the token of an npm logout blanked out."""
     text = str(path or "")
@@ -247,9 +255,16 @@ def authenticate(
         user, info = found
         if not address_allowed(client_address(environ), info.cidr_whitelist):
             raise AddressNotAllowed("this token may not be used from your address")
-        return Caller(user, info)
+        return _noted(environ, Caller(user, info))
     credentials = basic_credentials(environ) if basic is not None else None
     if credentials is None:
         raise e.AuthenticationRequired("use Authorization: Bearer <token>" + (" or Basic" if basic else ""))
     assert basic is not None
-    return basic(*credentials)
+    return _noted(environ, basic(*credentials))
+
+
+def _noted(environ: Mapping[str, Any], caller: Caller) -> Caller:
+    """The access log names the authenticated user (user_api.access_log)."""
+    if isinstance(environ, dict):
+        note_user(environ, caller.user.username)
+    return caller

@@ -167,7 +167,9 @@ def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
                   (out / "-/web/index.html").read_text()]  # fmt: skip
     assert all("plain" in text for text in everything)
     assert not any("secret-tool" in text or "@internal/lib" in text for text in everything)
-    assert "secret-tool" in (out / ".registry-gen/search-all.json").read_text()  # the API's copy, never served
+    # The API's copy, beside the tree (never served, never deployed).
+    assert "secret-tool" in (registry.settings.state_folder / "search-all.json").read_text()
+    assert not (out / ".registry-gen").exists()
 
 
 @pytest.mark.parametrize(

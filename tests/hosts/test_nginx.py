@@ -165,9 +165,11 @@ def test_missing_and_private_paths_are_json_404s(served: Served, path: str) -> N
 
 
 def test_build_state_is_never_served(served: Served) -> None:
-    private = [p for p in (served.tree / ".registry-gen").rglob("*") if p.is_file()]
-    assert private, "the build keeps its state under .registry-gen/"
-    for path in private:
+    state = served.tree.with_name(served.tree.name + ".state")
+    assert (state / "state.sqlite3").is_file(), "the build keeps its state beside the tree"
+    assert not (served.tree / ".registry-gen").exists()
+    private = [served.tree / ".registry-gen" / p.relative_to(state) for p in state.rglob("*") if p.is_file()]
+    for path in private:  # not even at the old in-tree place
         reply = request(served.base, "GET", "/" + path.relative_to(served.tree).as_posix())
         assert (reply.status, reply.json) == (404, {"error": "not found"})
 

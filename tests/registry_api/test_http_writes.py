@@ -213,8 +213,8 @@ def test_service_endpoints_and_static_headers(server: RegistryProcess, owner: st
     assert missing.status == 404 and missing.json == {"error": "not found"}
     page = http("GET", f"{base}-/web/")
     assert page.status == 200 and page.headers["content-type"].startswith("text/html")
-    # The build's private state sits inside the served folder: it exists, and it is never served.
-    private = server.out / ".registry-gen" / "state.sqlite3"
-    assert private.is_file()
+    # The build's private state sits beside the served folder, and the old in-tree place is empty.
+    assert (server.root / "public.state" / "state.sqlite3").is_file()
+    assert not (server.out / ".registry-gen").exists()
     assert http("GET", f"{base}.registry-gen/state.sqlite3").status == 404
     assert http("GET", f"{base}.registry-gen/").status == 404

@@ -571,6 +571,7 @@ def test_openapi_document_is_served(api: Api) -> None:
     document = response.json
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {
-        "/user", "/user/search", "/user/{id}", "/-/user-api/tokens", "/-/user-api/openapi.json"}
+        "/user", "/user/search", "/user/{id}", "/user/{id}/tokens", "/user/{id}/tokens/{key}",
+        "/-/user-api/tokens", "/-/user-api/openapi.json"}
     assert set(document["paths"]["/user"]) == {"get", "post", "put"}
     api.get("/-/user-api/openapi.json", headers=XML, status=406)

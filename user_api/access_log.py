@@ -1,0 +1,171 @@
+"""One access-log line per request, in the Combined Log Format with the duration appended:
+
+    127.0.0.1 - alice [25/Nov/2026:14:40:01 +0000] "PUT /demo HTTP/1.1" 201 42 "-" "npm/11.6.2 node/v22" 0.153
+
+client address (what waitress took as REMOTE_ADDR: behind `--trusted-proxy`, the forwarded one),
+`-` (identd), the authenticated user or `-`, the time the request arrived, the request line, the
+status, the bytes of the body sent (`-` for none), Referer, User-Agent, and seconds from arrival
+to the last byte handed to the server (nginx's `$request_time`). Tools that read Apache or nginx
+logs (GoAccess, awstats, lnav) read the first nine fields as they are.
+
+The user comes from the one place that authenticates (`user_api.web.authenticate`), which notes
+it in the WSGI environ; a request nobody authenticated shows `-`. The token npm's logout puts in
+the path is blanked (`user_api.web.loggable_path`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Final
+
+from user_api.web import ACCESS_USER_KEY, loggable_path
+
+ACCESS_LOGGER: Final = "registry_gen.access"
+
+log = logging.getLogger(ACCESS_LOGGER)
+StartResponse = Callable[..., Any]
+
+
+def _field(value: object) -> str:
+    """A quoted field as Apache writes it: quotes and backslashes escaped, controls as \\xHH."""
+    text = str(value)
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _token(value: object) -> str:
+    """An unquoted field: no spaces or controls (a username is URL-safe already), `-` when empty."""
+    text = _field(value).replace(" ", "\\x20")
+    return text or "-"
+
+
+def request_line(environ: Mapping[str, Any]) -> str:
+    # npm logout carries the token in the path (by protocol): blanked, as in every log line.
+    path = str(environ.get("SCRIPT_NAME", "")) + loggable_path(environ.get("PATH_INFO", ""))
+    query = environ.get("QUERY_STRING")
+    target = path + ("?" + str(query) if query else "")
+    # PEP 3333 strings are latin-1 decoded bytes: show the UTF-8 a client sent.
+    try:
+        target = target.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        pass
+    return f"{environ.get('REQUEST_METHOD', '-')} {target} {environ.get('SERVER_PROTOCOL', 'HTTP/1.1')}"
+
+
+def access_line(environ: Mapping[str, Any], status: str, size: int | None, arrived: float, seconds: float) -> str:
+    stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(arrived))
+    return (
+        f"{_token(environ.get('REMOTE_ADDR') or '-')} - {_token(environ.get(ACCESS_USER_KEY) or '-')} [{stamp}] "
+        f'"{_field(request_line(environ))}" {status} {size if size else "-"} '
+        f'"{_field(environ.get("HTTP_REFERER") or "-")}" "{_field(environ.get("HTTP_USER_AGENT") or "-")}" {seconds:.3f}'
+    )
+
+
+class _Response:
+    """What the app answered, filled in by `start_response`, then by the body as it is sent."""
+
+    def __init__(self, environ: dict[str, Any]):
+        self.environ = environ
+        self.arrived = time.time()
+        self.started = time.perf_counter()
+        self.status = "-"
+        self.sent = 0
+        self.declared: int | None = None
+        self.logged = False
+
+    def start(self, start_response: StartResponse, status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+        self.status = status.split(" ", 1)[0]
+        length = next((v for k, v in headers if k.lower() == "content-length"), None)
+        self.declared = int(length) if length and length.isdigit() else None
+        return start_response(status, headers, *exc)
+
+    def done(self, size: int | None = None) -> None:
+        if self.logged:
+            return
+        self.logged = True
+        if self.environ.get("REQUEST_METHOD") == "HEAD":
+            size = 0
+        seconds = time.perf_counter() - self.started
+        log.info("%s", access_line(self.environ, self.status, self.sent if size is None else size, self.arrived, seconds))
+
+
+class _CountedBody:
+    """The app's body, counted as the server takes it; the line is logged when the server closes it."""
+
+    def __init__(self, body: Iterable[bytes], response: _Response):
+        self.body = body
+        self.response = response
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.body:
+            self.response.sent += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.response.done()
+
+
+class AccessLog:
+    """WSGI middleware: the whole `serve`/`api` app, wrapped once."""
+
+    def __init__(self, app: Callable[[dict[str, Any], StartResponse], Iterable[bytes]]):
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        response = _Response(environ)
+
+        def recorded_start(status: str, headers: list[tuple[str, str]], *exc: Any) -> Any:
+            return response.start(start_response, status, headers, *exc)
+
+        try:
+            body = self.app(environ, recorded_start)
+        except BaseException:
+            response.status = "500"
+            response.done(0)
+            raise
+        wrapper = environ.get("wsgi.file_wrapper")
+        if isinstance(wrapper, type) and isinstance(body, wrapper):
+            # The server sends a file wrapper from the file itself (no Python loop): keep that, and
+            # log now with the length the response declared.
+            response.done(response.declared)
+            return body
+        return _CountedBody(body, response)
+
+
+SERVER_LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_server_logging() -> None:
+    """The server's log on stderr: access lines as they are (one shape for log tools), every other
+    line (the writes, errors, waitress) with a UTC timestamp, its level and its source."""
+    import sys
+
+    stamped = logging.Formatter(SERVER_LOG_FORMAT, "%Y-%m-%dT%H:%M:%SZ")
+    stamped.converter = time.gmtime
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.StreamHandler(sys.stderr))
+        root.setLevel(logging.INFO)
+    for handler in root.handlers:
+        handler.setFormatter(stamped)
+    access = logging.getLogger(ACCESS_LOGGER)
+    if not access.handlers:
+        plain = logging.StreamHandler(sys.stderr)
+        plain.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(plain)
+    access.setLevel(logging.INFO)
+    access.propagate = False
