@@ -1,4 +1,4 @@
-"""`python -m bench.compare --against REV`: this checkout's publish and incremental-build cost
+"""`python -m bench.compare --against REV [--new REV2]`: a revision's (default HEAD) publish and incremental-build cost
 beside an older revision's, measured in one run, interleaved.
 
 A refactoring promises "not slower"; two `make bench` runs on a shared machine cannot show that,
@@ -123,16 +123,17 @@ def incremental_samples(tree: Path, source: Path, work: Path, label: str, rounds
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def compare(rev: str, rounds: int, repeats: int) -> dict[str, Any]:
+def compare(rev: str, new: str, rounds: int, repeats: int) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="bench-compare-"))
     try:
-        trees = {rev: export_revision(rev, work / "old"), "this checkout": REPO}
+        # Both exported: edits to the checkout while the comparison runs must not leak into it.
+        trees = {rev: export_revision(rev, work / "old"), new: export_revision(new, work / "new")}
         source = ensure_registry(SCALES[1_000], progress=False)
         results: dict[str, dict[str, list[float]]] = {label: {"publish": [], "incremental": []} for label in trees}
         order = list(trees)
         for repeat in range(repeats):
             for label in order if repeat % 2 == 0 else reversed(order):
-                slot = f"{'old' if label == rev else 'new'}-{repeat}"
+                slot = f"{'old' if label == rev else 'new'}-{repeat}"  # labels may be equal revisions
                 results[label]["publish"] += publish_samples(trees[label], source, work, slot, rounds)
                 results[label]["incremental"] += incremental_samples(trees[label], source, work, slot, rounds)
         return results
@@ -140,23 +141,24 @@ def compare(rev: str, rounds: int, repeats: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(rev: str, results: dict[str, dict[str, list[float]]]) -> str:
-    lines = [f"| figure (1,000-version registry) | {rev} median ms | this checkout median ms | new/old |", "|---|---|---|---|"]
+def report(rev: str, new: str, results: dict[str, dict[str, list[float]]]) -> str:
+    lines = [f"| figure (1,000-version registry) | {rev} median ms | {new} median ms | new/old |", "|---|---|---|---|"]
     for figure in ("publish", "incremental"):
         old = statistics.median(results[rev][figure])
-        new = statistics.median(results["this checkout"][figure])
+        new_ms = statistics.median(results[new][figure])
         label = "publish server share (PUT until readable)" if figure == "publish" else "incremental build, changed path given"
-        lines.append(f"| {label} | {old:.1f} | {new:.1f} | {new / old:.2f}× |")
+        lines.append(f"| {label} | {old:.1f} | {new_ms:.1f} | {new_ms / old:.2f}× |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", required=True, help="the git revision to compare with (e.g. a tag or commit)")
+    parser.add_argument("--new", default="HEAD", help="the revision measured against it (default HEAD)")
     parser.add_argument("--rounds", type=int, default=10, help="samples per figure per repeat")
     parser.add_argument("--repeats", type=int, default=4, help="alternating repeats of both revisions")
     args = parser.parse_args(argv)
-    print(report(args.against, compare(args.against, args.rounds, args.repeats)))
+    print(report(args.against, args.new, compare(args.against, args.new, args.rounds, args.repeats)))
     return 0
 
 
