@@ -85,6 +85,21 @@ def test_signup_policy_refuses_new_accounts_but_not_logins(tmp_path: Path, signu
         store.close()
 
 
+def test_open_signup_accepts_an_account_without_email(settings: Settings, store: UserStore) -> None:
+    """Issue 16: npm's login body, yarn's and @verdaccio/e2e-cli's bootstrap send no email; with
+    `signup: open` that is a sign-up (as on Verdaccio), not "incorrect username or password"."""
+    app = _app(settings, store)
+    body = {"name": "no-mail", "password": "password-123", "type": "user", "roles": []}
+    created = app.put_json("/-/user/org.couchdb.user:no-mail", body, status=201).json
+    assert created["ok"] == "user no-mail created" and created["token"]
+    assert app.get("/-/whoami", headers=_bearer(created["token"])).json == {"username": "no-mail"}
+    user = store.get_by_username("no-mail")
+    assert user is not None and user.email is None
+    # The same body again is a login now, and a wrong password still fails.
+    assert app.put_json("/-/user/org.couchdb.user:no-mail", body, status=201).json["ok"] == "you are logged in as no-mail"
+    app.put_json("/-/user/org.couchdb.user:no-mail", {**body, "password": "wrong-pass-1"}, status=401)
+
+
 def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -> None:
     run_build(settings)
     tight = RegistryLimits(login_per_account_per_minute=1, login_per_account_burst=2)
