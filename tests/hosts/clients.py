@@ -270,5 +270,6 @@ class ClientRun:
         if self.spec.kind == "yarn4":
             # A yarn project must be installed before `yarn npm publish` will pack it.
             self.run("install", cwd=package, env={"YARN_ENABLE_IMMUTABLE_INSTALLS": "false"})
-            return self.run("npm", "publish", "--access", "public", cwd=package)
+            # No --access: yarn 4 then sends access=restricted for scoped packages (issue 16).
+            return self.run("npm", "publish", cwd=package)
         raise NotImplementedError(f"{self.spec.label}: publish is not part of the matrix")
