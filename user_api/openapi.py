@@ -370,9 +370,9 @@ def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
             "/user/search": {
                 "get": {
                     "operationId": "searchUsers",
-                    "summary": "Search users: case-insensitive substring of username or full name (and email, "
-                    "for admins); username exact and prefix matches first. Keywords under 3 characters match "
-                    f"username prefixes only. totalElements and X-Total-Count stop at {SEARCH_TOTAL_CAP} "
+                    "summary": "Search users, one rule for every keyword length: a case-insensitive substring "
+                    "of username or full name (and email, for admins); username exact and prefix matches "
+                    f"first, then the rest in sign-up order. totalElements and X-Total-Count stop at {SEARCH_TOTAL_CAP} "
                     "(the most a client can page through).",
                     "parameters": [
                         *_paging_parameters(SEARCH_MAX_PAGE),

@@ -317,10 +317,21 @@ def test_search_is_case_insensitive_and_substring(api: Api, admin: tuple[Any, st
     assert _names(api.get("/user/search?keyword=%C3%A5ngstr", token=token)) == ["zoe"]
 
 
-def test_search_short_keyword_uses_username_prefix(api: Api, admin: tuple[Any, str], people: dict[str, Any]) -> None:
+def test_search_short_keywords_follow_the_same_rule(api: Api, admin: tuple[Any, str], people: dict[str, Any]) -> None:
+    """Issue 16: one rule for every length (substring, username prefixes first); no 3-character switch."""
     _, token = admin
-    assert _names(api.get("/user/search?keyword=ma", token=token)) == ["ma", "mark", "marketing"]
-    assert _names(api.get("/user/search?keyword=z", token=token)) == ["zed", "zoe"]
+    _, user_token = api.make_user("plain")
+    short = api.get("/user/search?keyword=ma", token=token)
+    assert _names(short)[:3] == ["ma", "mark", "marketing"]
+    assert set(_names(short)[3:]) == {"amark", "zed", "bob"}  # username, full name ("Zed Marker"), email
+    assert short.json["page"]["totalElements"] == 6
+    assert set(_names(api.get("/user/search?keyword=ma", token=user_token))) == {"ma", "mark", "marketing", "amark", "zed"}
+    assert _names(api.get("/user/search?keyword=MA", token=token))[:3] == ["ma", "mark", "marketing"]
+    assert _names(api.get("/user/search?keyword=wa", token=token)) == ["mark"]  # Twain: inside a full name
+    for literal in ("%25", "_", "%5C"):  # %, _ and \ are text, not LIKE syntax
+        assert api.get(f"/user/search?keyword={literal}", token=token).json["content"] == []
+    pages = [_names(api.get(f"/user/search?keyword=ma&size=4&page={n}", token=token)) for n in (1, 2)]
+    assert pages[0][:3] == ["ma", "mark", "marketing"] and sorted(pages[0][3:] + pages[1]) == ["amark", "bob", "zed"]
 
 
 def test_search_email_only_for_admins(api: Api, admin: tuple[Any, str], people: dict[str, Any]) -> None:
@@ -369,7 +380,7 @@ def test_search_keyword_missing_blank_or_invalid_is_400(api: Api, admin: tuple[A
 @pytest.mark.parametrize(
     ("keyword", "expected"),
     [('o"b', []), ("AND", []), ("NEAR(", []), ("0% u", ["plain"]), ("r_s", ["plain"]), ("%_%", []), ("a%", []),
-     ("_", []), ("\\", []), ("' OR 1=1 --", []), ("{username} : x", []), ("pla", ["plain"])],
+     ("_", ["plain"]), ("\\", []), ("' OR 1=1 --", []), ("{username} : x", []), ("pla", ["plain"])],
 )
 def test_search_treats_syntax_and_wildcards_as_literal_text(
     api: Api, admin: tuple[Any, str], keyword: str, expected: list[str]
