@@ -54,9 +54,10 @@ def _app(settings: Settings, store: UserStore) -> webtest.TestApp:
     return webtest.TestApp(create_server_app(settings, store))
 
 
-def _adduser(app: webtest.TestApp, name: str, password: str = "password-123", status: int = 201, **extra: Any) -> Any:
+def _adduser(app: webtest.TestApp, name: str, password: str = "password-123", status: int = 201,
+             headers: dict[str, str] | None = None, **extra: Any) -> Any:
     body = {"name": name, "password": password, "email": f"{name}@example.com", **extra}
-    return app.put_json(f"/-/user/org.couchdb.user:{name}", body, status=status).json
+    return app.put_json(f"/-/user/org.couchdb.user:{name}", body, headers=headers or {}, status=status).json
 
 
 def _basic(name: str, password: str) -> dict[str, str]:
@@ -75,8 +76,10 @@ def test_signup_policy_refuses_new_accounts_but_not_logins(tmp_path: Path, signu
         store.create_user("existing", "password-123", "existing@example.com")
         app = _app(settings, store)
         assert words in _adduser(app, "newcomer", status=403)["error"]
-        assert _adduser(app, "existing")["token"]
-        wrong = app.put_json("/-/user/org.couchdb.user:existing", {"name": "existing", "password": "nope-nope-1"}, status=401)
+        assert "Basic" in _adduser(app, "existing", status=409)["error"]  # npm and yarn retry with Basic
+        assert _adduser(app, "existing", headers=_basic("existing", "password-123"))["token"]
+        wrong = app.put_json("/-/user/org.couchdb.user:existing", {"name": "existing", "password": "nope-nope-1"},
+                             headers=_basic("existing", "nope-nope-1"), status=401)
         assert wrong.headers["WWW-Authenticate"].startswith("Basic")
         # A login (no email) for an unknown name answers like a wrong password: names are not probed.
         missing = app.put_json("/-/user/org.couchdb.user:nobody", {"name": "nobody", "password": "whatever-1"}, status=401)
@@ -95,9 +98,11 @@ def test_open_signup_accepts_an_account_without_email(settings: Settings, store:
     assert app.get("/-/whoami", headers=_bearer(created["token"])).json == {"username": "no-mail"}
     user = store.get_by_username("no-mail")
     assert user is not None and user.email is None
-    # The same body again is a login now, and a wrong password still fails.
-    assert app.put_json("/-/user/org.couchdb.user:no-mail", body, status=201).json["ok"] == "you are logged in as no-mail"
-    app.put_json("/-/user/org.couchdb.user:no-mail", {**body, "password": "wrong-pass-1"}, status=401)
+    # The same body again is no sign-up: an existing account logs in with Basic credentials (409 asks for them).
+    app.put_json("/-/user/org.couchdb.user:no-mail", body, status=409)
+    again = app.put_json("/-/user/org.couchdb.user:no-mail", body, headers=_basic("no-mail", "password-123"), status=201)
+    assert again.json["ok"] == "you are logged in as no-mail"
+    app.put_json("/-/user/org.couchdb.user:no-mail", body, headers=_basic("no-mail", "wrong-pass-1"), status=401)
 
 
 def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -> None:
@@ -105,8 +110,10 @@ def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -
     tight = RegistryLimits(login_per_account_per_minute=1, login_per_account_burst=2)
     app = webtest.TestApp(create_registry_app(settings, store, limits=tight))
     _adduser(app, "target")
-    app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "bad-guess-1"}, status=401)
-    limited = app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "password-123"}, status=429)
+    app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "bad-guess-1"},
+                 headers=_basic("target", "bad-guess-1"), status=401)
+    limited = app.put_json("/-/user/org.couchdb.user:target", {"name": "target", "password": "password-123"},
+                           headers=_basic("target", "password-123"), status=429)
     assert int(limited.headers["Retry-After"]) >= 1 and "too many" in limited.json["error"]
     # Basic-authenticated writes count as attempts too.
     app.get("/-/whoami", headers=_basic("target", "password-123"), status=429)
