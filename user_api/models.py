@@ -278,7 +278,7 @@ def parse_replacement(data: Mapping[str, Any]) -> UserReplacement:
     )
 
 
-PATCH_FIELDS: Final = UPDATE_FIELDS  # `id` may be sent but must name the patched user
+PATCH_FIELDS: Final = UPDATE_FIELDS - {"id"}  # the id is the URL's; a patch cannot change it
 
 
 def parse_patch(data: Mapping[str, Any], current: User) -> UserReplacement:
@@ -289,8 +289,6 @@ def parse_patch(data: Mapping[str, Any], current: User) -> UserReplacement:
     field would be, so both methods share one set of checks.
     """
     _check_fields(data, PATCH_FIELDS, ())
-    if "id" in data and data["id"].lower() != current.id:
-        raise InvalidFields(errors=[FieldError("must be the id in the URL (or be left out)", pointer="#/id")])
     email = data.get("email", current.email)
     return UserReplacement(
         id=current.id,

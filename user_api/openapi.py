@@ -209,7 +209,6 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             "an empty element removes the field.",
             "additionalProperties": False,
             "properties": {
-                "id": {**UUID_SCHEMA, "description": "Optional; must be the id in the URL"},
                 "username": username,
                 "email": nullable_email,
                 "fullName": nullable_name,

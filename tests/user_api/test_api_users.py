@@ -552,9 +552,10 @@ def test_patch_keeps_the_field_and_permission_rules(api: Api) -> None:
     _patch(api, other.id, {"fullName": "Not mine"}, token=token, status=403)
     invalid = _patch(api, user.id, {"fullName": 42, "password": None, "nope": 1}, token=token, status=422)
     assert {e["pointer"] for e in invalid.json["errors"]} == {"#/fullName", "#/password", "#/nope"}
-    elsewhere = _patch(api, user.id, {"id": other.id}, token=token, status=422)
-    assert elsewhere.json["errors"][0]["pointer"] == "#/id"
-    _patch(api, user.id, {"id": user.id.upper(), "fullName": "Uma"}, token=token, status=200)
+    # The id is the URL's: a patch naming one (even the same) is refused, like the read-only fields.
+    for body in ({"id": other.id}, {"id": user.id}, {"createdAt": "2020-01-01T00:00:00Z"}):
+        refused = _patch(api, user.id, body, token=token, status=422)
+        assert refused.json["errors"][0]["pointer"] == "#/" + next(iter(body))
     _patch(api, "00000000-0000-4000-8000-000000000000", {"fullName": "X"}, token=token, status=404)
     _patch(api, user.id, {"fullName": "Uma"}, status=401)
     _patch(api, user.id, "[]", token=token, status=400)
