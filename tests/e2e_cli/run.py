@@ -26,16 +26,13 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from registry_gen.archive import build_npm_tarball
+from registry_gen.build import run_build
+from registry_gen.settings import Settings
+from tests.hosts.clients import CLIENTS, NPM, clean_env, install_client
+from tests.hosts.servers import free_port, wait_for_port
 from tests.realworld.corpus import cache_root
-
-os.environ.setdefault("REGISTRY_GEN_CLIENTS_DIR", str(cache_root() / "clients"))
-
-from registry_gen.archive import build_npm_tarball  # noqa: E402 - after the clients folder is chosen
-from registry_gen.build import run_build  # noqa: E402
-from registry_gen.settings import Settings  # noqa: E402
-from tests.hosts.clients import CLIENTS, NPM, clean_env, install_client  # noqa: E402
-from tests.hosts.servers import free_port, wait_for_port  # noqa: E402
-from tests.support import static_server  # noqa: E402
+from tests.support import static_server
 
 SUITE_VERSION = "4.0.1"
 SUITE_TIMEOUT = 900  # seconds for one client's whole battery (about 1-2 minutes when it works)
@@ -129,7 +126,8 @@ def suite_env(workdir: Path, *, plugins: str | None) -> dict[str, str]:
 
 def run_client(client: str, suite: Path, workdir: Path) -> tuple[int, str]:
     """The whole battery with one client against a fresh registry: (exit code, output without colours)."""
-    binary = install_client(CLIENTS[client])[-1]
+    clients_dir = Path(os.environ.get("REGISTRY_GEN_CLIENTS_DIR") or cache_root() / "clients")
+    binary = install_client(CLIENTS[client], clients_dir)[-1]
     args = ["node", str(suite), "--pm", f"{SUITE_NAMES[client]}={binary}"]
     for name in NOT_APPLICABLE:
         args += ["--skip-test", name]
