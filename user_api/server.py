@@ -200,7 +200,12 @@ class StaticTree:
 def _etags(identity: Path, served: os.stat_result, *, gzip: bool) -> tuple[str, str]:
     """(the tag of what is sent, the tag of the other coding): both derive from the uncompressed
     file, so the plain and the gzip answer of one document differ only by "-gz"."""
-    base = identity.stat() if gzip else served
+    base = served
+    if gzip:
+        try:
+            base = identity.stat()
+        except OSError:  # a rebuild between the two opens: the gzip file's own stat still names it
+            base = served
     plain = f'"{base.st_size:x}-{base.st_mtime_ns:x}"'
     zipped = plain[:-1] + '-gz"'
     return (zipped, plain) if gzip else (plain, zipped)
