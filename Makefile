@@ -9,7 +9,7 @@ PORT ?= 4873
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test build check bench venv clean demo system-deps corpus
+.PHONY: run test e2e build check bench venv clean demo system-deps corpus
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ run: $(RUNTIME_STAMP)
 ## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones).
 test: $(TEST_STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (README "Compatibility").
+e2e: $(TEST_STAMP)
+	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
 
 ## Fetch the real-world corpus's tarballs into ~/.cache/registry-gen-tests/ (tests/realworld/README.md).
 corpus: $(TEST_STAMP)

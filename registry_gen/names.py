@@ -50,9 +50,12 @@ def validate_name(name: object, *, legacy: bool = False) -> str:
     part = _LEGACY_PART if legacy else _PART
     if scope is not None and not part.match(scope[1:]):
         raise InvalidName(f"scope {scope!r} contains characters that are not URL-safe")
-    if bare.startswith((".", "_")):
+    # npm's rule is about the whole name: `@scope/_x` is valid (it does not start with "_").
+    # A leading dot stays refused under a scope too: it would be a hidden folder of the tree.
+    if bare.startswith(".") or (scope is None and bare.startswith("_")):
         raise InvalidName("name must not start with a dot or an underscore")
-    if not part.match(bare) or bare in (".", ".."):
+    checked = bare[1:] if scope is not None and bare.startswith("_") and len(bare) > 1 else bare
+    if not part.match(checked) or bare in (".", ".."):
         if legacy:
             raise InvalidName("name may only contain letters, digits and - . _ ~ ! * ' ( )")
         raise InvalidName("name may only contain lowercase letters, digits and - . _ ~")

@@ -52,10 +52,6 @@ class ArchiveTooLarge(RegistryError):
     """The tarball is over the registry's archive cap (HTTP 413)."""
 
 
-class AccessNotSupported(BadRequest):
-    """`access: restricted`: this registry's tree is world-readable (HTTP 400)."""
-
-
 def iso_from_ns(ns: int) -> str:
     """The registry's timestamp format: UTC, milliseconds, `Z` (as npm's `time` fields).
     Integer arithmetic only: a float of ns since 1970 rounds …20.9999999 s up to the next second."""
@@ -282,13 +278,11 @@ def _tags_for(body: Mapping[str, Any], version: str) -> dict[str, str]:
 
 
 def _check_access(body: Mapping[str, Any]) -> None:
+    """`access` is taken and not stored: who reads a package is the registry's read rules'
+    business (registry.yaml `packages:`, default: everyone), not a flag of one publish. yarn 4
+    sends `restricted` for every scoped package by default; Verdaccio ignores it the same way."""
     access = body.get("access")
-    if access == "restricted":
-        raise AccessNotSupported(
-            "this registry serves every package publicly (its tree is world-readable), so it cannot honour "
-            "access=restricted; publish with --access public (yarn: npmPublishAccess: public)"
-        )
-    if access not in (None, "public"):
+    if access not in (None, "public", "restricted"):
         raise BadRequest("access must be \"public\", \"restricted\" or null")
 
 

@@ -39,14 +39,26 @@ from user_api.errors import (
     UserNotFound,
 )
 from user_api.models import (
+    User,
     UserPage,
+    UserReplacement,
     parse_new_user,
+    parse_patch,
     parse_replacement,
     private_view,
     token_view,
     view_for,
 )
-from user_api.negotiation import DEFAULT_CHOICE, JSON, MediaChoice, encode_json, encode_xml, negotiate, parse_body
+from user_api.negotiation import (
+    DEFAULT_CHOICE,
+    JSON,
+    MediaChoice,
+    encode_json,
+    encode_xml,
+    negotiate,
+    parse_body,
+    parse_patch_body,
+)
 from user_api.openapi import build_openapi
 from user_api.params import (
     LIST_MAX_PAGE,
@@ -341,13 +353,32 @@ def create_user(context: RequestContext) -> Reply:
 
 
 def update_user(context: RequestContext) -> Reply:
-    caller, store = context.caller, context.services.store
-    assert caller is not None
-    policy.require_writable(caller)
+    """PUT /user: full replacement (the id travels in the body; an omitted email or fullName is removed)."""
+    assert context.caller is not None
+    policy.require_writable(context.caller)
     replacement = parse_replacement(context.body("user"))
-    current = store.get_by_id(replacement.id)
+    current = context.services.store.get_by_id(replacement.id)
     if current is None:
         raise UserNotFound()
+    return _apply_update(context, current, replacement)
+
+
+def patch_user(context: RequestContext, user_id: str) -> Reply:
+    """PATCH /user/{id}: a merge patch (RFC 7396); only the members sent change."""
+    assert context.caller is not None
+    policy.require_writable(context.caller)
+    current = context.services.store.get_by_id(user_id)
+    if current is None:
+        raise UserNotFound()
+    raw = read_body(context.environ, context.max_body_bytes)
+    patch = parse_patch_body(raw, context.environ.get("CONTENT_TYPE"), xml_root="user")
+    policy.may_update(context.caller, current)
+    return _apply_update(context, current, parse_patch(patch, current))
+
+
+def _apply_update(context: RequestContext, current: User, replacement: UserReplacement) -> Reply:
+    caller, store = context.caller, context.services.store
+    assert caller is not None
     policy.may_update(caller, current)
     policy.check_update_fields(caller, current, replacement)
     if_match = context.environ.get("HTTP_IF_MATCH")
@@ -358,7 +389,7 @@ def update_user(context: RequestContext) -> Reply:
         if sent:
             admit_login(context, current.username)  # a stolen token must not make this a password oracle
         verified = sent and store.check_password(current.id, replacement.current_password or "")
-        policy.require_current_password(verified, sent)
+        policy.require_current_password(verified, sent, email_removed=current.email is not None and replacement.email is None)
     user = store.update_user(
         current.id,
         expected_version=current.version if if_match is not None else None,
@@ -498,6 +529,7 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route("/user", "PUT", update_user, params=())
     app.route("/user/search", "GET", search_users, params=SEARCHING)
     app.route(f"/user/<user_id:re:{UUID_FILTER}>", "GET", read_user, params=())
+    app.route(f"/user/<user_id:re:{UUID_FILTER}>", "PATCH", patch_user, params=())
     app.route(f"/user/<user_id:re:{UUID_FILTER}>", "DELETE", delete_user, params=())
     app.route(f"/user/<user_id:re:{UUID_FILTER}>/tokens", "GET", list_user_tokens, params=())
     app.route(f"/user/<user_id:re:{UUID_FILTER}>/tokens", "DELETE", revoke_user_tokens, params=())

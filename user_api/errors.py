@@ -122,6 +122,12 @@ class UnsupportedMediaType(UserApiError):
     default_detail = "Send the body as application/json or application/xml."
 
 
+class UnsupportedPatchType(UnsupportedMediaType):
+    default_detail = (
+        "Send a PATCH body as application/merge-patch+json (RFC 7396) or as a partial <user> in application/xml."
+    )
+
+
 class NotAcceptable(UserApiError):
     default_detail = "This resource is available as application/json or application/xml only."
 

@@ -279,6 +279,30 @@ def parse_replacement(data: Mapping[str, Any]) -> UserReplacement:
     )
 
 
+PATCH_FIELDS: Final = UPDATE_FIELDS - {"id"}  # the id is the URL's; a patch cannot change it
+
+
+def parse_patch(data: Mapping[str, Any], current: User) -> UserReplacement:
+    """Validate a PATCH /user/{id} merge patch (RFC 7396) and apply it to `current`.
+
+    A member sets its field, `null` removes it (email and fullName only: the others cannot be
+    empty), an absent member keeps the stored value. The result is what a PUT sending every
+    field would be, so both methods share one set of checks.
+    """
+    _check_fields(data, PATCH_FIELDS, ())
+    email = data.get("email", current.email)
+    return UserReplacement(
+        id=current.id,
+        username=data.get("username", current.username),
+        email=None if email is None else normalize_email(email),
+        full_name=_optional_text(data, "fullName") if "fullName" in data else current.full_name,
+        password=data.get("password"),
+        current_password=data.get("currentPassword"),
+        role=data.get("role"),
+        status=data.get("status"),
+    )
+
+
 def validate_new_user(new: NewUser) -> None:
     """The same rules for callers that bypass HTTP (the CLI, the npm login routes)."""
     body: dict[str, Any] = {"username": new.username, "password": new.password, "role": new.role}

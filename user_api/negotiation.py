@@ -16,7 +16,7 @@ from xml.etree import ElementTree
 import defusedxml.ElementTree as SafeElementTree
 from defusedxml import DefusedXmlException
 
-from user_api.errors import MalformedBody, NotAcceptable, UnsupportedMediaType
+from user_api.errors import MalformedBody, NotAcceptable, UnsupportedMediaType, UnsupportedPatchType
 
 JSON: Final = "json"
 XML: Final = "xml"
@@ -27,6 +27,9 @@ _OFFERS: Final = {
     "application/xml": XML,
     "text/xml": XML,
 }
+# PATCH bodies: RFC 7396 merge patches, or a partial <user> in XML with the same meaning.
+MERGE_PATCH_JSON: Final = "application/merge-patch+json"
+PATCH_TYPES: Final = (MERGE_PATCH_JSON, "application/xml", "text/xml")
 PROBLEM_TYPES: Final = {JSON: "application/problem+json", XML: "application/problem+xml"}
 PROBLEM_NAMESPACE: Final = "urn:ietf:rfc:7807"
 # XML 1.0 cannot carry these; they are replaced rather than emitting a broken document.
@@ -98,14 +101,15 @@ def negotiate(accept: str | None) -> MediaChoice:
 # ---- request bodies -------------------------------------------------------------------------
 
 
-def body_format(content_type: str | None) -> str:
-    """JSON or XML from Content-Type (charset allowed, UTF-8 only); UnsupportedMediaType otherwise."""
+def body_format(content_type: str | None, offers: Mapping[str, str] = _OFFERS,
+                refusal: type[UnsupportedMediaType] = UnsupportedMediaType) -> str:
+    """JSON or XML from Content-Type (charset allowed, UTF-8 only); `refusal` (415) otherwise."""
     if not content_type:
-        raise UnsupportedMediaType()
+        raise refusal()
     media, *params = [p.strip() for p in content_type.split(";")]
-    fmt = _OFFERS.get(media.lower())
+    fmt = offers.get(media.lower())
     if fmt is None:
-        raise UnsupportedMediaType()
+        raise refusal()
     for param in params:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
@@ -164,6 +168,15 @@ def parse_xml_object(raw: bytes, *, root: str) -> dict[str, str | None]:
 
 def parse_body(raw: bytes, content_type: str | None, *, xml_root: str) -> dict[str, Any]:
     fmt = body_format(content_type)
+    if fmt == JSON:
+        return parse_json_object(raw)
+    return parse_xml_object(raw, root=xml_root)
+
+
+def parse_patch_body(raw: bytes, content_type: str | None, *, xml_root: str) -> dict[str, Any]:
+    """A merge patch: application/merge-patch+json, or XML where an empty element is null."""
+    offers = {MERGE_PATCH_JSON: JSON, "application/xml": XML, "text/xml": XML}
+    fmt = body_format(content_type, offers, UnsupportedPatchType)
     if fmt == JSON:
         return parse_json_object(raw)
     return parse_xml_object(raw, root=xml_root)

@@ -17,6 +17,7 @@ from user_api.models import (
     USERNAME_MAX,
     USERNAME_PATTERN,
 )
+from user_api.negotiation import MERGE_PATCH_JSON
 from user_api.params import DEFAULT_SIZE, KEYWORD_MAX, LIST_MAX_PAGE, MAX_SIZE, SEARCH_MAX_PAGE, SEARCH_TOTAL_CAP
 from user_api.problems import PROBLEM_TYPES_BY_ERROR, TYPE_PREFIX
 
@@ -182,13 +183,32 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
         },
         "UserUpdate": {
             "type": "object",
-            "description": "Replaces username, email and fullName (absent or null clears email and fullName); "
-            "password, role and status change only when sent. Changing your own email or password needs "
-            "currentPassword. Non-admins may not change username, role or status.",
+            "description": "Full replacement: id and username are required; email and fullName are replaced "
+            "too (absent or null clears them, so send them to keep them); password, role and status change "
+            "only when sent. Changing your own email or password needs currentPassword. Non-admins may not "
+            "change username, role or status. To change some fields only, use PATCH /user/{id}.",
             "required": ["id", "username"],
             "additionalProperties": False,
             "properties": {
                 "id": UUID_SCHEMA,
+                "username": username,
+                "email": nullable_email,
+                "fullName": nullable_name,
+                "password": password,
+                "currentPassword": password,
+                "role": role,
+                "status": status,
+            },
+            "xml": {"name": "user"},
+        },
+        "UserPatch": {
+            "type": "object",
+            "description": "A JSON Merge Patch (RFC 7396): members sent change, null removes email or fullName, "
+            "absent members keep their value. currentPassword is needed only when your own email or password "
+            "actually changes. Non-admins may not change username, role or status. In XML: a partial <user>, "
+            "an empty element removes the field.",
+            "additionalProperties": False,
+            "properties": {
                 "username": username,
                 "email": nullable_email,
                 "fullName": nullable_name,
@@ -265,7 +285,7 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             "xml": {"name": "problem", "namespace": "urn:ietf:rfc:7807"},
         },
     }
-    for name in ("UserCreate", "UserUpdate", "Credentials"):
+    for name in ("UserCreate", "UserUpdate", "UserPatch", "Credentials"):
         schemas[f"{name}Xml"] = _xml_variant(schemas[name])
     return schemas
 
@@ -411,9 +431,9 @@ def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
             "/user/search": {
                 "get": {
                     "operationId": "searchUsers",
-                    "summary": "Search users: case-insensitive substring of username or full name (and email, "
-                    "for admins); username exact and prefix matches first. Keywords under 3 characters match "
-                    f"username prefixes only. totalElements and X-Total-Count stop at {SEARCH_TOTAL_CAP} "
+                    "summary": "Search users, one rule for every keyword length: a case-insensitive substring "
+                    "of username or full name (and email, for admins); username exact and prefix matches "
+                    f"first, then the rest in sign-up order. totalElements and X-Total-Count stop at {SEARCH_TOTAL_CAP} "
                     "(the most a client can page through).",
                     "parameters": [
                         *_paging_parameters(SEARCH_MAX_PAGE),
@@ -435,6 +455,22 @@ def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
                     "summary": "Read one user",
                     "parameters": [user_id],
                     "responses": _responses({"200": _success("The user", "User", headers=user_headers)}, (401, 404)),
+                },
+                "patch": {
+                    "operationId": "patchUser",
+                    "summary": "Change some fields of a user (JSON Merge Patch, RFC 7396)",
+                    "parameters": [user_id, {"name": "If-Match", "in": "header", "required": False,
+                                             "description": "ETag from a previous read; 412 when it no longer "
+                                             "matches", "schema": {"type": "string"}}],
+                    "requestBody": {"required": True, "content": {
+                        MERGE_PATCH_JSON: {"schema": _ref("UserPatch")},
+                        **{media: {"schema": _ref("UserPatchXml")} for media in XML_TYPES}}},
+                    "responses": {**_responses(
+                        {"200": _success("Updated", "User", headers=user_headers)},
+                        (401, 403, 404, 409, 412, 413, 422),
+                    ), "415": {**_problem(415), "description": "The body is neither application/merge-patch+json "
+                               "nor application/xml (UTF-8)", "headers": {
+                                   "Accept-Patch": _header("The media types a PATCH body may have")}}},
                 },
                 "delete": {
                     "operationId": "deleteUser",

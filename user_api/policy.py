@@ -107,11 +107,14 @@ def needs_current_password(caller: Caller, current: User, replacement: UserRepla
     return replacement.password is not None or replacement.email != current.email
 
 
-def require_current_password(verified: bool, sent: bool) -> None:
+def require_current_password(verified: bool, sent: bool, *, email_removed: bool = False) -> None:
     """403, not 422: the body is well-formed; the caller has not proved who they are for this change."""
     if not sent:
+        # A PUT that leaves email out removes it: say so, since the caller may not have meant it.
+        why = (" (this request removes your email: PUT replaces the whole user; send the email, or use PATCH)"
+               if email_removed else "")
         raise ReauthenticationRequired(
-            errors=[FieldError("is required to change your email or password", pointer="#/currentPassword")]
+            errors=[FieldError("is required to change your email or password" + why, pointer="#/currentPassword")]
         )
     if not verified:
         raise ReauthenticationRequired(errors=[FieldError("is not your current password", pointer="#/currentPassword")])

@@ -8,7 +8,7 @@ from http import HTTPStatus
 from typing import Any, Final
 
 from user_api import errors as e
-from user_api.negotiation import JSON, PROBLEM_NAMESPACE, PROBLEM_TYPES, encode_json, encode_xml
+from user_api.negotiation import JSON, PATCH_TYPES, PROBLEM_NAMESPACE, PROBLEM_TYPES, encode_json, encode_xml
 
 # Tag URIs (RFC 4151): stable identifiers that promise no web page; listed in the OpenAPI document.
 TYPE_PREFIX: Final = "tag:registry-gen,2025:problems/"
@@ -73,6 +73,8 @@ def headers_for(error: BaseException) -> dict[str, str]:
         return {"WWW-Authenticate": REALM}
     if isinstance(error, e.ReadOnlyToken):
         return {"WWW-Authenticate": f'{REALM}, error="insufficient_scope"'}
+    if isinstance(error, e.UnsupportedPatchType):
+        return {"Accept-Patch": ", ".join(PATCH_TYPES)}
     if isinstance(error, e.UnsupportedMediaType):
         return {"Accept": "application/json, application/xml"}
     if isinstance(error, e.RateLimited):

@@ -146,6 +146,7 @@ class StaticTree:
     ) -> Iterable[bytes]:
         vary = ["Accept"] if varies else []
         encoding = None
+        identity = target
         compressed = target.with_name(target.name + ".gz")
         if not target.name.endswith((".tgz", ".gz")) and compressed.is_file():
             vary.append("Accept-Encoding")
@@ -156,7 +157,7 @@ class StaticTree:
         except (FileNotFoundError, IsADirectoryError):
             return _json_reply(start_response, "404 Not Found", {"error": "not found"}, head)
         stat = os.fstat(handle.fileno())
-        etag = f'"{stat.st_size:x}-{stat.st_mtime_ns:x}{"-gz" if encoding else ""}"'
+        etag, other_coding = _etags(identity if encoding else target, stat, gzip=encoding is not None)
         headers = [
             ("ETag", etag),
             ("Last-Modified", formatdate(stat.st_mtime, usegmt=True)),
@@ -165,7 +166,7 @@ class StaticTree:
         ]
         if vary:
             headers.append(("Vary", ", ".join(vary)))
-        if self._not_modified(environ, etag, stat.st_mtime):
+        if self._not_modified(environ, (etag, other_coding), stat.st_mtime):
             handle.close()
             start_response("304 Not Modified", headers)
             return []
@@ -182,10 +183,12 @@ class StaticTree:
             return [handle.read()]
 
     @staticmethod
-    def _not_modified(environ: dict[str, Any], etag: str, mtime: float) -> bool:
+    def _not_modified(environ: dict[str, Any], etags: tuple[str, str], mtime: float) -> bool:
         if_none_match = environ.get("HTTP_IF_NONE_MATCH")
         if if_none_match is not None:
-            return etag_matches(str(if_none_match), etag, weak=True)  # If-Modified-Since is ignored then (RFC 9110)
+            # If-Modified-Since is ignored then (RFC 9110). Either coding's tag revalidates: both
+            # name the same document, and a client may drop Accept-Encoding between requests.
+            return any(etag_matches(str(if_none_match), etag, weak=True) for etag in etags)
         since = environ.get("HTTP_IF_MODIFIED_SINCE")
         if not since:
             return False
@@ -193,6 +196,20 @@ class StaticTree:
             return int(mtime) <= parsedate_to_datetime(str(since)).timestamp()
         except (TypeError, ValueError, IndexError, OverflowError):
             return False
+
+
+def _etags(identity: Path, served: os.stat_result, *, gzip: bool) -> tuple[str, str]:
+    """(the tag of what is sent, the tag of the other coding): both derive from the uncompressed
+    file, so the plain and the gzip answer of one document differ only by "-gz"."""
+    base = served
+    if gzip:
+        try:
+            base = identity.stat()
+        except OSError:  # a rebuild between the two opens: the gzip file's own stat still names it
+            base = served
+    plain = f'"{base.st_size:x}-{base.st_mtime_ns:x}"'
+    zipped = plain[:-1] + '-gz"'
+    return (zipped, plain) if gzip else (plain, zipped)
 
 
 def create_server_app(settings: Settings, store: UserStore, *, static: bool = True) -> WsgiApp:

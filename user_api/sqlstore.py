@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 USER_COLUMNS: Final = ("id", "username", "email", "full_name", "role", "status", "created_at", "updated_at", "version")
 TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description", "expires_at")
-TRIGRAM: Final = 3  # keywords shorter than a trigram take the username-prefix path
+TRIGRAM: Final = 3  # SQLite's trigram index cannot answer shorter keywords: they take a LIKE scan
 MAX_TOKEN_LENGTH: Final = 512
 DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever verifies against it
 
@@ -136,6 +136,18 @@ def token_from_row(user_id: str, row: Sequence[Any]) -> TokenInfo:
 
 def expired(info: TokenInfo, now: datetime) -> bool:
     return info.expires is not None and info.expires <= now
+
+
+def like_pattern(keyword: str) -> str:
+    """'%kw%' with the LIKE wildcards and the escape character itself escaped (ESCAPE '\\')."""
+    escaped = keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def like_condition(*, include_email: bool, placeholder: str, operator: str) -> str:
+    """username/full name (and email) contain the keyword: one `operator` test per column."""
+    fields = ["u.username", "u.full_name"] + (["u.email"] if include_email else [])
+    return "(" + " OR ".join(f"{field} {operator} {placeholder} ESCAPE '\\'" for field in fields) + ")"
 
 
 def prefix_range(keyword: str) -> tuple[str, str]:
@@ -264,20 +276,18 @@ class SqlUserStore:
                     f"{self._SELECT_USER} WHERE {prefix_where} ORDER BY u.username LIMIT ? OFFSET ?",
                     (low, high, limit, offset),
                 )
-            if len(keyword) < TRIGRAM:
-                total = prefix_total if count_limit is None else min(prefix_total, count_limit)
-            else:
-                total = self.dialect.count_matches(tx, keyword, include_email=include_email, limit=count_limit)
-                wanted = limit - len(rows)
-                if wanted > 0:
-                    rows += self.dialect.page_matches(
-                        tx,
-                        keyword,
-                        include_email=include_email,
-                        skip_prefix=(low, high),
-                        offset=max(0, offset - prefix_total),
-                        limit=wanted,
-                    )
+            # One rule for every keyword length: a case-insensitive substring (prefix matches first).
+            total = self.dialect.count_matches(tx, keyword, include_email=include_email, limit=count_limit)
+            wanted = limit - len(rows)
+            if wanted > 0:
+                rows += self.dialect.page_matches(
+                    tx,
+                    keyword,
+                    include_email=include_email,
+                    skip_prefix=(low, high),
+                    offset=max(0, offset - prefix_total),
+                    limit=wanted,
+                )
         return UserPage(items=tuple(user_from_row(r) for r in rows), total=total)
 
     # ---- writing users ---------------------------------------------------------------------

@@ -71,7 +71,7 @@ class UserStore(Protocol):
         self, keyword: str, *, offset: int, limit: int, include_email: bool, count_limit: int | None = None
     ) -> UserPage:
         """Username exact and prefix matches first, then the other substring matches in sign-up order;
-        keywords under 3 characters match username prefixes only. `total` stops at `count_limit`."""
+        the same rule for every keyword length. `total` stops at `count_limit`."""
         ...
 
     def count_users(self) -> int: ...

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.sqlstore import USER_COLUMNS, Tx, columns
+from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern
 
 try:
     import psycopg
@@ -70,15 +70,8 @@ CREATE OR REPLACE TRIGGER users_track_stats AFTER INSERT OR DELETE OR UPDATE OF 
 """
 
 
-def like_pattern(keyword: str) -> str:
-    """'%kw%' with the LIKE wildcards and the escape character itself escaped."""
-    escaped = keyword.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
 def match_condition(*, include_email: bool) -> str:
-    fields = ["u.username", "u.full_name"] + (["u.email"] if include_email else [])
-    return "(" + " OR ".join(f"{field} ILIKE %s ESCAPE '\\'" for field in fields) + ")"
+    return like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
 
 
 class _PgTx:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.sqlstore import USER_COLUMNS, Tx, columns, count_rows
+from user_api.sqlstore import TRIGRAM, USER_COLUMNS, Tx, columns, count_rows, like_condition, like_pattern
 
 MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
 SCHEMA_VERSION: Final = 2  # 2: user_tokens.expires_at
@@ -130,6 +130,12 @@ def match_expression(keyword: str, *, include_email: bool) -> str:
     return phrase if include_email else "{username full_name} : " + phrase
 
 
+def short_match(keyword: str, *, include_email: bool) -> tuple[str, tuple[str, ...]]:
+    """LIKE is case-insensitive for ASCII in SQLite, as ILIKE under PostgreSQL's C collation."""
+    condition = like_condition(include_email=include_email, placeholder="?", operator="LIKE")
+    return condition, (like_pattern(keyword),) * condition.count("?")
+
+
 class SqliteDialect:
     name = "sqlite"
     for_update = ""  # BEGIN IMMEDIATE already serialises writers
@@ -222,6 +228,9 @@ class SqliteDialect:
         return moment.isoformat()
 
     def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
+        if len(keyword) < TRIGRAM:
+            condition, params = short_match(keyword, include_email=include_email)
+            return count_rows(tx, f"SELECT 1 FROM users u WHERE u.status <> 'deleted' AND {condition}", params, limit)
         return count_rows(
             tx, "SELECT 1 FROM users_fts WHERE users_fts MATCH ?",
             (match_expression(keyword, include_email=include_email),), limit,
@@ -230,6 +239,15 @@ class SqliteDialect:
     def page_matches(
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
     ) -> list[tuple[Any, ...]]:
+        if len(keyword) < TRIGRAM:
+            # Under a trigram the index cannot help: a scan in key order, which stops at the page
+            # (short keywords match most names, so it stops early; the count stops at its cap).
+            condition, params = short_match(keyword, include_email=include_email)
+            return tx.all(
+                f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.status <> 'deleted' AND {condition}"
+                " AND NOT (u.username >= ? AND u.username < ?) ORDER BY u.pk LIMIT ? OFFSET ?",
+                (*params, *skip_prefix, limit, offset),
+            )
         # FTS5 yields rowids in ascending order, so "ORDER BY rowid LIMIT" streams: no sort of all hits.
         return tx.all(
             f"SELECT {columns(USER_COLUMNS, 'u')} FROM users_fts JOIN users u ON u.pk = users_fts.rowid"

@@ -74,6 +74,13 @@ def test_invalid_names_are_refused_with_a_reason(name: str, why: str) -> None:
     assert not is_valid_name(name)
 
 
+def test_a_scoped_name_may_start_with_an_underscore() -> None:
+    """npm's "cannot start with an underscore" is about the whole name (@verdaccio/e2e-cli publishes these)."""
+    assert validate_name("@e2e-names/_x") == "@e2e-names/_x"
+    with pytest.raises(InvalidName, match="underscore"):
+        validate_name("_x")
+
+
 @pytest.mark.parametrize("value", [None, 1, ["a"], {"name": "a"}])
 def test_non_strings_are_refused(value: object) -> None:
     with pytest.raises(InvalidName, match="string"):

@@ -142,6 +142,11 @@ ROUTES = [
         (401, 401, 401, 403, 403, 200, 200), on_package=False,
     ),
     Route(
+        "user-patch", "PATCH", lambda n, r: f"/user/{r.users['owner'].id}",
+        lambda n, r, a: {"body": {"fullName": f"patched by {a}"}, "headers": {"Content-Type": "application/merge-patch+json"}},
+        (401, 401, 401, 403, 403, 200, 200), on_package=False,
+    ),
+    Route(
         "user-delete", "DELETE",
         lambda n, r: f"/user/{r.store.create_user(f'victim-{next(_addresses)}', PASSWORD, None, None, 'user').id}",
         lambda n, r, a: {}, (401, 401, 401, 403, 403, 403, 204), on_package=False,
@@ -224,7 +229,8 @@ def test_the_matrix_covers_every_write_route_of_the_registry(registry: Registry)
         for route in create_user_app(registry.settings, registry.store).routes
         if route.method in ("PUT", "POST", "DELETE", "PATCH")
     }
-    user_covered = {("POST", "/user"): "user-create", ("PUT", "/user"): "user-update", ("DELETE", "/user/"): "user-delete",
+    user_covered = {("POST", "/user"): "user-create", ("PUT", "/user"): "user-update", ("PATCH", "/user/"): "user-patch",
+                    ("DELETE", "/user/"): "user-delete",
                     ("POST", "/-/user-api/owners"): "owner-claim", ("POST", "/-/user-api/advisories"): "advisory-add"}
     assert user_writes - {("POST", "/-/user-api/tokens")} == set(user_covered)
     assert set(user_covered.values()) <= {r.id for r in ROUTES}
@@ -271,9 +277,11 @@ def test_a_hostile_upload_is_refused_before_anything_is_stored(registry: Registr
 
 
 def _couch_login(registry: Registry, username: str, password: str, address: str) -> webtest.TestResponse:
-    return registry.call("PUT", f"/-/user/org.couchdb.user:{username}", address=address, body={
-        "_id": f"org.couchdb.user:{username}", "name": username, "password": password, "type": "user", "roles": [],
-    })
+    # With Basic credentials, as pnpm and yarn 1 send them (npm and yarn 4 after a 409).
+    basic = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
+    return registry.call("PUT", f"/-/user/org.couchdb.user:{username}", address=address, headers={"Authorization": basic},
+                         body={"_id": f"org.couchdb.user:{username}", "name": username, "password": password,
+                               "type": "user", "roles": []})
 
 
 def test_npm_logins_are_rate_limited_per_account_and_per_address(registry: Registry) -> None:
@@ -306,7 +314,9 @@ def _comparable(reply: webtest.TestResponse) -> tuple[int, Any, list[tuple[str, 
     return reply.status_int, body, headers
 
 
-@pytest.mark.parametrize("endpoint", ["user-api-login", "basic-auth", "npm-login", "web-login"])
+# npm-login is not among them: with `signup: open` (this registry) a login body for an unknown name
+# is a sign-up, as on Verdaccio (issue 16); where sign-up is not open, test_app_inprocess checks it.
+@pytest.mark.parametrize("endpoint", ["user-api-login", "basic-auth", "web-login"])
 def test_unknown_user_and_wrong_password_get_the_same_answer(registry: Registry, endpoint: str) -> None:
     addresses = (f"10.5.{next(_addresses) % 250}.1", f"10.5.{next(_addresses) % 250}.2")
 
@@ -316,8 +326,6 @@ def test_unknown_user_and_wrong_password_get_the_same_answer(registry: Registry,
         if endpoint == "basic-auth":
             basic = base64.b64encode(f"{username}:wrong-password-x".encode()).decode()
             return registry.call("GET", "/-/whoami", headers={"Authorization": f"Basic {basic}"}, address=address)
-        if endpoint == "npm-login":
-            return _couch_login(registry, username, "wrong-password-x", address)
         start = registry.call("POST", "/-/v1/login", body={}, address=address)
         login_path = urlsplit(start.json["loginUrl"]).path
         return registry.client.post(login_path, {"username": username, "password": "wrong-password-x"}, expect_errors=True,
@@ -426,7 +434,7 @@ def test_tokens_never_reach_a_url_or_the_server_log(tmp_path: Path) -> None:
         assert request("DELETE", f"{server.base}-/user/token/{issued[0]}", token=issued[0]).status == 200  # npm logout
         replies = [created, login, web, failing]
     log = server.log()
-    assert "PUT /secret-pkg 201" in log  # the log does record requests
+    assert "\"PUT /secret-pkg HTTP/1.1\" 201" in log  # the log does record requests (access-log shape)
     for token in [*issued, bogus]:
         assert token not in log, "a token reached the server log"
         assert token[4:20] not in log, "part of a token reached the server log"

@@ -67,22 +67,23 @@ def _system_npm_major() -> int:
     return int(proc.stdout.strip().split(".")[0])
 
 
-def install_client(spec: ClientSpec) -> list[str]:
-    """The command prefix that runs `spec`, installing it into CLIENTS_DIR first if missing."""
+def install_client(spec: ClientSpec, clients_dir: Path | None = None) -> list[str]:
+    """The command prefix that runs `spec`, installing it into `clients_dir` (CLIENTS_DIR) first if missing."""
+    clients_dir = clients_dir or CLIENTS_DIR
     package = spec.package
     if package is None:
         if _system_npm_major() == 11:
             return [shutil.which(NPM) or NPM]
         package = "npm@11"  # the machine's npm is not 11: bring one
         spec = ClientSpec(spec.name, spec.label, spec.kind, package, "node_modules/npm/bin/npm-cli.js", spec.lockfile)
-    prefix = CLIENTS_DIR / package.replace("/", "_").replace("@", "_")
+    prefix = clients_dir / package.replace("/", "_").replace("@", "_")
     entry = prefix / spec.entry
-    CLIENTS_DIR.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(CLIENTS_DIR / ".install.lock"), timeout=600):
+    clients_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(clients_dir / ".install.lock"), timeout=600):
         if not entry.exists():
             proc = subprocess.run(
                 [NPM, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
-                 "--cache", str(CLIENTS_DIR / ".npm-cache"), package],
+                 "--cache", str(clients_dir / ".npm-cache"), package],
                 capture_output=True, text=True, timeout=600, env=clean_env(),
             )  # fmt: skip
             if proc.returncode != 0 or not entry.exists():
@@ -271,5 +272,6 @@ class ClientRun:
         if self.spec.kind == "yarn4":
             # A yarn project must be installed before `yarn npm publish` will pack it.
             self.run("install", cwd=package, env={"YARN_ENABLE_IMMUTABLE_INSTALLS": "false"})
-            return self.run("npm", "publish", "--access", "public", cwd=package)
+            # No --access: yarn 4 then sends access=restricted for scoped packages (issue 16).
+            return self.run("npm", "publish", cwd=package)
         raise NotImplementedError(f"{self.spec.label}: publish is not part of the matrix")

@@ -55,9 +55,10 @@ def _app(settings: Settings, store: UserStore) -> webtest.TestApp:
     return webtest.TestApp(create_server_app(settings, store))
 
 
-def _adduser(app: webtest.TestApp, name: str, password: str = "password-123", status: int = 201, **extra: Any) -> Any:
+def _adduser(app: webtest.TestApp, name: str, password: str = "password-123", status: int = 201,
+             headers: dict[str, str] | None = None, **extra: Any) -> Any:
     body = {"name": name, "password": password, "email": f"{name}@example.com", **extra}
-    return app.put_json(f"/-/user/org.couchdb.user:{name}", body, status=status).json
+    return app.put_json(f"/-/user/org.couchdb.user:{name}", body, headers=headers or {}, status=status).json
 
 
 def _basic(name: str, password: str) -> dict[str, str]:
@@ -76,14 +77,33 @@ def test_signup_policy_refuses_new_accounts_but_not_logins(tmp_path: Path, signu
         store.create_user("existing", "password-123", "existing@example.com")
         app = _app(settings, store)
         assert words in _adduser(app, "newcomer", status=403)["error"]
-        assert _adduser(app, "existing")["token"]
-        wrong = app.put_json("/-/user/org.couchdb.user:existing", {"name": "existing", "password": "nope-nope-1"}, status=401)
+        assert "Basic" in _adduser(app, "existing", status=409)["error"]  # npm and yarn retry with Basic
+        assert _adduser(app, "existing", headers=_basic("existing", "password-123"))["token"]
+        wrong = app.put_json("/-/user/org.couchdb.user:existing", {"name": "existing", "password": "nope-nope-1"},
+                             headers=_basic("existing", "nope-nope-1"), status=401)
         assert wrong.headers["WWW-Authenticate"].startswith("Basic")
         # A login (no email) for an unknown name answers like a wrong password: names are not probed.
         missing = app.put_json("/-/user/org.couchdb.user:nobody", {"name": "nobody", "password": "whatever-1"}, status=401)
         assert missing.json == wrong.json
     finally:
         store.close()
+
+
+def test_open_signup_accepts_an_account_without_email(settings: Settings, store: UserStore) -> None:
+    """Issue 16: npm's login body, yarn's and @verdaccio/e2e-cli's bootstrap send no email; with
+    `signup: open` that is a sign-up (as on Verdaccio), not "incorrect username or password"."""
+    app = _app(settings, store)
+    body = {"name": "no-mail", "password": "password-123", "type": "user", "roles": []}
+    created = app.put_json("/-/user/org.couchdb.user:no-mail", body, status=201).json
+    assert created["ok"] == "user no-mail created" and created["token"]
+    assert app.get("/-/whoami", headers=_bearer(created["token"])).json == {"username": "no-mail"}
+    user = store.get_by_username("no-mail")
+    assert user is not None and user.email is None
+    # The same body again is no sign-up: an existing account logs in with Basic credentials (409 asks for them).
+    app.put_json("/-/user/org.couchdb.user:no-mail", body, status=409)
+    again = app.put_json("/-/user/org.couchdb.user:no-mail", body, headers=_basic("no-mail", "password-123"), status=201)
+    assert again.json["ok"] == "you are logged in as no-mail"
+    app.put_json("/-/user/org.couchdb.user:no-mail", body, headers=_basic("no-mail", "wrong-pass-1"), status=401)
 
 
 def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -> None:
@@ -93,13 +113,15 @@ def test_login_attempts_are_rate_limited(settings: Settings, store: UserStore) -
     _adduser(app, "target")  # from webtest's address, which is known to the account from now on
     path, elsewhere = "/-/user/org.couchdb.user:target", {"REMOTE_ADDR": "198.51.100.9"}
     # The sign-up took one of the account's two attempts; one wrong guess from elsewhere takes the other.
-    app.put_json(path, {"name": "target", "password": "bad-guess-1"}, extra_environ=elsewhere, status=401)
-    limited = app.put_json(path, {"name": "target", "password": "password-123"}, extra_environ={"REMOTE_ADDR": "198.51.100.10"}, status=429)
+    app.put_json(path, {"name": "target", "password": "bad-guess-1"}, headers=_basic("target", "bad-guess-1"),
+                 extra_environ=elsewhere, status=401)
+    limited = app.put_json(path, {"name": "target", "password": "password-123"}, headers=_basic("target", "password-123"),
+                           extra_environ={"REMOTE_ADDR": "198.51.100.10"}, status=429)
     assert int(limited.headers["Retry-After"]) >= 1 and "too many" in limited.json["error"]
     # Basic-authenticated writes count as attempts too.
     app.get("/-/whoami", headers=_basic("target", "password-123"), extra_environ={"REMOTE_ADDR": "198.51.100.11"}, status=429)
     # The guesses from elsewhere do not lock the owner out of the address they logged in from.
-    app.put_json(path, {"name": "target", "password": "password-123"}, status=201)
+    app.put_json(path, {"name": "target", "password": "password-123"}, headers=_basic("target", "password-123"), status=201)
 
 
 def test_the_legacy_409_path_and_basic_auth(settings: Settings, store: UserStore) -> None:
@@ -167,6 +189,11 @@ def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
     assert tree.get("/statics", headers={"If-Modified-Since": full.headers["Last-Modified"]}, status=304).body == b""
     zipped = tree.get("/statics", headers={"Accept-Encoding": "gzip"})  # WebTest decodes the body again
     assert zipped.headers["ETag"].endswith('-gz"') and zipped.json == full.json
+    # Revalidation works across codings (yarn and @verdaccio/e2e-cli drop Accept-Encoding in between).
+    assert zipped.headers["ETag"] != full.headers["ETag"]
+    tree.get("/statics", headers={"If-None-Match": zipped.headers["ETag"]}, status=304)
+    tree.get("/statics", headers={"If-None-Match": full.headers["ETag"], "Accept-Encoding": "gzip"}, status=304)
+    tree.get("/statics", headers={"If-None-Match": '"0-0"'}, status=200)
     head = tree.head("/statics/-/statics-1.0.0.tgz")
     assert head.body == b"" and int(head.headers["Content-Length"]) > 0 and "immutable" in head.headers["Cache-Control"]
     corgi = tree.get("/statics", headers={"Accept": "application/vnd.npm.install-v1+json"})

@@ -99,7 +99,7 @@ def test_refused_writes_change_nothing(server: RegistryProcess, owner: str, stra
         "bad manifest": (owner, publish_body(name, "2.0.0", tarball(name, "two")), 400, "not a semantic version"),
         "name mismatch": (owner, publish_body(name, "2.0.0", tarball("other-name", "2.0.0")), 400, "names 'other-name'"),
         "not a tarball": (owner, publish_body(name, "2.0.0", b"plain text"), 400, "gzip"),
-        "restricted": (owner, publish_body(name, "2.0.0", tarball(name, "2.0.0"), access="restricted"), 400, "--access public"),
+        "unknown access": (owner, publish_body(name, "2.0.0", tarball(name, "2.0.0"), access="private"), 400, "access must be"),
     }
     for label, (token, body, status, words) in cases.items():
         reply = http("PUT", base + name, token=token, body=body)

@@ -180,6 +180,21 @@ def test_web_login(server: RegistryProcess, tmp_path: Path) -> None:
 
 
 
+def test_npm_legacy_login_of_a_new_name_signs_up_without_email(server: RegistryProcess, tmp_path: Path) -> None:
+    """Issue 16: `npm login --auth-type=legacy` asks no email and sends none; with `signup: open`
+    (this server) that is a sign-up, not "incorrect username or password"."""
+    client: Npm = server.npm("fern-legacy")
+    code, transcript = drive_terminal(
+        [NPM, "login", "--auth-type=legacy"], client.env, tmp_path,
+        [("Username:", "fern"), ("Password:", "fern-password-1")], deadline=90,
+    )
+    assert code == 0, transcript
+    assert client.run("whoami", cwd=tmp_path).stdout.strip() == "fern"
+    token = re.search(r":_authToken=(\S+)", client.userconfig.read_text())
+    assert token is not None
+    assert "email" not in http("GET", f"{server.base}-/user/org.couchdb.user:fern", token=token.group(1)).json
+
+
 def test_legacy_login_through_a_terminal(server: RegistryProcess, tmp_path: Path) -> None:
     add_user(server.base, "erin", "erin-password-1")
     client: Npm = server.npm("erin-legacy")

@@ -71,7 +71,7 @@ def test_a_version_number_is_used_once(state: PackageState, words: str) -> None:
         ({"versions": {}}, BadRequest, "exactly one version"),
         ({"name": "other"}, BadRequest, "does not match"),
         ({"_attachments": {}}, BadRequest, "exactly one .tgz"),
-        ({"access": "restricted"}, publish.AccessNotSupported, "world-readable"),
+        ({"access": "private"}, BadRequest, "access must be"),
         ({"dist-tags": {"1.0": "1.1.0"}}, BadRequest, "dist-tag"),
     ],
 )
@@ -79,6 +79,14 @@ def test_decode_publish_refuses_malformed_bodies(change: dict[str, object], erro
     body = {**publish_body("pkg", "1.1.0", tarball("pkg", "1.1.0")), **change}
     with pytest.raises(error, match=words):
         publish.decode_publish("pkg", body, Limits())
+
+
+@pytest.mark.parametrize("access", ["restricted", "public", None])
+def test_every_access_a_client_sends_is_accepted(access: str | None) -> None:
+    """yarn 4 sends access=restricted for scoped packages by default; the read rules decide reads."""
+    body = {**publish_body("@team/pkg", "1.1.0", tarball("@team/pkg", "1.1.0")), "access": access}
+    decoded = publish.decode_publish("@team/pkg", body, Limits())
+    assert decoded.manifest["version"] == "1.1.0" and "access" not in decoded.manifest
 
 
 def test_decode_publish_checks_the_tarball_like_the_build() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import quote
@@ -316,10 +317,21 @@ def test_search_is_case_insensitive_and_substring(api: Api, admin: tuple[Any, st
     assert _names(api.get("/user/search?keyword=%C3%A5ngstr", token=token)) == ["zoe"]
 
 
-def test_search_short_keyword_uses_username_prefix(api: Api, admin: tuple[Any, str], people: dict[str, Any]) -> None:
+def test_search_short_keywords_follow_the_same_rule(api: Api, admin: tuple[Any, str], people: dict[str, Any]) -> None:
+    """Issue 16: one rule for every length (substring, username prefixes first); no 3-character switch."""
     _, token = admin
-    assert _names(api.get("/user/search?keyword=ma", token=token)) == ["ma", "mark", "marketing"]
-    assert _names(api.get("/user/search?keyword=z", token=token)) == ["zed", "zoe"]
+    _, user_token = api.make_user("plain")
+    short = api.get("/user/search?keyword=ma", token=token)
+    assert _names(short)[:3] == ["ma", "mark", "marketing"]
+    assert set(_names(short)[3:]) == {"amark", "zed", "bob"}  # username, full name ("Zed Marker"), email
+    assert short.json["page"]["totalElements"] == 6
+    assert set(_names(api.get("/user/search?keyword=ma", token=user_token))) == {"ma", "mark", "marketing", "amark", "zed"}
+    assert _names(api.get("/user/search?keyword=MA", token=token))[:3] == ["ma", "mark", "marketing"]
+    assert _names(api.get("/user/search?keyword=wa", token=token)) == ["mark"]  # Twain: inside a full name
+    for literal in ("%25", "_", "%5C"):  # %, _ and \ are text, not LIKE syntax
+        assert api.get(f"/user/search?keyword={literal}", token=token).json["content"] == []
+    pages = [_names(api.get(f"/user/search?keyword=ma&size=4&page={n}", token=token)) for n in (1, 2)]
+    assert pages[0][:3] == ["ma", "mark", "marketing"] and sorted(pages[0][3:] + pages[1]) == ["amark", "bob", "zed"]
 
 
 def test_search_email_only_for_admins(api: Api, admin: tuple[Any, str], people: dict[str, Any]) -> None:
@@ -368,7 +380,7 @@ def test_search_keyword_missing_blank_or_invalid_is_400(api: Api, admin: tuple[A
 @pytest.mark.parametrize(
     ("keyword", "expected"),
     [('o"b', []), ("AND", []), ("NEAR(", []), ("0% u", ["plain"]), ("r_s", ["plain"]), ("%_%", []), ("a%", []),
-     ("_", []), ("\\", []), ("' OR 1=1 --", []), ("{username} : x", []), ("pla", ["plain"])],
+     ("_", ["plain"]), ("\\", []), ("' OR 1=1 --", []), ("{username} : x", []), ("pla", ["plain"])],
 )
 def test_search_treats_syntax_and_wildcards_as_literal_text(
     api: Api, admin: tuple[Any, str], keyword: str, expected: list[str]
@@ -473,10 +485,112 @@ def test_update_to_taken_username_is_409(api: Api, admin: tuple[Any, str]) -> No
     api.put("/user", {"id": user.id, "username": "katherine"}, token=token, status=200)
 
 
+def test_put_leaving_email_out_says_that_it_removes_it(api: Api) -> None:
+    user, token = api.make_user("pia", password="pia-password", email="pia@x.org")
+    response = api.put("/user", {"id": user.id, "username": "pia", "fullName": "Pia"}, token=token, status=403)
+    assert "removes your email" in response.json["errors"][0]["detail"]
+    assert "PATCH" in response.json["errors"][0]["detail"]
+
+
+# ---- PATCH /user/<id> (JSON Merge Patch, RFC 7396) -------------------------------------------------
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _patch(api: Api, user_id: str, body: dict[str, Any] | str, *, content_type: str = MERGE_PATCH,
+           **kw: Any) -> Any:
+    raw = body if isinstance(body, str) else json.dumps(body)
+    return api.request("PATCH", f"/user/{user_id}", body=raw, content_type=content_type, **kw)
+
+
+def test_patch_changes_only_the_members_sent(api: Api) -> None:
+    user, token = api.make_user("quinn", email="q@x.org", full_name="Quinn")
+    # The issue's case: only fullName changes, so no currentPassword is asked for.
+    response = _patch(api, user.id, {"fullName": "Quinn Q"}, token=token, status=200)
+    assert response.json["fullName"] == "Quinn Q" and response.json["email"] == "q@x.org"
+    assert response.headers["ETag"] != user.etag
+    stored = api.store.get_by_id(user.id)
+    assert stored is not None and (stored.email, stored.full_name) == ("q@x.org", "Quinn Q")
+    # Sending the current email unchanged is not a change either.
+    _patch(api, user.id, {"email": "q@X.ORG", "fullName": "Q"}, token=token, status=200)
+
+
+def test_patch_null_removes_and_absent_keeps(api: Api) -> None:
+    user, token = api.make_user("rosa", email="r@x.org", full_name="Rosa")
+    response = _patch(api, user.id, {"fullName": None}, token=token, status=200)
+    assert "fullName" not in response.json and response.json["email"] == "r@x.org"
+    stored = api.store.get_by_id(user.id)
+    assert stored is not None and stored.full_name is None and stored.email == "r@x.org"
+
+
+def test_admin_resets_a_password_by_patch_without_erasing_the_profile(api: Api, admin: tuple[Any, str]) -> None:
+    _, admin_token = admin
+    user, _ = api.make_user("sam", email="sam@x.org", full_name="Sam Smith", password="old-password-1")
+    api.passwords.add("reset-password-9")
+    _patch(api, user.id, {"password": "reset-password-9"}, token=admin_token, status=200)
+    assert api.store.verify_password("sam", "reset-password-9") is not None
+    stored = api.store.get_by_id(user.id)
+    assert stored is not None and (stored.email, stored.full_name) == ("sam@x.org", "Sam Smith")
+
+
+def test_patch_asks_for_current_password_only_when_email_or_password_change(api: Api) -> None:
+    user, token = api.make_user("tess", password="tess-password", email="t@x.org")
+    missing = _patch(api, user.id, {"email": "new@x.org"}, token=token, status=403)
+    assert missing.json["errors"][0]["pointer"] == "#/currentPassword"
+    _patch(api, user.id, {"email": None}, token=token, status=403)  # removing is a change too
+    api.passwords.add("tess-password-2")
+    _patch(api, user.id, {"password": "tess-password-2"}, token=token, status=403)
+    _patch(api, user.id, {"email": "new@x.org", "currentPassword": "tess-password"}, token=token, status=200)
+    assert api.store.get_by_id(user.id).email == "new@x.org"  # type: ignore[union-attr]
+
+
+def test_patch_keeps_the_field_and_permission_rules(api: Api) -> None:
+    user, token = api.make_user("uma")
+    other, _ = api.make_user("vera")
+    forbidden = _patch(api, user.id, {"role": "admin"}, token=token, status=403)
+    assert forbidden.json["errors"] == [{"detail": "only an administrator may change this", "pointer": "#/role"}]
+    _patch(api, other.id, {"fullName": "Not mine"}, token=token, status=403)
+    invalid = _patch(api, user.id, {"fullName": 42, "password": None, "nope": 1}, token=token, status=422)
+    assert {e["pointer"] for e in invalid.json["errors"]} == {"#/fullName", "#/password", "#/nope"}
+    # The id is the URL's: a patch naming one (even the same) is refused, like the read-only fields.
+    for body in ({"id": other.id}, {"id": user.id}, {"createdAt": "2020-01-01T00:00:00Z"}):
+        refused = _patch(api, user.id, body, token=token, status=422)
+        assert refused.json["errors"][0]["pointer"] == "#/" + next(iter(body))
+    _patch(api, "00000000-0000-4000-8000-000000000000", {"fullName": "X"}, token=token, status=404)
+    _patch(api, user.id, {"fullName": "Uma"}, status=401)
+    _patch(api, user.id, "[]", token=token, status=400)
+
+
+def test_patch_needs_a_merge_patch_or_xml_body(api: Api) -> None:
+    user, token = api.make_user("wes")
+    refused = _patch(api, user.id, {"fullName": "Wes"}, content_type="application/json", token=token, status=415)
+    assert refused.headers["Accept-Patch"] == "application/merge-patch+json, application/xml, text/xml"
+    assert "merge-patch" in refused.json["detail"]
+    _patch(api, user.id, {"fullName": "Wes"}, content_type=MERGE_PATCH + "; charset=utf-8", token=token, status=200)
+
+
+def test_patch_if_match(api: Api) -> None:
+    user, token = api.make_user("xena")
+    first = _patch(api, user.id, {"fullName": "X1"}, token=token, headers={"If-Match": user.etag}, status=200)
+    stale = _patch(api, user.id, {"fullName": "X2"}, token=token, headers={"If-Match": user.etag}, status=412)
+    assert stale.json["type"].endswith("/precondition-failed")
+    _patch(api, user.id, {"fullName": "X2"}, token=token, headers={"If-Match": first.headers["ETag"]}, status=200)
+
+
+def test_patch_xml_partial_user_and_empty_element_removes(api: Api) -> None:
+    user, token = api.make_user("yann", email="y@x.org", full_name="Yann")
+    response = _patch(api, user.id, user_xml(fullName="Yann Y"), content_type="application/xml", token=token,
+                      headers=XML, status=200)
+    fields = xml_fields(ElementTree.fromstring(response.body))
+    assert fields["fullName"] == "Yann Y" and fields["email"] == "y@x.org"
+    cleared = _patch(api, user.id, "<user><fullName/></user>", content_type="text/xml", token=token, status=200)
+    assert "fullName" not in cleared.json and cleared.json["email"] == "y@x.org"
+
+
 def test_put_on_item_path_is_405_problem_with_allow(api: Api, admin: tuple[Any, str]) -> None:
     user, token = admin
     response = api.put(f"/user/{user.id}", {"id": user.id, "username": "root"}, token=token, status=405)
-    assert set(response.headers["Allow"].split(",")) == {"GET", "DELETE"}
+    assert set(response.headers["Allow"].split(",")) == {"GET", "PATCH", "DELETE"}
     assert response.content_type == "application/problem+json"
 
 
@@ -560,7 +674,7 @@ def test_unhandled_error_is_a_bare_500_problem(
 
 
 def test_unsupported_methods_are_405_problems(api: Api) -> None:
-    for method, path in (("PATCH", "/user"), ("DELETE", "/user/search"), ("POST", "/-/user-api/openapi.json")):
+    for method, path in (("PATCH", "/user"), ("PATCH", "/user/search"), ("DELETE", "/user/search"), ("POST", "/-/user-api/openapi.json")):
         response = api.request(method, path, status=405)
         assert response.headers["Allow"]
         assert response.content_type == "application/problem+json"
@@ -574,4 +688,11 @@ def test_openapi_document_is_served(api: Api) -> None:
         "/user", "/user/search", "/user/{id}", "/user/{id}/tokens", "/user/{id}/tokens/{key}",
         "/-/user-api/tokens", "/-/user-api/openapi.json"}
     assert set(document["paths"]["/user"]) == {"get", "post", "put"}
+    assert set(document["paths"]["/user/{id}"]) == {"get", "patch", "delete"}
+    # Which fields PUT needs (and what leaving the others out does) is in the document.
+    update = document["components"]["schemas"]["UserUpdate"]
+    assert update["required"] == ["id", "username"] and "absent or null clears them" in update["description"]
+    patch_body = document["paths"]["/user/{id}"]["patch"]["requestBody"]["content"]
+    assert set(patch_body) == {"application/merge-patch+json", "application/xml", "text/xml"}
+    assert "required" not in document["components"]["schemas"]["UserPatch"]
     api.get("/-/user-api/openapi.json", headers=XML, status=406)

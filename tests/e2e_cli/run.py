@@ -1,0 +1,180 @@
+"""Verdaccio's registry-agnostic client suite, `@verdaccio/e2e-cli`, against `registry-gen serve`.
+
+`make e2e` (CI runs it after `make test`) or `python -m tests.e2e_cli.run [--client npm11 ...]`.
+For each client: a fresh `registry-gen serve` with open sign-up at `http://localhost:PORT/` (the
+suite writes its auth line for `localhost`), then the whole battery with that client. Exit 0 only
+when every test that applies passed; the ones that do not apply are skipped by name and listed in
+README's compatibility section with the reason (NOT_APPLICABLE below).
+
+Downloads are cached outside the checkout: the suite in `~/.cache/registry-gen-tests/e2e-cli-*`,
+the clients in `~/.cache/registry-gen-tests/clients` (the versions of tests/hosts/clients.py).
+The suite's yarn 4 tests `npm pack` three Verdaccio yarn plugins that are not on the npm registry:
+their bundles, built from source, are in `yarn-plugins/` and served from a loopback registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from registry_gen.archive import build_npm_tarball
+from registry_gen.build import run_build
+from registry_gen.settings import Settings
+from tests.hosts.clients import CLIENTS, NPM, clean_env, install_client
+from tests.hosts.servers import free_port, wait_for_port
+from tests.realworld.corpus import cache_root
+from tests.support import static_server
+
+SUITE_VERSION = "4.0.1"
+SUITE_TIMEOUT = 900  # seconds for one client's whole battery (about 1-2 minutes when it works)
+HERE = Path(__file__).resolve().parent
+PLUGINS = HERE / "yarn-plugins"
+PLUGIN_VERSIONS = {"npm-ping": "0.0.7", "npm-login": "0.0.10", "npm-deprecate": "0.0.9"}
+# client name (tests/hosts/clients.py) -> the suite's --pm name
+SUITE_NAMES = {"npm11": "npm", "npm10": "npm", "pnpm": "pnpm", "yarn4": "yarn-modern"}
+NOT_APPLICABLE = {
+    # Publishes `JSONStream-<id>` first: npm's rule for new packages refuses upper-case names
+    # (the npm registry refuses them too), and a tree holding `JSONStream/` and `jsonstream/`
+    # breaks on case-insensitive disks. registry-gen serves such legacy names from content/ only.
+    "package-names": "new upper-case package names are refused, as on the npm registry",
+}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def install_suite() -> Path:
+    """The suite's entry script, installed once per version into the tests' cache folder."""
+    prefix = cache_root() / f"e2e-cli-{SUITE_VERSION}"
+    entry = prefix / "node_modules" / "@verdaccio" / "e2e-cli" / "bin" / "e2e-cli.js"
+    if not entry.exists():
+        prefix.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [NPM, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error",
+             f"@verdaccio/e2e-cli@{SUITE_VERSION}"],
+            check=True, timeout=600, env=clean_env(),
+        )  # fmt: skip
+    return entry
+
+
+def plugin_tarball(name: str) -> bytes:
+    version = PLUGIN_VERSIONS[name]
+    manifest = f'{{"name": "@verdaccio/yarn-plugin-{name}", "version": "{version}", "license": "MIT"}}'
+    bundle = (PLUGINS / f"plugin-{name}.js").read_bytes()
+    return build_npm_tarball([("package.json", 0o644, manifest.encode()),
+                              (f"bundles/@yarnpkg/plugin-{name}.js", 0o644, bundle)])  # fmt: skip
+
+
+@contextlib.contextmanager
+def plugin_registry(root: Path) -> Iterator[str]:
+    """A static registry (built by registry-gen, served by the stdlib) holding the three plugins."""
+    content, out = root / "content", root / "public"
+    content.mkdir(parents=True)
+    out.mkdir(parents=True)
+    for name, version in PLUGIN_VERSIONS.items():
+        (content / f"yarn-plugin-{name}-{version}.tgz").write_bytes(plugin_tarball(name))
+    with static_server(out) as base:
+        run_build(Settings(content_dir=content, out_dir=out, base_url=base, data_dir=root / "data"))
+        yield base
+
+
+@contextlib.contextmanager
+def serve_registry(root: Path) -> Iterator[str]:
+    """`registry-gen serve` with open sign-up, spelled http://localhost:PORT/ as the suite wants."""
+    port = free_port()
+    base = f"http://localhost:{port}/"
+    (root / "content").mkdir(parents=True)
+    (root / "registry.yaml").write_text("signup: open\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    with open(root / "serve.log", "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "registry_gen", "serve", "content", "--out", "public", "--host", "127.0.0.1",
+             "--port", str(port), "--base-url", base, "--threads", "8"],
+            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            wait_for_port(port, process, deadline=60)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+
+
+def suite_env(workdir: Path, *, plugins: str | None) -> dict[str, str]:
+    """The suite's processes get their own HOME, temp folder and npm cache (nothing of the caller's)."""
+    env = clean_env()
+    for name in ("home", "tmp", "npm-cache"):
+        (workdir / name).mkdir(parents=True, exist_ok=True)
+    env.update(HOME=str(workdir / "home"), TMPDIR=str(workdir / "tmp"), npm_config_cache=str(workdir / "npm-cache"),
+               npm_config_update_notifier="false", npm_config_audit="false", npm_config_fund="false")
+    if plugins is not None:
+        # Only the suite's `npm pack @verdaccio/yarn-plugin-*` reads this file; yarn 4 does not.
+        (workdir / "home" / ".npmrc").write_text(f"@verdaccio:registry={plugins}\n")
+    return env
+
+
+def run_client(client: str, suite: Path, workdir: Path) -> tuple[int, str]:
+    """The whole battery with one client against a fresh registry: (exit code, output without colours)."""
+    clients_dir = Path(os.environ.get("REGISTRY_GEN_CLIENTS_DIR") or cache_root() / "clients")
+    binary = install_client(CLIENTS[client], clients_dir)[-1]
+    args = ["node", str(suite), "--pm", f"{SUITE_NAMES[client]}={binary}"]
+    for name in NOT_APPLICABLE:
+        args += ["--skip-test", name]
+    with contextlib.ExitStack() as stack:
+        plugins = stack.enter_context(plugin_registry(workdir / "plugins")) if client == "yarn4" else None
+        registry = stack.enter_context(serve_registry(workdir / "registry"))
+        proc = subprocess.run(
+            [*args, "--registry", registry], cwd=workdir, env=suite_env(workdir, plugins=plugins),
+            capture_output=True, text=True, timeout=SUITE_TIMEOUT,
+        )  # fmt: skip
+    return proc.returncode, _ANSI.sub("", proc.stdout + proc.stderr)
+
+
+def summary(output: str) -> list[str]:
+    """The suite's per-test verdicts (PASS/FAIL/SKIP lines and one-line ✓/✗) and its totals."""
+    keep = re.compile(r"^\s*(✓|✗|PASS|FAIL|SKIP|x |✓ )|passed,")
+    return [line.rstrip() for line in output.splitlines() if keep.search(line)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--client", action="append", choices=sorted(SUITE_NAMES),
+                        help="run only these clients (repeatable; default: all four)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, serve.log)")
+    options = parser.parse_args(argv)
+    suite = install_suite()
+    failed = []
+    tmp = Path(tempfile.mkdtemp(prefix="registry-gen-e2e-cli-"))
+    try:
+        for client in options.client or list(SUITE_NAMES):
+            started = time.monotonic()
+            code, output = run_client(client, suite, tmp / client)
+            (tmp / f"{client}.log").write_text(output)
+            print(f"== {client}: exit {code} in {time.monotonic() - started:.0f}s", flush=True)
+            print("\n".join(summary(output)), flush=True)
+            if code != 0:
+                failed.append(client)
+    finally:
+        if options.keep:
+            print(f"work folder kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if failed:
+        print(f"@verdaccio/e2e-cli failed for: {', '.join(failed)} (not applicable, skipped: {', '.join(NOT_APPLICABLE)})")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
