@@ -32,9 +32,11 @@ system-deps:
 run: $(RUNTIME_STAMP)
 	$(BIN)/registry-gen serve --host $(HOST) --port $(PORT)
 
-## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones).
+## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones), then
+## Verdaccio's client suite (the e2e target).
 test: $(TEST_STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
 
 ## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (README "Compatibility").
 e2e: $(TEST_STAMP)
