@@ -115,9 +115,10 @@ def incremental_samples(tree: Path, source: Path, work: Path, label: str, rounds
     script.parent.mkdir(exist_ok=True)
     script.write_text(CHILD)
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    # cwd=tree too: the build's fork server starts with the working folder first on its path.
     try:
         done = subprocess.run([sys.executable, str(script), str(root / "content"), str(root / "public"), str(rounds)],
-                              env=env, check=True, stdout=subprocess.PIPE, text=True, timeout=1800)
+                              env=env, cwd=tree, check=True, stdout=subprocess.PIPE, text=True, timeout=1800)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -136,10 +136,27 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
 class BuildState:
     """The state database, inside one write transaction from `begin()` to `commit()`."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, db: sqlite3.Connection | None = None):
         self.path = path
-        self.db = open_database(path, _STATE_SCHEMA)
+        self.db = db or open_database(path, _STATE_SCHEMA)
         self.ledger = FirstSeenLedger(path.parent / LEDGER_FILE)
+
+    @classmethod
+    def reading(cls, path: Path) -> BuildState:
+        """A read-only view for the write side's questions (call with the build lock held).
+
+        It skips the schema script, and closing it never checkpoints the WAL (only a writer can):
+        a publish would otherwise pay a checkpoint for the look before its build. A missing state
+        or one of another schema opens the ordinary way, which creates or migrates it."""
+        if path.exists():
+            db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+            try:
+                if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                    return cls(path, db)
+            except sqlite3.DatabaseError:
+                pass  # unreadable: the ordinary open recreates it
+            db.close()
+        return cls(path)
 
     # -- transaction
 

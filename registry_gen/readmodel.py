@@ -44,7 +44,7 @@ class RegistryReader:
 
     @contextmanager
     def _build_state(self) -> Iterator[BuildState]:
-        state = BuildState(self.settings.state_file)
+        state = BuildState.reading(self.settings.state_file)
         try:
             yield state
         finally:

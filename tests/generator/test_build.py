@@ -395,3 +395,33 @@ def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) ->
     os.utime(archive, ns=(later, later))
     run_build(settings)
     assert served_time() != "2020-09-13T12:26:40.123Z"
+
+
+def test_the_write_sides_state_view_is_read_only_and_sees_the_build(tmp_path: Path) -> None:
+    """`BuildState.reading` (what a publish asks before its build) answers from the state the build
+    wrote, cannot write, and opens a missing or outdated state the ordinary way."""
+    from registry_gen.buildstate import SCHEMA_VERSION, BuildState
+
+    settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public")
+    make_tarball(tmp_path / "content" / "pkg", "pkg", "1.0.0")
+    run_build(settings)
+    view = BuildState.reading(settings.state_file)
+    try:
+        assert set(view.live_of("pkg")) == {"1.0.0"}
+        try:
+            view.db.execute("DELETE FROM live")
+        except sqlite3.OperationalError as exc:
+            assert "readonly" in str(exc)
+        else:
+            raise AssertionError("the view could write")
+    finally:
+        view.close()
+    with sqlite3.connect(settings.state_file) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION - 1}")
+    migrated = BuildState.reading(settings.state_file)  # another schema: recreated, writable
+    try:
+        assert migrated.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    finally:
+        migrated.close()
+    fresh = BuildState.reading(tmp_path / "elsewhere" / "state.sqlite3")
+    fresh.close()
