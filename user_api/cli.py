@@ -10,16 +10,17 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import NotFound, RegistryError
-from registry_gen.ownership import claim_package
 from registry_gen.settings import Settings
 from user_api.errors import UserApiError
-from user_api.store import UserStore, open_user_store
+
+if TYPE_CHECKING:  # the store (SQL drivers) loads only when a command runs: `--help` stays fast
+    from user_api.store import UserStore
 
 
 
@@ -46,6 +47,8 @@ def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) 
     @contextmanager
     def opened_store(config: Path | None) -> Iterator[UserStore]:
         try:
+            from user_api.store import open_user_store
+
             settings = load_settings_callable(config) if config else load_settings_callable()
             store = open_user_store(settings)
         except RegistryError as error:
@@ -114,6 +117,8 @@ def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_sett
 
 def claim_for(settings: Settings, store: UserStore, package: str, username: str) -> bool:
     """The admin action behind the CLI (and the admin API function in user_api.admin_owner)."""
+    from registry_gen.ownership import claim_package
+
     user = store.get_by_username(username)
     if user is None or user.status != "active":
         raise NotFound(f"there is no active user named {username!r} on this registry")
