@@ -106,3 +106,19 @@ def test_entry_points_first_distribution_on_the_path_wins(tmp_path) -> None:  # 
         (meta / "entry_points.txt").write_text(f"[registry_gen.commands]\nPlug = {target}\n")
     found = entry_points("registry_gen.commands", [str(tmp_path / "first"), str(tmp_path / "second")])
     assert [(e.name, e.value) for e in found] == [("Plug", "one:register")]
+
+
+def test_a_build_that_changes_nothing_loads_no_renderer_and_no_crypto(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A no-change build needs the state and the change scan only: jinja2, the Markdown renderers
+    and cryptography (no signing key here) load when something is to be written."""
+    from tests.support import make_tarball
+
+    content, out = tmp_path / "content", tmp_path / "public"
+    make_tarball(content, "quiet", "1.0.0")
+    args = ["build", str(content), "-o", str(out), "--base-url", "http://127.0.0.1:9/"]
+    first = modules_loaded_by(args)
+    assert "jinja2" in first  # the first build rendered the site
+    assert (out / "quiet" / "index.html").is_file()
+    again = modules_loaded_by(args)
+    assert "registry_gen.build" in again
+    assert loaded(again, ("jinja2", "cmarkgfm", "nh3", "cryptography", "boto3", "waitress")) == []
