@@ -30,7 +30,8 @@ class EntryPoint:
     group: str
 
     def load(self) -> Any:
-        module_name, _, attribute = self.value.partition(":")
+        reference = self.value.split("[", 1)[0]  # `module:attr [extra]`: extras only matter to installers
+        module_name, _, attribute = reference.partition(":")
         loaded: Any = importlib.import_module(module_name.strip())
         for part in attribute.strip().split(".") if attribute.strip() else ():
             loaded = getattr(loaded, part)

@@ -122,3 +122,9 @@ def test_a_build_that_changes_nothing_loads_no_renderer_and_no_crypto(tmp_path) 
     again = modules_loaded_by(args)
     assert "registry_gen.build" in again
     assert loaded(again, ("jinja2", "cmarkgfm", "nh3", "cryptography", "boto3", "waitress")) == []
+
+
+def test_an_entry_point_with_extras_loads_its_object() -> None:
+    from registry_gen.plugins import EntryPoint
+
+    assert EntryPoint("joiner", "os.path:join [speedups]", "g").load() is __import__("os").path.join
