@@ -18,6 +18,8 @@ from bench import servers
 from bench.synthetic import CACHE_DIR, SCALES, ensure_registry, package_name
 
 GOAL_RPS = 1500.0
+NGINX_SHARE_GOAL = 0.25  # issue 15: the embedded server at a quarter of nginx's rate, measured beside it
+P99_GOAL_MS = 10.0
 CONNECTIONS = 32
 
 
@@ -72,6 +74,16 @@ def run(quick: bool) -> list[dict[str, Any]]:
         f"errors serve {errors:.0f}, nginx {static['non_2xx'] + static['socket_errors']:.0f}; "
         "wrk, the server and everything else on the machine share its cores"
     )
+    ratio = rps / static["rps"] if static["rps"] else 0.0
+    p99 = served.get("p99_ms", 0)
+    met = ratio >= NGINX_SHARE_GOAL and p99 <= P99_GOAL_MS and errors == 0
+    if not met:
+        note += (
+            f"; issue 15's goal (≥ {NGINX_SHARE_GOAL}× nginx's requests/s, p99 ≤ {P99_GOAL_MS:.0f} ms, also with 300 idle "
+            "connections held: not measured yet) is not met: every request runs Python (bottle routing, the "
+            "access rules, a file read) in waitress's threads under one GIL while nginx answers from C with sendfile; "
+            "the floor is waitress's own per-request cost (a hello-world app: see the GET /user row's baseline)"
+        )
     if rps < GOAL_RPS:
         load = os.getloadavg()[0]
         note += (
@@ -85,9 +97,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "value": round(rps),
             "unit": "req/s",
             "baseline": round(static["rps"]),
-            "ratio": round(rps / static["rps"], 3) if static["rps"] else None,
-            "goal": f"≥ {GOAL_RPS:,.0f} req/s on 2 cores",
-            "met": rps >= GOAL_RPS and errors == 0,
+            "ratio": round(ratio, 3) if static["rps"] else None,
+            "goal": f"≥ {NGINX_SHARE_GOAL}× nginx (same run), p99 ≤ {P99_GOAL_MS:.0f} ms",
+            "met": met,
             "note": note,
         }
     ]

@@ -332,6 +332,97 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
         raise InvalidArchive("corrupt-archive", f"tar.gz archive is truncated or corrupt: {exc}") from exc
 
 
+class _NotPlain(Exception):
+    """The fast tar walker met something only tarfile reads right: the archive is read again by it."""
+
+
+_USTAR_MAGIC = b"ustar\x0000"
+_PLAIN_FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
+_NUMBER_FIELDS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (329, 337), (337, 345))
+
+
+def _octal(field: bytes) -> int:
+    """A tar number field as tarfile's nti reads a plain octal one; anything else is not plain."""
+    if field[:1] in (b"\x80", b"\xff"):
+        raise _NotPlain("base-256 number")
+    end = field.find(b"\0")
+    try:
+        return int((field if end < 0 else field[:end]).strip() or b"0", 8)
+    except ValueError:
+        raise _NotPlain("bad number") from None
+
+
+def _plain_header(block: bytes) -> tuple[str, bytes, int, int] | None:
+    """(name, type, mode, size) of a POSIX ustar header with an ASCII name, exactly as
+    tarfile.TarInfo.frombuf reads it; None for the all-zero end block. Raises _NotPlain for any
+    other header (pax, GNU, links, sparse, bad checksum, odd numbers): tarfile reads those."""
+    if len(block) != tarfile.BLOCKSIZE:
+        raise _NotPlain("short header")
+    if not block.strip(b"\0"):
+        return None
+    if block[257:265] != _USTAR_MAGIC or block[156:157] not in (*_PLAIN_FILE_TYPES, tarfile.DIRTYPE):
+        raise _NotPlain("not a plain ustar member")
+    if _octal(block[148:156]) != sum(block) - sum(block[148:156]) + 256:  # the unsigned checksum
+        raise _NotPlain("checksum")
+    mode, _uid, _gid, size, _mtime, _major, _minor = (_octal(block[a:b]) for a, b in _NUMBER_FIELDS)
+    raw_name, raw_prefix = block[0:100].split(b"\0", 1)[0], block[345:500].split(b"\0", 1)[0]
+    if not (raw_name.isascii() and raw_prefix.isascii()):
+        raise _NotPlain("non-ASCII name")
+    name, kind = raw_name.decode("ascii"), block[156:157]
+    if kind == tarfile.AREGTYPE and name.endswith("/"):
+        kind = tarfile.DIRTYPE
+    if kind == tarfile.DIRTYPE:
+        name = name.rstrip("/")
+    if raw_prefix:
+        name = raw_prefix.decode("ascii") + "/" + name
+    return name, kind, mode, size
+
+
+def _iter_plain_tar(source: _HashingReader, budget: _Budget) -> Iterator[_Member]:
+    """What _iter_tar yields, for archives of plain ustar members only, without tarfile's
+    per-member Python overhead (most of the time of reading an archive after the inflate)."""
+    stream = io.BufferedReader(_GunzipReader(source, budget.limits), CHUNK)
+    while (header := _plain_header(stream.read(tarfile.BLOCKSIZE))) is not None:
+        name, kind, mode, size = header
+        path = _clean_member_path(name)
+        if kind == tarfile.DIRTYPE:
+            if path:
+                budget.folder(path)
+            continue
+        if not path:
+            raise _NotPlain("empty path")
+        budget.member(path)
+        keep = _bytes_to_keep(path, False, budget.limits)
+        kept, left = bytearray(), size
+        while left:
+            block = stream.read(min(CHUNK, left))
+            if not block:
+                raise _NotPlain("truncated member")
+            left -= len(block)
+            budget.bytes(len(block), source.count)
+            if keep is None or len(kept) < keep:
+                kept += block if keep is None else block[: keep - len(kept)]
+        if len(stream.read(-size % tarfile.BLOCKSIZE)) != -size % tarfile.BLOCKSIZE:
+            raise _NotPlain("truncated padding")
+        yield _Member(path, mode, bytes(kept) if keep != 0 else None, size)
+    while rest := stream.read(CHUNK):
+        if rest.strip(b"\0"):
+            raise _NotPlain("data after the end of the archive")
+    source.drain()
+
+
+def _read_tar_members(source: IO[bytes], limits: Limits) -> tuple[dict[str, _Member], _Budget, _HashingReader]:
+    """The archive's members, read by the fast walker when every member is plain, else (and on any
+    refusal, so that what is refused and why never depends on the walker) by tarfile."""
+    budget, hashing = _Budget(limits, None), _HashingReader(source, limits.max_archive_bytes)
+    try:
+        return _last_wins(_iter_plain_tar(hashing, budget)), budget, hashing
+    except (_NotPlain, InvalidArchive, EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError):
+        source.seek(0)
+    budget, hashing = _Budget(limits, None), _HashingReader(source, limits.max_archive_bytes)
+    return _last_wins(_iter_tar(hashing, budget, keep_all=False)), budget, hashing
+
+
 def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_Member]:
     size = source.seek(0, io.SEEK_END)
     source.seek(0)
@@ -490,11 +581,10 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     head = source.read(4)
     source.seek(0)
     kind = sniff_format(head)
-    budget = _Budget(limits, None)
-    hashing = _HashingReader(source, limits.max_archive_bytes)
     if kind == "tgz":
-        members = _last_wins(_iter_tar(hashing, budget, keep_all=False))
+        members, budget, hashing = _read_tar_members(source, limits)
     else:
+        budget, hashing = _Budget(limits, None), _HashingReader(source, limits.max_archive_bytes)
         members = _last_wins(_iter_zip(source, budget, limits))
     root = _package_root(list(members))
     manifest_member = members.get(root + "package.json")

@@ -628,14 +628,17 @@ def _write_site(
     return [*rendered.pages, *rendered.kept], rendered.keys
 
 
-def _refresh_dependents(
-    settings: Settings, state: BuildState, cache: ManifestCache, names: set[str], registry_names: set[str], result: BuildResult
-) -> None:
+def _refresh_dependents(run: _Run, names: set[str], registry_names: set[str]) -> None:
     """Renders again the package page of each of `names`, whose list of dependents changed (from
-    its package document on disk: nothing else of the package changed)."""
+    its package document on disk: nothing else of the package changed), unless this build
+    already rendered it with that very list."""
+    settings, state, cache, result = run.settings, run.state, run.cache, run.result
     for name in sorted(names):
         record = state.package(name)
         if not record or not record["present"]:
+            continue
+        dependents = tuple(sorted(state.linking_to([name]) & registry_names))
+        if run.rendered_dependents.get(name) == dependents:
             continue
         try:
             packument = json.loads((settings.out_dir / package_dir(name) / PACKUMENT_FILE).read_bytes())
@@ -648,7 +651,7 @@ def _refresh_dependents(
             settings,
             registry_names=registry_names,
             tarball_sizes={version: r.tarball_size for version, r in releases.items()},
-            dependents=tuple(sorted(state.linking_to([name]) & registry_names)),
+            dependents=dependents,
             latest_files=_version_extras(cache, latest, settings).files if latest else None,
         )
         for relative, data in page.items():
@@ -975,6 +978,8 @@ class _Run:
     full: bool = False
     package_set_changed: bool = False
     signer: Signer | None = None
+    # Each package page rendered by this build -> the Dependents list it was rendered with.
+    rendered_dependents: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _build_in_transaction(
@@ -1107,18 +1112,21 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
-    jobs = _jobs(run, to_write, relinked, fresh_times, meta_times, registry_names)
+    incoming = _incoming_links(run, to_write) if len(to_write) > 1 else {}
+    jobs = _jobs(run, to_write, relinked, (fresh_times, meta_times), registry_names, incoming)
     for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress, run.signer):
         before = set((state.package(outcome.name) or {}).get("links", ()))
         _take_outcome(run, outcome, plans[outcome.name].present)
         if outcome.record is not None:
             dependents_changed.update(before ^ set(outcome.record["links"]))
+        else:
+            run.rendered_dependents.pop(outcome.name, None)  # not written: its page may be stale
     for name, stamps in fresh_times.items():
         kept = meta_times.get(name, {})
         first_seen = {v: t for v, t in stamps.items() if v not in kept}
         state.put_times(name, first_seen)
         state.put_times(name, kept, durable=False)
-    _refresh_dependents(settings, state, run.cache, dependents_changed & registry_names, registry_names, run.result)
+    _refresh_dependents(run, dependents_changed & registry_names, registry_names)
 
 
 def _remove(run: _Run, name: str) -> list[str]:
@@ -1132,17 +1140,42 @@ def _remove(run: _Run, name: str) -> list[str]:
     return list(previous.get("links", [])) if previous else []
 
 
+def _incoming_links(run: _Run, names: list[str]) -> dict[str, set[str]]:
+    """For each package, which of `names` will link to it: from each one's latest manifest, the
+    names site.linked_names reads from its document. Lets a build that writes many packages (a
+    full one: all of them) render each page once with its final Dependents list, not once with
+    the last build's list and again after."""
+    incoming: dict[str, set[str]] = defaultdict(set)
+    for name in names:
+        releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
+        meta = _meta_of(run.settings, run.state, name)
+        tags = choose_dist_tags(releases, (meta or PackageMeta(name=name)).dist_tags)
+        if not tags:
+            continue
+        try:
+            manifest = _load_cached(run.cache, releases[tags["latest"]], run.settings)["manifest"]
+        except RegistryError:
+            continue  # its write reports the problem; a missed link only costs a second render
+        for target in site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}):
+            incoming[target].add(name)
+    return incoming
+
+
 def _jobs(
     run: _Run,
     names: list[str],
     relinked: set[str],
-    fresh_times: dict[str, dict[str, str]],
-    meta_times: dict[str, dict[str, str]],
+    times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
     registry_names: set[str],
+    incoming: Mapping[str, set[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
-    does not grow with the registry. New first-seen times are collected, stored by the caller."""
+    does not grow with the registry. New first-seen times are collected (fresh, and the part a
+    registry-meta.json keeps), stored by the caller. `incoming`: who links to each package among
+    those being written, from their manifests (the state knows only the links of the last build)."""
     state, settings = run.state, run.settings
+    fresh_times, meta_times = times_found
+    rewritten = set(names) if incoming else set()
     for name in names:
         previous = state.package(name)
         releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
@@ -1157,7 +1190,9 @@ def _jobs(
         digest = _package_digest(name, releases, times, meta)
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        dependents = tuple(sorted(state.linking_to([name]) & registry_names))
+        linking = (state.linking_to([name]) - rewritten) | incoming.get(name, set())
+        dependents = tuple(sorted(linking & registry_names))
+        run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 
 

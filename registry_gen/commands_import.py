@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ import typer
 
 from registry_gen.errors import RegistryError
 from registry_gen.importers.model import Skipped, Summary
+from registry_gen.plugins import entry_points
 from registry_gen.settings import Settings
 
 ACCOUNT_IMPORTERS = "registry_gen.account_importers"

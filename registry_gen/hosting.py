@@ -21,9 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from registry_gen.layout import (
     ABBREVIATED_DOCUMENT,
@@ -43,6 +41,9 @@ from registry_gen.layout import (
 )
 from registry_gen.nginx_access import ReadCheck, http_part, server_part
 from registry_gen.signing import KEYS_DOCUMENT
+
+if TYPE_CHECKING:  # jinja2 loads when a template is first rendered, not with every import of the build
+    import jinja2
 
 NOT_FOUND_BODY = b'{"error":"not found"}\n'
 # Files the build writes for hosts that cannot be configured: relative path -> bytes.
@@ -326,6 +327,8 @@ def nginx_config(
 
 @functools.cache
 def _templates() -> jinja2.Environment:
+    import jinja2
+
     """The nginx templates shipped in the package (registry_gen/templates/*.conf.j2). Not HTML:
     no autoescape; the values are checked by _plain/_quoted before they reach a template."""
     return jinja2.Environment(

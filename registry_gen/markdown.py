@@ -21,9 +21,6 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from urllib.parse import quote, urlsplit
 
-import cmarkgfm
-import nh3
-from cmarkgfm.cmark import Options
 from markupsafe import Markup, escape
 
 # README files in these formats are shown verbatim: rendering them as Markdown garbles them.
@@ -90,6 +87,8 @@ def repository_files(browse_url: str | None, directory: object = None) -> Reposi
 
 
 def _allowed_attributes() -> dict[str, set[str]]:
+    import nh3  # the renderers load with the first README, not with every import of the build
+
     attributes = {tag: set(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items()}
     # GitHub-style READMEs centre logos with align; keep the (harmless) presentational bits.
     for tag in ("p", "div", "h1", "h2", "h3", "h4", "h5", "h6"):
@@ -118,6 +117,8 @@ def _attribute_filter(files: RepositoryFiles | None):  # type: ignore[no-untyped
 
 def sanitize_html(html: str, files: RepositoryFiles | None = None) -> str:
     """Allow-list sanitising of an HTML fragment (nh3/ammonia)."""
+    import nh3
+
     return nh3.clean(
         html,
         tags=set(nh3.ALLOWED_TAGS) - {"map", "area"},
@@ -138,6 +139,9 @@ def _task_mark(match: re.Match[str]) -> str:
 
 def markdown_to_html(text: str) -> str:
     """GitHub Flavored Markdown -> unsanitised HTML (raw HTML passes through, for nh3 to judge)."""
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
     html = cmarkgfm.markdown_to_html_with_extensions(
         text, options=Options.CMARK_OPT_UNSAFE | Options.CMARK_OPT_VALIDATE_UTF8, extensions=list(GFM_EXTENSIONS)
     )

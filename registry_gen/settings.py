@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
@@ -194,6 +192,8 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
     path = Path(explicit) if explicit else Path(DEFAULT_CONFIG_FILE)
     values: dict[str, Any] = {}
     if path.exists():
+        import yaml  # here, not at the top: `registry-gen --help` never reads a config
+
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as exc:

@@ -21,17 +21,24 @@ import base64
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from registry_gen.errors import ConfigError
 
+if TYPE_CHECKING:  # cryptography loads when a key is used: a build without signing never pays for it
+    from cryptography.hazmat.primitives.asymmetric import ec
+
 KEYS_DOCUMENT = "-/npm/v1/keys"  # where npm looks for the keys, relative to the registry URL
 KEY_TYPE = "ecdsa-sha2-nistp256"
-_ALGORITHM = ec.ECDSA(hashes.SHA256(), deterministic_signing=True)
+
+
+@cache
+def signing_algorithm() -> Any:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.ECDSA(hashes.SHA256(), deterministic_signing=True)
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,9 @@ class Signer:
     """The registry's private key, and what it signs."""
 
     def __init__(self, private_key: ec.EllipticCurvePrivateKey):
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         if not isinstance(private_key.curve, ec.SECP256R1):
             raise ConfigError(f"the signing key must be an ECDSA P-256 key, not {private_key.curve.name}")
         self._key = private_key
@@ -73,6 +83,10 @@ class Signer:
     @classmethod
     def from_pem(cls, data: bytes, source: str) -> Signer:
         """A signer from a PEM private key; `source` names where it came from, for the error."""
+        from cryptography.exceptions import UnsupportedAlgorithm
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
@@ -86,12 +100,14 @@ class Signer:
 
     def signature(self, name: str, version: str, integrity: str) -> dict[str, str]:
         """One `dist.signatures` entry."""
-        sig = self._key.sign(signed_message(name, version, integrity), _ALGORITHM)
+        sig = self._key.sign(signed_message(name, version, integrity), signing_algorithm())
         return {"keyid": self.keyid, "sig": base64.b64encode(sig).decode("ascii")}
 
 
 def key_id(public: ec.EllipticCurvePublicKey) -> str:
     """`SHA256:` and the unpadded base64 SHA-256 of the key's OpenSSH wire form (`ssh-keygen -l`)."""
+    from cryptography.hazmat.primitives import serialization
+
     openssh = public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     blob = base64.b64decode(openssh.split()[1])
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii").rstrip("=")
@@ -99,6 +115,9 @@ def key_id(public: ec.EllipticCurvePublicKey) -> str:
 
 def generate_pem() -> bytes:
     """A new P-256 private key, PKCS#8 PEM, unencrypted (the build reads it unattended)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     key = ec.generate_private_key(ec.SECP256R1())
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-import jinja2
 
 from registry_gen.errors import ConfigError
 from registry_gen.manifest import keyword_list
@@ -29,6 +28,9 @@ from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
 from registry_gen.writer import gzip_bytes
+
+if TYPE_CHECKING:  # jinja2 loads when a template is first rendered, not with every import of the build
+    import jinja2
 
 WEB_ROOT = "-/web"
 PAGE_ROOT = f"{WEB_ROOT}/page"  # front page n >= 2 lives at -/web/page/<n>/index.html
@@ -155,6 +157,8 @@ def short_url(url: Any) -> str:
 def _environment(folders: tuple[str, ...], fingerprint: str) -> jinja2.Environment:
     """One environment per template set: a file added to the override folder must win at once,
     which jinja's own reload check (per already-loaded file) would miss."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader([jinja2.FileSystemLoader(f) for f in folders]),
         autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
@@ -176,6 +180,8 @@ def _render(settings: Settings, template: str, **context: Any) -> bytes:
     if folders not in _asset_versions:
         template_fingerprint(settings)
     env = _environment(folders, _asset_versions[folders])
+    import jinja2
+
     try:
         html = env.get_template(template).render(
             settings=settings,

@@ -8,11 +8,13 @@ The actions report how many tokens that revoked, for the operator.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from user_api.errors import UserNotFound
 from user_api.models import TokenInfo, User, rfc3339
-from user_api.store import UserStore
+
+if TYPE_CHECKING:  # only a type here: `registry-gen --help` must not load the store
+    from user_api.store import UserStore
 
 # CLI verb -> (field, value) it sets: one table, so the CLI and the docs cannot drift apart.
 STATUS_ACTIONS: Final = {"disable": "disabled", "enable": "active"}

@@ -10,19 +10,18 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
-from registry_gen.ownership import erase_maintainer_email
 from registry_gen.settings import Settings
 from user_api import account_actions as actions
-from user_api.admin import claim_for
 from user_api.errors import UserApiError
-from user_api.store import UserStore, open_user_store
 
+if TYPE_CHECKING:  # the store (SQL drivers) loads only when a command runs: `--help` stays fast
+    from user_api.store import UserStore
 
 
 def _message(error: RegistryError) -> str:
@@ -48,6 +47,8 @@ def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) 
     @contextmanager
     def opened_store(config: Path | None) -> Iterator[UserStore]:
         try:
+            from user_api.store import open_user_store
+
             settings = load_settings_callable(config) if config else load_settings_callable()
             store = open_user_store(settings)
         except RegistryError as error:
@@ -148,6 +149,8 @@ def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any
         with opened_store(config) as store:
             outcome = actions.remove(store, username)
         # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package.
+        from registry_gen.ownership import erase_maintainer_email  # loads the build: only when used
+
         erased = erase_maintainer_email(settings_of(config), username)
         typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}" + (f"; email erased from {len(erased)} package file(s)" if erased else ""))
 
@@ -209,6 +212,8 @@ def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_sett
         """Make USER a maintainer of PACKAGE, bound to USER's account (names without one grant nothing)."""
         with opened_store(config) as store:
             settings = load_settings_callable(config) if config else load_settings_callable()
+            from user_api.admin import claim_for  # loads the build: only when used
+
             changed = claim_for(settings, store, package, username)
         typer.echo(f"{username} is {'now' if changed else 'already'} a bound maintainer of {package}")
 

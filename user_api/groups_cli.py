@@ -13,8 +13,6 @@ import typer
 
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
-from user_api.groups import GroupStore
-from user_api.store import open_user_store
 
 
 def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) -> None:
@@ -26,6 +24,9 @@ def register(app: typer.Typer, load_settings_callable: Callable[..., Settings]) 
         config: Annotated[Path | None, typer.Option("--config", "-c", help="Config file (default: registry.yaml).")] = None,
     ) -> None:
         """Show or change an account's groups (registry.yaml `packages:` rules name them)."""
+        from user_api.groups import GroupStore
+        from user_api.store import open_user_store
+
         settings = load_settings_callable(config) if config else load_settings_callable()
         store = open_user_store(settings)
         try:

@@ -467,3 +467,16 @@ def test_dependents_follow_the_packages_that_depend(settings: Settings) -> None:
     build(settings)
     assert dependents_of(settings, "lib") == []
     assert "No package in this registry depends on lib." in page_of(settings, "lib").read_text()
+
+
+def test_a_full_build_renders_each_page_once_with_its_final_dependents(settings: Settings) -> None:
+    content = settings.content_dir
+    make_tarball(content, "aaa", "1.0.0")  # built first, depended on by packages built after it
+    make_tarball(content, "mmm", "1.0.0", dependencies={"aaa": "^1.0.0", "zzz": "^1.0.0"})
+    make_tarball(content, "zzz", "1.0.0", peerDependencies={"aaa": "^1.0.0"})
+    result = run_build(settings)
+    assert dependents_of(settings, "aaa") == ["mmm", "zzz"]
+    assert dependents_of(settings, "zzz") == ["mmm"]
+    assert dependents_of(settings, "mmm") == []
+    # Each page written once: the Dependents list was known before the first render.
+    assert len(result.written) == len(set(result.written))

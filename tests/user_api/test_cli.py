@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from registry_gen.settings import Settings, load_settings
 from tests.user_api.conftest import FAST_HASHER
 from user_api import cli
+from user_api import store as user_store
 from user_api.store import open_user_store
 
 
@@ -35,8 +36,8 @@ def app(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
         calls.append(config_file)
         return Settings(data_dir=data_dir)
 
-    real_open = cli.open_user_store
-    monkeypatch.setattr(cli, "open_user_store", lambda settings: real_open(settings, hasher=FAST_HASHER))
+    # The CLI imports the store when a command runs (start-up stays light), so it is patched at home.
+    monkeypatch.setattr(user_store, "open_user_store", lambda settings: open_user_store(settings, hasher=FAST_HASHER))
     cli.register(root, load)
     root.calls = calls  # type: ignore[attr-defined]
     return root

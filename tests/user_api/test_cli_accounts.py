@@ -15,7 +15,7 @@ from typer.testing import CliRunner, Result
 from registry_gen.cli import create_cli
 from registry_gen.settings import Settings
 from tests.user_api.conftest import FAST_HASHER, Api
-from user_api import cli
+from user_api import store as store_module
 from user_api.store import UserStore, open_user_store
 
 ROOT_PW = "root-password-1"
@@ -31,8 +31,8 @@ def setup(store_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     if store_settings.database_url:
         monkeypatch.setenv("REGISTRY_DATABASE_URL", store_settings.database_url)
     monkeypatch.setenv("REGISTRY_GEN_CONFIG", str(config))
-    real_open = cli.open_user_store
-    monkeypatch.setattr(cli, "open_user_store", lambda settings: real_open(settings, hasher=FAST_HASHER))
+    # The CLI imports the store when a command runs (start-up stays small): patch it where it lives.
+    monkeypatch.setattr(store_module, "open_user_store", lambda settings: open_user_store(settings, hasher=FAST_HASHER))
     store = open_user_store(store_settings, hasher=FAST_HASHER)
     store.create_user("root", ROOT_PW, "root@example.org", None, "admin")
     store.create_user("alice", ALICE_PW, "alice@example.org", "Alice", "user")
