@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from registry_gen.settings import Settings, load_settings
-from tests.user_api.conftest import FAST_HASHER
+from tests.user_api.conftest import FAST_HASHER, tmp_settings
 from user_api import cli
 from user_api.store import open_user_store
 
@@ -33,7 +33,7 @@ def app(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
 
     def load(config_file: Path | str | None = None) -> Settings:
         calls.append(config_file)
-        return Settings(data_dir=data_dir)
+        return tmp_settings(data_dir.parent, data_dir=data_dir)
 
     real_open = cli.open_user_store
     monkeypatch.setattr(cli, "open_user_store", lambda settings: real_open(settings, hasher=FAST_HASHER))
@@ -43,7 +43,7 @@ def app(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
 
 
 def _store(data_dir: Path) -> Any:
-    return open_user_store(Settings(data_dir=data_dir), hasher=FAST_HASHER)
+    return open_user_store(tmp_settings(data_dir.parent, data_dir=data_dir), hasher=FAST_HASHER)
 
 
 def test_add_admin_with_password_from_stdin(app: typer.Typer, data_dir: Path) -> None:
