@@ -332,6 +332,27 @@ def _token_schemas() -> dict[str, Any]:
 def _admin_schemas(username: dict[str, Any]) -> dict[str, Any]:
     """Bodies of the administrators' routes: binding a maintainer name, recording an advisory."""
     package = {"type": "string", "pattern": PACKAGE_NAME_PATTERN}
+    return {
+        "Claim": {
+            "type": "object",
+            "required": ["package", "username"],
+            "additionalProperties": False,
+            "properties": {"package": package, "username": username},
+            "xml": {"name": "claim"},
+        },
+        "ClaimResult": {
+            "type": "object",
+            "required": ["package", "username", "changed"],
+            "additionalProperties": False,
+            "properties": {"package": {"type": "string"}, "username": {"type": "string"},
+                           "changed": {"type": "boolean", "description": "false: the account already was a maintainer"}},
+            "xml": {"name": "claim"},
+        },
+        **_advisory_schemas(package),
+    }
+
+
+def _advisory_schemas(package: dict[str, Any]) -> dict[str, Any]:
     recorded = {
         "type": "object",
         "required": ["id", "package", "severity", "vulnerable_versions"],
@@ -356,21 +377,6 @@ def _admin_schemas(username: dict[str, Any]) -> dict[str, Any]:
         },
     }
     return {
-        "Claim": {
-            "type": "object",
-            "required": ["package", "username"],
-            "additionalProperties": False,
-            "properties": {"package": package, "username": username},
-            "xml": {"name": "claim"},
-        },
-        "ClaimResult": {
-            "type": "object",
-            "required": ["package", "username", "changed"],
-            "additionalProperties": False,
-            "properties": {"package": {"type": "string"}, "username": {"type": "string"},
-                           "changed": {"type": "boolean", "description": "false: the account already was a maintainer"}},
-            "xml": {"name": "claim"},
-        },
         "Advisory": {
             "type": "object",
             "description": "An OSV advisory (https://ossf.github.io/osv-schema/) naming npm packages. This "
