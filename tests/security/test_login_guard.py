@@ -13,8 +13,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from registry_gen.settings import load_settings
 from tests.registry_api.helpers import RegistryProcess, add_user
 from user_api.ratelimit import LoginGuard, shared_login_guard
+from user_api.web import WebLimits, web_limits
 
 
 class Clock:
@@ -135,3 +137,11 @@ def test_a_wrong_auth_limit_is_one_line_naming_the_key(tmp_path: Path, line: str
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "registry.yaml" in lines[0] and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_auth_limits_load_with_fractional_rates_and_keep_the_other_defaults(tmp_path: Path) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("auth_limits:\n  login_per_account_per_minute: 0.5\n  web_login_per_address: 2\n")
+    limits = web_limits(load_settings(config))
+    assert (limits.login_per_account_per_minute, limits.web_login_per_address) == (0.5, 2)
+    assert limits.login_per_address_burst == WebLimits().login_per_address_burst == 30
