@@ -57,6 +57,16 @@ packages: {{}}                  # read rules, e.g. '@internal/*': {{read: authen
 #   max_manifest_bytes: 1048576
 #   max_readme_bytes: 1048576
 #   max_compression_ratio: 200
+# auth_limits:                # login, sign-up and web-login limits (SECURITY.md); the defaults:
+#   login_per_account_per_minute: 10
+#   login_per_account_burst: 10
+#   login_per_address_per_minute: 30
+#   login_per_address_burst: 30
+#   signup_per_minute: 5
+#   signup_burst: 5
+#   web_login_sessions: 1000
+#   web_login_per_address: 5
+#   web_login_seconds: 600
 """
 
 

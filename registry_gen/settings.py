@@ -33,6 +33,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class AuthLimits:
+    """Rates of the login paths, sign-up and npm web login (registry.yaml `auth_limits:`; user_api
+    applies them, see user_api/AUTH.md). Attempts are counted, right or wrong."""
+
+    login_per_account_per_minute: float = 10  # per account (an address that logged in to it has its own)
+    login_per_account_burst: int = 10
+    login_per_address_per_minute: float = 30  # per address, whatever the account
+    login_per_address_burst: int = 30
+    signup_per_minute: float = 5  # anonymous sign-ups (`signup: open`), per address
+    signup_burst: int = 5
+    web_login_seconds: int = 600  # how long an npm web login stays valid
+    web_login_sessions: int = 1000  # in progress at once; the oldest unauthenticated is evicted
+    web_login_per_address: int = 5  # in progress per starting address
+
+
+@dataclass(frozen=True)
 class Settings:
     content_dir: Path = Path("content")
     out_dir: Path = Path("public")
@@ -54,6 +70,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 4873
     limits: Limits = field(default_factory=Limits)
+    auth_limits: AuthLimits = field(default_factory=AuthLimits)
     check_profile: str = "npm"
     check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
@@ -161,9 +178,30 @@ def _limits_from(value: Any) -> Limits:
     return Limits(**value)
 
 
+def _auth_limits_from(value: Any) -> AuthLimits:
+    if not isinstance(value, dict):
+        raise ConfigError(f"auth_limits must be a mapping, got {type(value).__name__} {value!r}")
+    types = {f.name: f.type for f in dataclasses.fields(AuthLimits)}  # "float" (a rate) or "int"
+    checked: dict[str, Any] = {}
+    for key, number in value.items():
+        if key not in types:
+            raise ConfigError(f"unknown key auth_limits.{key} (known: {', '.join(sorted(types))})")
+        # A rate may be fractional (0.5 a minute); counts and seconds are whole numbers.
+        expected, wanted = (float, "a positive number") if types[key] == "float" else (int, "a positive integer")
+        if expected is float and isinstance(number, int) and not isinstance(number, bool):
+            number = float(number)
+        check_type(f"auth_limits.{key}", number, expected, wanted)
+        if number <= 0:
+            raise ConfigError(f"auth_limits.{key} must be {wanted}, got {number!r}")
+        checked[key] = number
+    return AuthLimits(**checked)
+
+
 def _value_from(key: str, value: Any, source: Path) -> Any:
     if key == "limits":
         return _limits_from(value)
+    if key == "auth_limits":
+        return _auth_limits_from(value)
     if key == "packages":
         return parse_rules(value)
     if value is None and key in _NULLABLE_KEYS:
@@ -174,7 +212,7 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = set(_YAML_TYPES) | {"limits", "packages"}
+    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:

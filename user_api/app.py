@@ -512,7 +512,7 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
                     forget_maintainer: Callable[[str], object] | None = None) -> bottle.Bottle:
     """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document.
     `forget_maintainer(username)` runs after an account is deleted (see UserServices)."""
-    limits = limits or ApiLimits()
+    limits = limits or web.web_limits(settings)
     services = UserServices(
         settings=settings,
         store=store,

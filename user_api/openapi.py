@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from registry_gen.advisories import SEVERITIES
 from registry_gen.settings import Settings
 from user_api.models import (
     EMAIL_MAX,
@@ -28,6 +29,11 @@ XML_TYPES: Final = ("application/xml", "text/xml")
 # What an XML 1.0 text node can carry unchanged (no C0 controls; CR would be normalised to LF).
 XML_TEXT_PATTERN: Final = r"^[^\x00-\x08\x0b-\x1f\ufffe\uffff]*$"
 UUID_SCHEMA: Final = {"type": "string", "format": "uuid"}
+# The package names this document describes for the admin routes: `<word>-<word>`, which no reserved
+# name, tree file or Windows device name has. The server accepts any npm name (registry_gen.names).
+PACKAGE_NAME_PATTERN: Final = r"^[a-z0-9]{1,20}-[a-z0-9]{1,20}$"
+# Plain x.y.z versions: a subset of what npm's ranges may say (the server reads any node-semver range).
+VERSION_PATTERN: Final = r"^[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}$"
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -266,6 +272,7 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             "xml": {"name": "token"},
         },
         **_token_schemas(),
+        **_admin_schemas(username),
         "Problem": {
             "type": "object",
             "description": "RFC 9457 problem details",
@@ -285,7 +292,7 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             "xml": {"name": "problem", "namespace": "urn:ietf:rfc:7807"},
         },
     }
-    for name in ("UserCreate", "UserUpdate", "UserPatch", "Credentials"):
+    for name in ("UserCreate", "UserUpdate", "UserPatch", "Credentials", "Claim"):
         schemas[f"{name}Xml"] = _xml_variant(schemas[name])
     return schemas
 
@@ -318,6 +325,111 @@ def _token_schemas() -> dict[str, Any]:
             "type": "object",
             "properties": {"content": {"type": "array", "items": _ref("TokenInfo"), "xml": {"wrapped": True}}},
             "xml": {"name": "tokens"},
+        },
+    }
+
+
+def _admin_schemas(username: dict[str, Any]) -> dict[str, Any]:
+    """Bodies of the administrators' routes: binding a maintainer name, recording an advisory."""
+    package = {"type": "string", "pattern": PACKAGE_NAME_PATTERN}
+    return {
+        "Claim": {
+            "type": "object",
+            "required": ["package", "username"],
+            "additionalProperties": False,
+            "properties": {"package": package, "username": username},
+            "xml": {"name": "claim"},
+        },
+        "ClaimResult": {
+            "type": "object",
+            "required": ["package", "username", "changed"],
+            "additionalProperties": False,
+            "properties": {"package": {"type": "string"}, "username": {"type": "string"},
+                           "changed": {"type": "boolean", "description": "false: the account already was a maintainer"}},
+            "xml": {"name": "claim"},
+        },
+        **_advisory_schemas(package),
+    }
+
+
+def _advisory_schemas(package: dict[str, Any]) -> dict[str, Any]:
+    recorded = {
+        "type": "object",
+        "required": ["id", "package", "severity", "vulnerable_versions"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "description": "The advisory's own id (GHSA-..., CVE-..., the operator's)"},
+            "package": {"type": "string"},
+            "severity": {"type": "string", "enum": list(SEVERITIES)},
+            "vulnerable_versions": {"type": "string", "description": "A node-semver range"},
+        },
+        "xml": {"name": "advisory"},
+    }
+    affected = {
+        "type": "object",
+        "required": ["package", "versions"],
+        "additionalProperties": False,
+        "properties": {
+            "package": {"type": "object", "required": ["ecosystem", "name"], "additionalProperties": False,
+                        "properties": {"ecosystem": {"type": "string", "const": "npm"}, "name": package}},
+            "versions": {"type": "array", "minItems": 1, "maxItems": 5,
+                         "items": {"type": "string", "pattern": VERSION_PATTERN}},
+        },
+    }
+    return {
+        "Advisory": {
+            "type": "object",
+            "description": "An OSV advisory (https://ossf.github.io/osv-schema/) naming npm packages. This "
+            "document describes the smallest useful form; the server also reads every other OSV field "
+            "(ranges, database_specific.severity, references...) and GitHub's advisory object "
+            "(`vulnerabilities`, `severity`).",
+            "required": ["id", "affected"],
+            "additionalProperties": False,
+            "properties": {
+                "id": {"type": "string", "pattern": "^[A-Za-z0-9-]{1,40}$"},
+                "summary": {"type": "string", "maxLength": 300},
+                "affected": {"type": "array", "minItems": 1, "maxItems": 3, "items": affected},
+            },
+        },
+        "AdvisoryList": {
+            "type": "object",
+            "required": ["advisories"],
+            "additionalProperties": False,
+            "properties": {"advisories": {"type": "array", "items": recorded}},
+        },
+        "AdvisoryListXml": {
+            "type": "object",
+            "properties": {"advisories": {"type": "array", "items": recorded, "xml": {"wrapped": True}}},
+            "xml": {"name": "advisories"},
+        },
+    }
+
+
+def _admin_paths() -> dict[str, Any]:
+    return {
+        "/-/user-api/owners": {
+            "post": {
+                "operationId": "claimOwner",
+                "summary": "Bind a package's maintainer name to an account (admins only; "
+                "`registry-gen owner claim`).",
+                "requestBody": _body("Claim"),
+                "responses": {**_responses({"200": _success("Bound (or already bound)", "ClaimResult")},
+                                           (401, 403, 404, 413, 415, 422)),
+                              "404": {**_problem(404), "description": "No such package, or no active user of that name"}},
+            },
+        },
+        "/-/user-api/advisories": {
+            "post": {
+                "operationId": "recordAdvisory",
+                "summary": "Record an advisory that `npm audit` then reports (admins only; "
+                "`registry-gen advisory add`). It is stored in the content source's advisories/ folder, "
+                "named after its id (the same id replaces it).",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("Advisory")}}},
+                "responses": {**_responses({"201": _success("Recorded", "AdvisoryList", "AdvisoryListXml")},
+                                           (401, 403, 413, 415)),
+                              "400": {**_problem(400), "description": "Not JSON, neither OSV nor a GitHub "
+                                      "advisory, no npm package named, or a range npm cannot read"}},
+            },
         },
     }
 
@@ -480,6 +592,7 @@ def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
                 },
             },
             **_token_paths(user_id),
+            **_admin_paths(),
             "/-/user-api/tokens": {
                 "post": {
                     "operationId": "createToken",

@@ -33,7 +33,7 @@ from user_api.errors import StoreUnavailable
 from user_api.registry_context import CONTEXT_KEY, RegistryContext, RegistryLimits, publish_body_limit
 from user_api.routes_service import search_objects
 from user_api.store import UserStore
-from user_api.web import HttpError, error_status, json_response, loggable_path, login_guard
+from user_api.web import HttpError, error_status, json_response, loggable_path, login_guard, web_limits
 from user_api.weblogin import WebLoginPool
 
 __all__ = ["ROUTES", "RegistryLimits", "create_registry_app", "publish_body_limit", "search_objects"]
@@ -135,7 +135,7 @@ def create_registry_app(
     limits: RegistryLimits | None = None,
 ) -> bottle.Bottle:
     """The registry's dynamic endpoints as a fresh Bottle app (see the module docstring)."""
-    limits = limits or RegistryLimits()
+    limits = limits or web_limits(settings)
     app = bottle.Bottle(catchall=True)
     app.router.add_filter("pkg", _package_filter)
     app.router.add_filter("couch", _couch_user_filter)

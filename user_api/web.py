@@ -14,6 +14,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -30,6 +31,7 @@ from registry_gen.errors import (
     VersionConflict,
 )
 from registry_gen.publish import ArchiveTooLarge, BadRequest
+from registry_gen.settings import AuthLimits, Settings
 from registry_gen.writes import BrokenMeta, BuildRefused
 from user_api import errors as e
 from user_api.policy import Caller, address_allowed
@@ -49,21 +51,27 @@ __all__ = ["Caller", "HttpError", "authenticate", "error_status", "read_body"]
 @dataclass(frozen=True)
 class WebLimits:
     """The one limits object of the HTTP edge (docs/user-api.md §8.9); tests pass looser rates.
-    Login and sign-up attempts, not failures, are counted."""
+    Login and sign-up attempts, not failures, are counted. The rates and web-login bounds default to
+    registry.yaml's `auth_limits:` defaults; `web_limits(settings)` takes the configured ones."""
 
     max_body_bytes: int = 64 * 1024  # the /user app's bodies
-    signup_per_minute: float = 5  # anonymous sign-ups on POST /user, per address
-    signup_burst: int = 5
+    signup_per_minute: float = AuthLimits.signup_per_minute  # anonymous sign-ups on POST /user, per address
+    signup_burst: int = AuthLimits.signup_burst
     # Every login path (POST /-/user-api/tokens, npm login, Basic auth, web login, npm token
     # create, PUT /user's currentPassword) shares one user_api.ratelimit.LoginGuard per store:
-    login_per_account_per_minute: float = 10  # per account (an address that logged in to it has its own)
-    login_per_account_burst: int = 10
-    login_per_address_per_minute: float = 30  # per address, whatever the account
-    login_per_address_burst: int = 30
-    web_login_seconds: int = 600  # npm web login sessions
-    web_login_sessions: int = 1000  # in progress at once; the oldest unauthenticated is evicted
-    web_login_per_address: int = 5  # in progress per starting address
+    login_per_account_per_minute: float = AuthLimits.login_per_account_per_minute
+    login_per_account_burst: int = AuthLimits.login_per_account_burst
+    login_per_address_per_minute: float = AuthLimits.login_per_address_per_minute
+    login_per_address_burst: int = AuthLimits.login_per_address_burst
+    web_login_seconds: int = AuthLimits.web_login_seconds  # npm web login sessions
+    web_login_sessions: int = AuthLimits.web_login_sessions
+    web_login_per_address: int = AuthLimits.web_login_per_address
     done_retry_after: int = 1
+
+
+def web_limits(settings: Settings) -> WebLimits:
+    """The edge's limits with registry.yaml's `auth_limits:` applied."""
+    return WebLimits(**dataclasses.asdict(settings.auth_limits))
 
 
 def login_guard(store: object, limits: WebLimits) -> LoginGuard:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from registry_gen.settings import load_settings
 from tests.registry_api.helpers import RegistryProcess, add_user
 from user_api.ratelimit import LoginGuard, shared_login_guard
+from user_api.web import WebLimits, web_limits
 
 
 class Clock:
@@ -78,3 +84,64 @@ def _login_from(base: str, source: str) -> int:
 def test_user_api_login_guesses_from_many_addresses_hit_the_account_limit(served: RegistryProcess) -> None:
     statuses = [_login_from(served.base, f"127.0.1.{i}") for i in range(1, 21)]
     assert 429 in statuses
+
+
+# ---------------------------------------------------------------- the limits in registry.yaml
+
+
+def _first_429(base: str, attempts: int) -> int:
+    """How many guesses (each from its own address) got through before the first 429."""
+    statuses = [_login_from(base, f"127.0.2.{i}") for i in range(1, attempts + 1)]
+    assert 429 in statuses, statuses
+    return statuses.index(429)
+
+
+def _guesses_before_429(root: Path, config: str) -> int:
+    root.mkdir()
+    (root / "registry.yaml").write_text(config)
+    process = RegistryProcess(root).start()
+    try:
+        add_user(process.base, "victim", "victim-password-1")
+        return _first_429(process.base, 16)
+    finally:
+        process.stop()
+
+
+@pytest.mark.slow
+def test_a_tight_per_account_limit_in_registry_yaml_answers_429_sooner(tmp_path: Path) -> None:
+    tight = _guesses_before_429(tmp_path / "tight", "signup: open\nauth_limits:\n"
+                                "  login_per_account_per_minute: 2\n  login_per_account_burst: 2\n")
+    default = _guesses_before_429(tmp_path / "default", "signup: open\n")
+    # Same server, same guesses: the configured burst (2) ends them 8 sooner than the default (10).
+    assert tight <= 2 and default - tight == 8
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("login_per_account_burst: three", "auth_limits.login_per_account_burst must be a positive integer, got the string 'three'"),
+        ("login_per_address_per_minute: true", "auth_limits.login_per_address_per_minute must be a positive number, got bool True"),
+        ("web_login_per_address: 0", "auth_limits.web_login_per_address must be a positive integer, got 0"),
+        ("login_tries: 3", "unknown key auth_limits.login_tries"),
+    ],
+)
+def test_a_wrong_auth_limit_is_one_line_naming_the_key(tmp_path: Path, line: str, message: str) -> None:
+    (tmp_path / "registry.yaml").write_text(f"auth_limits:\n  {line}\n")
+    (tmp_path / "content").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "registry_gen", "serve", "content", "--host", "127.0.0.1", "--port", "0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "registry.yaml" in lines[0] and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_auth_limits_load_with_fractional_rates_and_keep_the_other_defaults(tmp_path: Path) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("auth_limits:\n  login_per_account_per_minute: 0.5\n  web_login_per_address: 2\n")
+    limits = web_limits(load_settings(config))
+    assert (limits.login_per_account_per_minute, limits.web_login_per_address) == (0.5, 2)
+    assert limits.login_per_address_burst == WebLimits().login_per_address_burst == 30

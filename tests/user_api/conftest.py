@@ -30,6 +30,14 @@ PG_DATABASE = "user_api_tests"
 _schemas = itertools.count()
 
 
+def tmp_settings(root: Path, **values: Any) -> Settings:
+    """Settings whose content, output and data folders all live under `root`: the defaults are
+    relative to the current directory (the repository's own content/), where an admin route such as
+    POST /-/user-api/advisories would otherwise write."""
+    folders = {"content_dir": root / "content", "out_dir": root / "public", "data_dir": root / "data"}
+    return Settings(**{**folders, **values})
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     try:
@@ -58,13 +66,13 @@ def _postgres_settings(server: PostgresServer, tmp_path: Path) -> Settings:
     schema = f"test_{next(_schemas)}"
     with psycopg.connect(server.url(PG_DATABASE), autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
-    return Settings(data_dir=tmp_path / "data", database_url=server.url(PG_DATABASE, schema=schema), signup="open")
+    return tmp_settings(tmp_path, database_url=server.url(PG_DATABASE, schema=schema), signup="open")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     if request.param == "sqlite":
-        return Settings(data_dir=tmp_path / "data", signup="open")
+        return tmp_settings(tmp_path, signup="open")
     return _postgres_settings(request.getfixturevalue("postgres_server"), tmp_path)
 
 

@@ -686,8 +686,13 @@ def test_openapi_document_is_served(api: Api) -> None:
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {
         "/user", "/user/search", "/user/{id}", "/user/{id}/tokens", "/user/{id}/tokens/{key}",
-        "/-/user-api/tokens", "/-/user-api/openapi.json"}
+        "/-/user-api/tokens", "/-/user-api/openapi.json", "/-/user-api/owners", "/-/user-api/advisories"}
     assert set(document["paths"]["/user"]) == {"get", "post", "put"}
+    # The admin-only routes, with the problems they answer.
+    for path, success in (("/-/user-api/owners", "200"), ("/-/user-api/advisories", "201")):
+        assert set(document["paths"][path]) == {"post"}
+        assert {success, "400", "401", "403"} <= set(document["paths"][path]["post"]["responses"])
+    assert "404" in document["paths"]["/-/user-api/owners"]["post"]["responses"]
     assert set(document["paths"]["/user/{id}"]) == {"get", "patch", "delete"}
     # Which fields PUT needs (and what leaving the others out does) is in the document.
     update = document["components"]["schemas"]["UserUpdate"]

@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from registry_gen.settings import Settings, load_settings
-from tests.user_api.conftest import FAST_HASHER
+from tests.user_api.conftest import FAST_HASHER, tmp_settings
 from user_api import cli
 from user_api import store as user_store
 from user_api.store import open_user_store
@@ -34,7 +34,7 @@ def app(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
 
     def load(config_file: Path | str | None = None) -> Settings:
         calls.append(config_file)
-        return Settings(data_dir=data_dir)
+        return tmp_settings(data_dir.parent, data_dir=data_dir)
 
     # The CLI imports the store when a command runs (start-up stays light), so it is patched at home.
     monkeypatch.setattr(user_store, "open_user_store", lambda settings: open_user_store(settings, hasher=FAST_HASHER))
@@ -44,7 +44,7 @@ def app(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> typer.Typer:
 
 
 def _store(data_dir: Path) -> Any:
-    return open_user_store(Settings(data_dir=data_dir), hasher=FAST_HASHER)
+    return open_user_store(tmp_settings(data_dir.parent, data_dir=data_dir), hasher=FAST_HASHER)
 
 
 def test_add_admin_with_password_from_stdin(app: typer.Typer, data_dir: Path) -> None:

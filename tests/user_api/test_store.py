@@ -12,7 +12,7 @@ import pytest
 
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
-from tests.user_api.conftest import FAST_HASHER
+from tests.user_api.conftest import FAST_HASHER, tmp_settings
 from user_api.credentials import OWASP_MEMORY_KIB, PasswordHasher
 from user_api.errors import InvalidFields, LastAdmin, PreconditionFailed, UsernameTaken, UserNotFound
 from user_api.models import ImportedUser, User
@@ -272,7 +272,7 @@ def test_concurrent_writers_on_many_threads(store: UserStore) -> None:
 
 
 def test_sqlite_file_lives_in_data_dir_with_wal(tmp_path: Path) -> None:
-    opened = open_user_store(Settings(data_dir=tmp_path / "nested" / "data"), hasher=FAST_HASHER)
+    opened = open_user_store(tmp_settings(tmp_path, data_dir=tmp_path / "nested" / "data"), hasher=FAST_HASHER)
     try:
         opened.create_user("lena", "password-1")
         path = tmp_path / "nested" / "data" / "users.sqlite3"
@@ -295,7 +295,7 @@ def test_sqlite_file_lives_in_data_dir_with_wal(tmp_path: Path) -> None:
 
 
 def test_reopening_keeps_the_data(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path)
+    settings = tmp_settings(tmp_path, data_dir=tmp_path)
     first = open_user_store(settings, hasher=FAST_HASHER)
     first.create_user("mike", "password-1", None, "Mike Persistent")
     first.close()
@@ -309,7 +309,7 @@ def test_reopening_keeps_the_data(tmp_path: Path) -> None:
 
 def test_unknown_database_url_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError):
-        open_user_store(Settings(data_dir=tmp_path, database_url="mysql://x"))
+        open_user_store(tmp_settings(tmp_path, data_dir=tmp_path, database_url="mysql://x"))
 
 
 def test_unreachable_postgres_is_a_config_error_without_the_url(tmp_path: Path) -> None:
@@ -320,7 +320,7 @@ def test_unreachable_postgres_is_a_config_error_without_the_url(tmp_path: Path) 
         port = probe.getsockname()[1]
     url = f"postgresql://user:very-secret-pw@127.0.0.1:{port}/db?connect_timeout=2"
     with pytest.raises(ConfigError) as caught:
-        open_user_store(Settings(data_dir=tmp_path, database_url=url))
+        open_user_store(tmp_settings(tmp_path, data_dir=tmp_path, database_url=url))
     assert "very-secret-pw" not in str(caught.value)
 
 
@@ -338,7 +338,7 @@ def test_a_new_password_is_never_held_under_the_hash_column(tmp_path: Path) -> N
             return super().hash(password)
 
     hasher = Inspecting(time_cost=1, memory_kib=1024, parallelism=1)
-    store = open_user_store(Settings(data_dir=tmp_path / "data"), hasher=hasher)
+    store = open_user_store(tmp_settings(tmp_path), hasher=hasher)
     try:
         user = store.create_user("kim", "kim-password-1", None)
         seen.clear()
