@@ -33,6 +33,12 @@ from bench.bench_publish import add_user, registry_server, server_share
 from bench.synthetic import SCALES, ensure_registry
 
 REPO = Path(__file__).resolve().parent.parent
+FIGURES = {
+    "publish": "publish server share (PUT until readable), wall",
+    "publish_cpu": "publish: the server's CPU time per publish",
+    "incremental": "incremental build, changed path given, wall",
+    "incremental_cpu": "incremental build, changed path given, CPU time",
+}
 
 # Runs in a child with only the revision under test on its path: it must not import `bench`.
 CHILD = r'''
@@ -67,9 +73,9 @@ def main():
     samples = []
     for index in range(rounds):
         path = archive(f"99.0.{index}")
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = run_build(settings, changed=[path])
-        samples.append((time.perf_counter() - started) * 1000)
+        samples.append([(time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000])
         if result.archives_read != 1 or result.errors:
             raise SystemExit(f"unexpected incremental build: read {result.archives_read}, errors {result.errors[:2]}")
     print(json.dumps(samples))
@@ -95,21 +101,38 @@ def registry_copy(source: Path, work: Path, label: str) -> Path:
     return root
 
 
-def publish_samples(tree: Path, source: Path, work: Path, label: str, rounds: int) -> list[float]:
+def children_cpu_seconds() -> float:
+    """User + system CPU of this process's live children (the server), all their threads."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if entry.isdigit() and int(fields[1]) == os.getpid():
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def publish_samples(tree: Path, source: Path, work: Path, label: str, rounds: int) -> tuple[list[float], float]:
+    """Wall ms of each publish, and the server's CPU ms per publish over the whole series (CPU
+    time barely moves with other load on the machine; wall time does)."""
     root = registry_copy(source, work, label)
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(tree)  # registry_server's child inherits it: that revision serves
     try:
         with registry_server(root) as base:
             token = add_user(base, "bencher")
+            before = children_cpu_seconds()
             samples, _ = server_share(base, token, "bench-raw-publish", rounds)
+            cpu_ms = (children_cpu_seconds() - before) * 1000 / (rounds + 1)
     finally:
         os.environ.pop("PYTHONPATH") if saved is None else os.environ.__setitem__("PYTHONPATH", saved)
         shutil.rmtree(root, ignore_errors=True)
-    return [s * 1000 for s in samples]
+    return [s * 1000 for s in samples], cpu_ms
 
 
-def incremental_samples(tree: Path, source: Path, work: Path, label: str, rounds: int) -> list[float]:
+def incremental_samples(tree: Path, source: Path, work: Path, label: str, rounds: int) -> list[list[float]]:
     root = registry_copy(source, work, label)
     script = work / "child" / "incremental_child.py"
     script.parent.mkdir(exist_ok=True)
@@ -130,13 +153,17 @@ def compare(rev: str, new: str, rounds: int, repeats: int) -> dict[str, Any]:
         # Both exported: edits to the checkout while the comparison runs must not leak into it.
         trees = {rev: export_revision(rev, work / "old"), new: export_revision(new, work / "new")}
         source = ensure_registry(SCALES[1_000], progress=False)
-        results: dict[str, dict[str, list[float]]] = {label: {"publish": [], "incremental": []} for label in trees}
+        results: dict[str, dict[str, list[float]]] = {label: {figure: [] for figure in FIGURES} for label in trees}
         order = list(trees)
         for repeat in range(repeats):
             for label in order if repeat % 2 == 0 else reversed(order):
                 slot = f"{'old' if label == rev else 'new'}-{repeat}"  # labels may be equal revisions
-                results[label]["publish"] += publish_samples(trees[label], source, work, slot, rounds)
-                results[label]["incremental"] += incremental_samples(trees[label], source, work, slot, rounds)
+                walls, cpu_ms = publish_samples(trees[label], source, work, slot, rounds)
+                results[label]["publish"] += walls
+                results[label]["publish_cpu"].append(cpu_ms)
+                for wall, cpu in incremental_samples(trees[label], source, work, slot, rounds):
+                    results[label]["incremental"].append(wall)
+                    results[label]["incremental_cpu"].append(cpu)
         return results
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -144,10 +171,9 @@ def compare(rev: str, new: str, rounds: int, repeats: int) -> dict[str, Any]:
 
 def report(rev: str, new: str, results: dict[str, dict[str, list[float]]]) -> str:
     lines = [f"| figure (1,000-version registry) | {rev} median ms | {new} median ms | new/old |", "|---|---|---|---|"]
-    for figure in ("publish", "incremental"):
+    for figure, label in FIGURES.items():
         old = statistics.median(results[rev][figure])
         new_ms = statistics.median(results[new][figure])
-        label = "publish server share (PUT until readable)" if figure == "publish" else "incremental build, changed path given"
         lines.append(f"| {label} | {old:.1f} | {new_ms:.1f} | {new_ms / old:.2f}× |")
     return "\n".join(lines)
 
