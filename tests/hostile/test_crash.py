@@ -207,6 +207,7 @@ def test_a_kill_between_owner_record_and_archive_keeps_the_publisher_and_the_num
     import webtest
 
     from registry_gen.meta import PackageMeta, dump_meta
+    from registry_gen.publish import maintainer_entry, now_iso
     from registry_gen.storage import meta_key
     from tests.hostile.harness import publish_body
     from user_api.credentials import PasswordHasher
@@ -220,14 +221,16 @@ def test_a_kill_between_owner_record_and_archive_keeps_the_publisher_and_the_num
         stranger = store.create_user("stranger", "a-long-test-password-2", None, None, "user")
         token, _ = store.create_token(user.id)
         stranger_token, _ = store.create_token(stranger.id)
-        # Exactly what a kill right after the durable meta write of a first publish leaves.
+        # Exactly what a kill right after the durable meta write of a first publish leaves: the
+        # publisher bound by account id, stamped a moment ago.
+        stamp = now_iso()
         meta = PackageMeta(
             name="crash-first",
             dist_tags={"latest": "1.0.0"},
-            maintainers=[{"name": "first-publisher"}],
-            time={"1.0.0": "2026-01-01T00:00:00.000Z"},
-            created="2026-01-01T00:00:00.000Z",
-            modified="2026-01-01T00:00:00.000Z",
+            maintainers=[maintainer_entry("first-publisher", None, user.id)],
+            time={"1.0.0": stamp},
+            created=stamp,
+            modified=stamp,
             revision=1,
         )
         meta_path = settings.content_dir / meta_key("crash-first")
