@@ -978,6 +978,7 @@ class _Run:
     full: bool = False
     package_set_changed: bool = False
     signer: Signer | None = None
+    fingerprint: str = ""  # the settings and templates this build renders with (settings_fingerprint)
     # Each package page rendered by this build -> the Dependents list it was rendered with.
     rendered_dependents: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -1008,7 +1009,7 @@ def _build_in_transaction(
 def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -> ContentChanges:
     """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
     state, settings = run.state, run.settings
-    fingerprint = settings_fingerprint(settings)
+    run.fingerprint = fingerprint = settings_fingerprint(settings)
     if state.is_empty():
         state.import_times(read_legacy_times(settings.state_folder))
     elif not state.has_live():
@@ -1218,5 +1219,6 @@ def _commit(run: _Run) -> BuildResult:
     archive_issues += [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
     result.refused = len({issue.path for issue in archive_issues})
     result.errors = meta_issues + sorted(archive_issues, key=lambda i: i.path) + run.errors
-    state.set_setting("fingerprint", settings_fingerprint(run.settings))
+    # The fingerprint the build started from: a template edited meanwhile makes the next build redo it.
+    state.set_setting("fingerprint", run.fingerprint)
     return result

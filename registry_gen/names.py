@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from urllib.parse import quote
 
@@ -64,6 +65,15 @@ def validate_name(name: object, *, legacy: bool = False) -> str:
 
 def validate_hosted_name(name: object) -> str:
     """A name the build serves: anything the public registry hosts (see validate_name)."""
+    if isinstance(name, str):
+        return _hosted(name)
+    return validate_name(name, legacy=True)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _hosted(name: str) -> str:
+    # A build asks about the same names for every version, file and link (thousands of times per
+    # publish); the answer is pure, so it is remembered. Refusals raise and are not cached.
     return validate_name(name, legacy=True)
 
 
