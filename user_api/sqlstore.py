@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from user_api.credentials import PasswordHasher, is_legacy_hash, new_token, token_digest, token_prefix
+from user_api.grams import EMAIL, MAX_GRAM, NAME, fold, insert_statement, user_grams
 from user_api.errors import (
     FieldError,
     InvalidFields,
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 USER_COLUMNS: Final = ("id", "username", "email", "full_name", "role", "status", "created_at", "updated_at", "version")
 TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description", "expires_at")
-TRIGRAM: Final = 3  # SQLite's trigram index cannot answer shorter keywords: they take a LIKE scan
+TRIGRAM: Final = 3  # the trigram indexes answer keywords this long; shorter ones read user_grams
 MAX_TOKEN_LENGTH: Final = 512
 DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever verifies against it
 
@@ -173,6 +174,55 @@ def count_rows(tx: Tx, select: str, params: Sequence[Any], limit: int | None) ->
     return int(row[0]) if row else 0
 
 
+def gram_source(user: User | None) -> set[tuple[str, int]]:
+    """(gram, field) pairs the gram index holds for a user as stored (none once deleted)."""
+    if user is None or user.status == "deleted":
+        return set()
+    return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email)}
+
+
+def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> None:
+    """Brings the gram index of one user from `before` to `after`, in the caller's transaction."""
+    old, new = gram_source(before), gram_source(after)
+    if old == new:
+        return
+    row = tx.one("SELECT pk FROM users WHERE id = ?", (key,))
+    assert row is not None
+    pk = int(row[0])
+    for gram, field in old - new:
+        tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
+    added = [(gram, field, pk) for gram, field in new - old]
+    if added:
+        tx.run(*insert_statement(added))
+
+
+def gram_ranges(keyword: str, *, include_email: bool) -> str:
+    """The gram index entries of a 1-2 character keyword, user_pk ascending (SQL with `?`)."""
+    names = f"SELECT user_pk FROM user_grams WHERE gram = ? AND field = {NAME}"
+    if not include_email:
+        return names
+    # Two index ranges merged in key order (SQLite: a compound merge; PostgreSQL: Merge Append).
+    return f"{names} UNION ALL SELECT user_pk FROM user_grams WHERE gram = ? AND field = {EMAIL} ORDER BY user_pk"
+
+
+def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
+    fields = f"field IN ({NAME}, {EMAIL})" if include_email else f"field = {NAME}"
+    return count_rows(tx, f"SELECT 1 FROM user_grams WHERE gram = ? AND {fields}", (fold(keyword),), limit)
+
+
+def page_short_matches(
+    tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+) -> list[tuple[Any, ...]]:
+    """Reads the gram range in key order and stops at the page: no scan, whatever the keyword."""
+    gram = fold(keyword)
+    ranges = gram_ranges(keyword, include_email=include_email)
+    return tx.all(
+        f"SELECT {columns(USER_COLUMNS, 'u')} FROM ({ranges}) AS g JOIN users u ON u.pk = g.user_pk"
+        " WHERE NOT (u.username >= ? AND u.username < ?) ORDER BY g.user_pk LIMIT ? OFFSET ?",
+        ((gram, gram) if include_email else (gram,)) + (*skip_prefix, limit, offset),
+    )
+
+
 def _raise_problems(problems: list[FieldError]) -> None:
     if problems:
         raise InvalidFields(errors=problems)
@@ -277,10 +327,13 @@ class SqlUserStore:
                     (low, high, limit, offset),
                 )
             # One rule for every keyword length: a case-insensitive substring (prefix matches first).
-            total = self.dialect.count_matches(tx, keyword, include_email=include_email, limit=count_limit)
+            short = 0 < len(keyword) <= MAX_GRAM
+            count = count_short_matches if short else self.dialect.count_matches
+            total = count(tx, keyword, include_email=include_email, limit=count_limit)
             wanted = limit - len(rows)
             if wanted > 0:
-                rows += self.dialect.page_matches(
+                page = page_short_matches if short else self.dialect.page_matches
+                rows += page(
                     tx,
                     keyword,
                     include_email=include_email,
@@ -321,8 +374,9 @@ class SqlUserStore:
                 (str(uuid.uuid4()), new.username, new.email, new.full_name, new.role, new.status,
                  password_hash, now, now),
             )
-        assert row is not None
-        user = user_from_row(row)
+            assert row is not None
+            user = user_from_row(row)
+            sync_grams(tx, user.id, None, user)
         log.info("user created: id=%s username=%s role=%s", user.id, user.username, user.role)
         return user
 
@@ -358,8 +412,9 @@ class SqlUserStore:
                 # A new password or a disable/re-enable ends every session: a stolen token
                 # must not outlive the change that was meant to lock its thief out.
                 tx.run("DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
-        assert row is not None
-        user = user_from_row(row)
+            assert row is not None
+            user = user_from_row(row)
+            sync_grams(tx, key, current, user)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
 
@@ -448,6 +503,7 @@ class SqlUserStore:
                 " updated_at = ?, version = version + 1 WHERE id = ?",
                 (DELETED_HASH, self.dialect.encode_time(utcnow()), key),
             )
+            sync_grams(tx, key, current, None)
         log.info("user deleted: id=%s", key)
         return True
 
