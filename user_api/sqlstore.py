@@ -196,15 +196,6 @@ def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> Non
         tx.run(*insert_statement(added))
 
 
-def gram_ranges(keyword: str, *, include_email: bool) -> str:
-    """The gram index entries of a 1-2 character keyword, user_pk ascending (SQL with `?`)."""
-    names = f"SELECT user_pk FROM user_grams WHERE gram = ? AND field = {NAME}"
-    if not include_email:
-        return names
-    # Two index ranges merged in key order (SQLite: a compound merge; PostgreSQL: Merge Append).
-    return f"{names} UNION ALL SELECT user_pk FROM user_grams WHERE gram = ? AND field = {EMAIL} ORDER BY user_pk"
-
-
 def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
     fields = f"field IN ({NAME}, {EMAIL})" if include_email else f"field = {NAME}"
     return count_rows(tx, f"SELECT 1 FROM user_grams WHERE gram = ? AND {fields}", (fold(keyword),), limit)
@@ -213,14 +204,21 @@ def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int
 def page_short_matches(
     tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
 ) -> list[tuple[Any, ...]]:
-    """Reads the gram range in key order and stops at the page: no scan, whatever the keyword."""
-    gram = fold(keyword)
-    ranges = gram_ranges(keyword, include_email=include_email)
-    return tx.all(
-        f"SELECT {columns(USER_COLUMNS, 'u')} FROM ({ranges}) AS g JOIN users u ON u.pk = g.user_pk"
-        " WHERE NOT (u.username >= ? AND u.username < ?) ORDER BY g.user_pk LIMIT ? OFFSET ?",
-        ((gram, gram) if include_email else (gram,)) + (*skip_prefix, limit, offset),
+    """Reads the gram index range(s) in key order and stops at the page: no scan, whatever the keyword.
+
+    Admins read two ranges (name grams, email-only grams) merged in key order: SQLite runs the
+    compound ORDER BY as a merge of two index-ordered arms, PostgreSQL as a Merge Append."""
+    arm = (
+        f"SELECT {columns(USER_COLUMNS, 'u')}, g.user_pk FROM user_grams g JOIN users u ON u.pk = g.user_pk"
+        " WHERE g.gram = ? AND g.field = {field} AND NOT (u.username >= ? AND u.username < ?)"
     )
+    params: tuple[Any, ...] = (fold(keyword), *skip_prefix)
+    sql = arm.format(field=NAME)
+    if include_email:
+        sql += " UNION ALL " + arm.format(field=EMAIL)
+        params += params
+    rows = tx.all(f"{sql} ORDER BY {len(USER_COLUMNS) + 1} LIMIT ? OFFSET ?", (*params, limit, offset))
+    return [row[:-1] for row in rows]
 
 
 def _raise_problems(problems: list[FieldError]) -> None:
