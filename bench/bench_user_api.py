@@ -204,7 +204,10 @@ class _Server:
 
     def close(self) -> None:
         server: Any = self._server
-        server.trigger.pull_trigger(lambda: [d.close() for d in list(server._map.values())])
+        try:
+            server.trigger.pull_trigger(lambda: [d.close() for d in list(server._map.values())])
+        except OSError:  # the loop already ended and closed its trigger: nothing left to close
+            pass
         self._thread.join(timeout=30)
         server.task_dispatcher.shutdown()
 
@@ -305,14 +308,19 @@ def postgres_figures(count: int, hasher: PasswordHasher, quick: bool) -> list[di
         server.stop()
 
 
-def run(quick: bool) -> list[dict[str, Any]]:
+def run(quick: bool) -> Iterator[dict[str, Any]]:
     logging.getLogger("waitress").setLevel(logging.ERROR)  # "Task queue depth" on every burst
     count = 100_000 if quick else 1_000_000
     hasher = PasswordHasher()
     store, import_s = open_bench_store(count, hasher)
     assert isinstance(store, SqlUserStore)
     try:
-        searched = search_figures(store, count, quick)
+        if import_s is not None:
+            yield _figure(
+                f"bulk import, {count} users", import_s, "s", None, "minutes, not hours",
+                "import_users: executemany in one transaction, FTS5 trigram index rebuilt once at the end, "
+                "then the gram index; one precomputed argon2id hash for every user")
+        yield from search_figures(store, count, quick)
         admin = store.get_by_username("bench-admin") or store.create_user(
             "bench-admin", "bench-password-1", role="admin")
         token, _ = store.create_token(admin.id, description="bench")
@@ -325,18 +333,11 @@ def run(quick: bool) -> list[dict[str, Any]]:
         store.revoke_token_value(token)
     finally:
         store.close()
-    figures = []
-    if import_s is not None:
-        figures.append(_figure(
-            f"bulk import, {count} users", import_s, "s", None, "minutes, not hours",
-            "import_users: executemany in one transaction, FTS5 trigram index rebuilt once at the end, "
-            "then the gram index; one precomputed argon2id hash for every user"))
-    figures += searched
-    figures.append(_figure(
+    yield _figure(
         f"GET /user requests/s, {count} users", list_rps, "req/s", hello_rps, "as close to the baseline as can be",
         f"waitress 4 threads, {CLIENT_THREADS} keep-alive clients for {HTTP_SECONDS:.0f}s, random pages 1..1000 "
-        "of 10, admin token, JSON; baseline = a hello-world WSGI app on the same server"))
-    return figures + postgres_figures(count, hasher, quick)
+        "of 10, admin token, JSON; baseline = a hello-world WSGI app on the same server")
+    yield from postgres_figures(count, hasher, quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100,000 users instead of 1,000,000")
     args = parser.parse_args(argv)
     for row in run(args.quick):
-        print(json.dumps(row))
+        print(json.dumps(row), flush=True)
     return 0
 
 

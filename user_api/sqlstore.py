@@ -4,6 +4,7 @@ Search ranking, shared by both dialects: rows whose username starts with the key
 ordered by username (so an exact match is first of all); then the other matches in sign-up order.
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
+Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too.
 """
 
 from __future__ import annotations
@@ -51,7 +52,6 @@ log = logging.getLogger(__name__)
 
 USER_COLUMNS: Final = ("id", "username", "email", "full_name", "role", "status", "created_at", "updated_at", "version")
 TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description", "expires_at")
-TRIGRAM: Final = 3  # the trigram indexes answer keywords this long; shorter ones read user_grams
 MAX_TOKEN_LENGTH: Final = 512
 DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever verifies against it
 
