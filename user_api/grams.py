@@ -1,8 +1,10 @@
 """The short-keyword index: every distinct 1- and 2-character substring ("gram") of a live user's
 searchable fields, so a 1-2 character search reads one index range instead of scanning the table.
 
-Rows are (gram, field, user_pk): field NAME for grams of the username or the full name, EMAIL for
-grams found only in the email (so non-admins, who never match on email, read the NAME range alone).
+Rows are (gram, field, user_pk), field one of: PREFIX, a gram the username starts with (those users
+come first, from the username index: the ordered part of a search skips them without a join);
+NAME, any other gram of the username or the full name; EMAIL, a gram found only in the email (so
+non-admins, who never match on email, never read it). Each is one index range in user_pk order.
 Both stores fold case the same way, here in Python: each character by str.lower() when that gives
 one character (so 'É' matches 'é', as the trigram index of longer keywords folds), else unchanged.
 """
@@ -14,6 +16,7 @@ from typing import Any, Final
 
 NAME: Final = 0
 EMAIL: Final = 1
+PREFIX: Final = 2
 MAX_GRAM: Final = 2  # keywords of this length or shorter read the gram index
 
 
@@ -30,10 +33,11 @@ def grams(text: str | None) -> set[str]:
 
 
 def user_grams(pk: int, username: str, full_name: str | None, email: str | None) -> Iterator[tuple[str, int, int]]:
-    """(gram, field, pk) rows of one live user; an email gram also in the name is a NAME row only."""
+    """(gram, field, pk) rows of one live user; an email gram also in the name is a name row only."""
     names = grams(username) | grams(full_name)
+    start = fold(username)
     for gram in names:
-        yield gram, NAME, pk
+        yield gram, PREFIX if start.startswith(gram) else NAME, pk
     for gram in grams(email) - names:
         yield gram, EMAIL, pk
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from user_api.credentials import PasswordHasher, is_legacy_hash, new_token, token_digest, token_prefix
-from user_api.grams import EMAIL, MAX_GRAM, NAME, fold, insert_statement, user_grams
+from user_api.grams import EMAIL, MAX_GRAM, NAME, PREFIX, fold, insert_statement, user_grams
 from user_api.errors import (
     FieldError,
     InvalidFields,
@@ -197,28 +197,27 @@ def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> Non
 
 
 def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
-    fields = f"field IN ({NAME}, {EMAIL})" if include_email else f"field = {NAME}"
-    return count_rows(tx, f"SELECT 1 FROM user_grams WHERE gram = ? AND {fields}", (fold(keyword),), limit)
+    fields = f"({NAME}, {PREFIX}, {EMAIL})" if include_email else f"({NAME}, {PREFIX})"
+    return count_rows(tx, f"SELECT 1 FROM user_grams WHERE gram = ? AND field IN {fields}", (fold(keyword),), limit)
 
 
-def page_short_matches(
-    tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
-) -> list[tuple[Any, ...]]:
-    """Reads the gram index range(s) in key order and stops at the page: no scan, whatever the keyword.
+def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int, limit: int) -> list[tuple[Any, ...]]:
+    """The matches that do not start the username, in key order: the page is read from the gram
+    index alone (no scan, no sort, whatever the keyword), then only its rows are joined to users.
 
     Admins read two ranges (name grams, email-only grams) merged in key order: SQLite runs the
     compound ORDER BY as a merge of two index-ordered arms, PostgreSQL as a Merge Append."""
-    arm = (
-        f"SELECT {columns(USER_COLUMNS, 'u')}, g.user_pk FROM user_grams g JOIN users u ON u.pk = g.user_pk"
-        " WHERE g.gram = ? AND g.field = {field} AND NOT (u.username >= ? AND u.username < ?)"
-    )
-    params: tuple[Any, ...] = (fold(keyword), *skip_prefix)
-    sql = arm.format(field=NAME)
+    gram = fold(keyword)
+    ranges = f"SELECT user_pk FROM user_grams WHERE gram = ? AND field = {NAME}"
+    params: tuple[Any, ...] = (gram,)
     if include_email:
-        sql += " UNION ALL " + arm.format(field=EMAIL)
-        params += params
-    rows = tx.all(f"{sql} ORDER BY {len(USER_COLUMNS) + 1} LIMIT ? OFFSET ?", (*params, limit, offset))
-    return [row[:-1] for row in rows]
+        ranges += f" UNION ALL SELECT user_pk FROM user_grams WHERE gram = ? AND field = {EMAIL}"
+        params += (gram,)
+    return tx.all(
+        f"SELECT {columns(USER_COLUMNS, 'u')} FROM ({ranges} ORDER BY user_pk LIMIT ? OFFSET ?) AS g"
+        " JOIN users u ON u.pk = g.user_pk ORDER BY g.user_pk",
+        (*params, limit, offset),
+    )
 
 
 def _raise_problems(problems: list[FieldError]) -> None:
@@ -328,16 +327,12 @@ class SqlUserStore:
             short = 0 < len(keyword) <= MAX_GRAM
             count = count_short_matches if short else self.dialect.count_matches
             total = count(tx, keyword, include_email=include_email, limit=count_limit)
-            wanted = limit - len(rows)
-            if wanted > 0:
-                page = page_short_matches if short else self.dialect.page_matches
-                rows += page(
-                    tx,
-                    keyword,
-                    include_email=include_email,
-                    skip_prefix=(low, high),
-                    offset=max(0, offset - prefix_total),
-                    limit=wanted,
+            wanted, rest = limit - len(rows), max(0, offset - prefix_total)
+            if wanted > 0 and short:
+                rows += page_short_matches(tx, keyword, include_email=include_email, offset=rest, limit=wanted)
+            elif wanted > 0:
+                rows += self.dialect.page_matches(
+                    tx, keyword, include_email=include_email, skip_prefix=(low, high), offset=rest, limit=wanted
                 )
         return UserPage(items=tuple(user_from_row(r) for r in rows), total=total)
 

@@ -224,7 +224,7 @@ class PostgresDialect:
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
             )
         conn.execute("ANALYZE users")
-        conn.execute("ANALYZE user_grams")
+        conn.execute("VACUUM (ANALYZE) user_grams")  # sets the visibility map: index-only counts
         return count
 
     def close(self) -> None:
