@@ -10,7 +10,9 @@ Keywords of 1-2 characters read the gram index (user_api/grams.py) on both store
 from __future__ import annotations
 
 import enum
+import heapq
 import ipaddress
+import itertools
 import json
 import logging
 import uuid
@@ -203,21 +205,23 @@ def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int
 
 def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int, limit: int) -> list[tuple[Any, ...]]:
     """The matches that do not start the username, in key order: the page is read from the gram
-    index alone (no scan, no sort, whatever the keyword), then only its rows are joined to users.
+    index alone (no scan, no sort, whatever the keyword), then only its rows are read from users.
 
-    Admins read two ranges (name grams, email-only grams) merged in key order: SQLite runs the
-    compound ORDER BY as a merge of two index-ordered arms, PostgreSQL as a Merge Append."""
+    Admins read two ranges (name grams, email-only grams), merged here: PostgreSQL 15 plans a
+    UNION ALL of the two as a sort of every match, never as a merge of the ordered ranges."""
     gram = fold(keyword)
-    ranges = f"SELECT user_pk FROM user_grams WHERE gram = ? AND field = {NAME}"
-    params: tuple[Any, ...] = (gram,)
-    if include_email:
-        ranges += f" UNION ALL SELECT user_pk FROM user_grams WHERE gram = ? AND field = {EMAIL}"
-        params += (gram,)
-    return tx.all(
-        f"SELECT {columns(USER_COLUMNS, 'u')} FROM ({ranges} ORDER BY user_pk LIMIT ? OFFSET ?) AS g"
-        " JOIN users u ON u.pk = g.user_pk ORDER BY g.user_pk",
-        (*params, limit, offset),
-    )
+    ranges = [
+        [row[0] for row in tx.all(
+            "SELECT user_pk FROM user_grams WHERE gram = ? AND field = ? ORDER BY user_pk LIMIT ?",
+            (gram, field, offset + limit),
+        )]
+        for field in ((NAME, EMAIL) if include_email else (NAME,))
+    ]
+    page = list(itertools.islice(heapq.merge(*ranges), offset, offset + limit))
+    if not page:
+        return []
+    marks = ", ".join("?" for _ in page)
+    return tx.all(f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.pk IN ({marks}) ORDER BY u.pk", page)
 
 
 def _raise_problems(problems: list[FieldError]) -> None:
