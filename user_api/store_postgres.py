@@ -224,7 +224,8 @@ class PostgresDialect:
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
             )
         conn.execute("ANALYZE users")
-        conn.execute("VACUUM (ANALYZE) user_grams")  # sets the visibility map: index-only counts
+        # Statistics, and the visibility map that index-only counts need (autovacuum completes it).
+        conn.execute("VACUUM (ANALYZE) user_grams")
         return count
 
     def close(self) -> None:
