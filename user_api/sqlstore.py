@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from user_api.credentials import PasswordHasher, is_legacy_hash, new_token, token_digest, token_prefix
-from user_api.grams import EMAIL, MAX_GRAM, NAME, PREFIX, fold, insert_statement, user_grams
 from user_api.errors import (
     FieldError,
     InvalidFields,
@@ -32,6 +31,7 @@ from user_api.errors import (
     UsernameTaken,
     UserNotFound,
 )
+from user_api.grams import EMAIL, MAX_GRAM, NAME, PREFIX, fold, insert_statement, user_grams
 from user_api.models import (
     ImportedUser,
     NewUser,
