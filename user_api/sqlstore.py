@@ -4,12 +4,15 @@ Search ranking, shared by both dialects: rows whose username starts with the key
 ordered by username (so an exact match is first of all); then the other matches in sign-up order.
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
+Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too.
 """
 
 from __future__ import annotations
 
 import enum
+import heapq
 import ipaddress
+import itertools
 import json
 import logging
 import uuid
@@ -28,6 +31,7 @@ from user_api.errors import (
     UsernameTaken,
     UserNotFound,
 )
+from user_api.grams import EMAIL, MAX_GRAM, NAME, PREFIX, fold, insert_statement, user_grams
 from user_api.models import (
     ImportedUser,
     NewUser,
@@ -50,7 +54,6 @@ log = logging.getLogger(__name__)
 
 USER_COLUMNS: Final = ("id", "username", "email", "full_name", "role", "status", "created_at", "updated_at", "version")
 TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description", "expires_at")
-TRIGRAM: Final = 3  # SQLite's trigram index cannot answer shorter keywords: they take a LIKE scan
 MAX_TOKEN_LENGTH: Final = 512
 DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever verifies against it
 
@@ -173,6 +176,54 @@ def count_rows(tx: Tx, select: str, params: Sequence[Any], limit: int | None) ->
     return int(row[0]) if row else 0
 
 
+def gram_source(user: User | None) -> set[tuple[str, int]]:
+    """(gram, field) pairs the gram index holds for a user as stored (none once deleted)."""
+    if user is None or user.status == "deleted":
+        return set()
+    return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email)}
+
+
+def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> None:
+    """Brings the gram index of one user from `before` to `after`, in the caller's transaction."""
+    old, new = gram_source(before), gram_source(after)
+    if old == new:
+        return
+    row = tx.one("SELECT pk FROM users WHERE id = ?", (key,))
+    assert row is not None
+    pk = int(row[0])
+    for gram, field in old - new:
+        tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
+    added = [(gram, field, pk) for gram, field in new - old]
+    if added:
+        tx.run(*insert_statement(added))
+
+
+def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
+    fields = f"({NAME}, {PREFIX}, {EMAIL})" if include_email else f"({NAME}, {PREFIX})"
+    return count_rows(tx, f"SELECT 1 FROM user_grams WHERE gram = ? AND field IN {fields}", (fold(keyword),), limit)
+
+
+def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int, limit: int) -> list[tuple[Any, ...]]:
+    """The matches that do not start the username, in key order: the page is read from the gram
+    index alone (no scan, no sort, whatever the keyword), then only its rows are read from users.
+
+    Admins read two ranges (name grams, email-only grams), merged here: PostgreSQL 15 plans a
+    UNION ALL of the two as a sort of every match, never as a merge of the ordered ranges."""
+    gram = fold(keyword)
+    ranges = [
+        [row[0] for row in tx.all(
+            "SELECT user_pk FROM user_grams WHERE gram = ? AND field = ? ORDER BY user_pk LIMIT ?",
+            (gram, field, offset + limit),
+        )]
+        for field in ((NAME, EMAIL) if include_email else (NAME,))
+    ]
+    page = list(itertools.islice(heapq.merge(*ranges), offset, offset + limit))
+    if not page:
+        return []
+    marks = ", ".join("?" for _ in page)
+    return tx.all(f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.pk IN ({marks}) ORDER BY u.pk", page)
+
+
 def _raise_problems(problems: list[FieldError]) -> None:
     if problems:
         raise InvalidFields(errors=problems)
@@ -277,16 +328,15 @@ class SqlUserStore:
                     (low, high, limit, offset),
                 )
             # One rule for every keyword length: a case-insensitive substring (prefix matches first).
-            total = self.dialect.count_matches(tx, keyword, include_email=include_email, limit=count_limit)
-            wanted = limit - len(rows)
-            if wanted > 0:
+            short = 0 < len(keyword) <= MAX_GRAM
+            count = count_short_matches if short else self.dialect.count_matches
+            total = count(tx, keyword, include_email=include_email, limit=count_limit)
+            wanted, rest = limit - len(rows), max(0, offset - prefix_total)
+            if wanted > 0 and short:
+                rows += page_short_matches(tx, keyword, include_email=include_email, offset=rest, limit=wanted)
+            elif wanted > 0:
                 rows += self.dialect.page_matches(
-                    tx,
-                    keyword,
-                    include_email=include_email,
-                    skip_prefix=(low, high),
-                    offset=max(0, offset - prefix_total),
-                    limit=wanted,
+                    tx, keyword, include_email=include_email, skip_prefix=(low, high), offset=rest, limit=wanted
                 )
         return UserPage(items=tuple(user_from_row(r) for r in rows), total=total)
 
@@ -321,8 +371,9 @@ class SqlUserStore:
                 (str(uuid.uuid4()), new.username, new.email, new.full_name, new.role, new.status,
                  password_hash, now, now),
             )
-        assert row is not None
-        user = user_from_row(row)
+            assert row is not None
+            user = user_from_row(row)
+            sync_grams(tx, user.id, None, user)
         log.info("user created: id=%s username=%s role=%s", user.id, user.username, user.role)
         return user
 
@@ -358,8 +409,9 @@ class SqlUserStore:
                 # A new password or a disable/re-enable ends every session: a stolen token
                 # must not outlive the change that was meant to lock its thief out.
                 tx.run("DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
-        assert row is not None
-        user = user_from_row(row)
+            assert row is not None
+            user = user_from_row(row)
+            sync_grams(tx, key, current, user)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
 
@@ -448,6 +500,7 @@ class SqlUserStore:
                 " updated_at = ?, version = version + 1 WHERE id = ?",
                 (DELETED_HASH, self.dialect.encode_time(utcnow()), key),
             )
+            sync_grams(tx, key, current, None)
         log.info("user deleted: id=%s", key)
         return True
 

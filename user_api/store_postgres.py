@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
+from user_api.grams import gram_rows
 from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern
 
 try:
@@ -17,7 +18,7 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 2  # 2: user_tokens.expires_at
+SCHEMA_VERSION: Final = 3  # 2: user_tokens.expires_at; 3: user_grams
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 SCHEMA: Final = """
@@ -53,6 +54,13 @@ CREATE TABLE IF NOT EXISTS user_tokens (
 );
 -- Schema 2: a token may expire (npm token create --expires). Idempotent, so it also migrates schema 1.
 ALTER TABLE user_tokens ADD COLUMN IF NOT EXISTS expires_at timestamptz;
+-- Schema 3: 1-2 character keywords (user_api/grams.py), kept by the store in each write's transaction.
+CREATE TABLE IF NOT EXISTS user_grams (
+    gram text COLLATE "C" NOT NULL,
+    field smallint NOT NULL,
+    user_pk bigint NOT NULL,
+    PRIMARY KEY (gram, field, user_pk)
+);
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
 CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
 INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
@@ -72,6 +80,18 @@ CREATE OR REPLACE TRIGGER users_track_stats AFTER INSERT OR DELETE OR UPDATE OF 
 
 def match_condition(*, include_email: bool) -> str:
     return like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
+
+
+def fill_grams(conn: Any, after_pk: int) -> None:
+    """Indexes the grams of every live user past `after_pk` (a migration's backfill, a bulk load)."""
+    with conn.cursor() as cursor:
+        users = cursor.execute(  # read whole: a connection cannot fetch while it copies
+            "SELECT pk, username, full_name, email FROM users WHERE pk > %s AND status <> 'deleted' ORDER BY pk",
+            (after_pk,),
+        ).fetchall()
+        with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
+            for row in gram_rows(users):
+                copy.write_row(row)
 
 
 class _PgTx:
@@ -132,6 +152,9 @@ class PostgresDialect:
         with conn.transaction():
             conn.execute(SCHEMA)
             row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
+            if row[0] is not None and row[0] < 3:
+                conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
+                fill_grams(conn, 0)
             if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
@@ -185,7 +208,9 @@ class PostgresDialect:
         conn = self._connection()
         count = 0
         with conn.transaction(), conn.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = 0")  # an operator's bulk load, not a request
             cursor.execute("ALTER TABLE users DISABLE TRIGGER users_track_stats")
+            last_pk = cursor.execute("SELECT coalesce(max(pk), 0) FROM users").fetchone()[0]
             with cursor.copy(
                 "COPY users (id, username, email, full_name, role, status, password_hash,"
                 " created_at, updated_at, version) FROM STDIN"
@@ -194,10 +219,13 @@ class PostgresDialect:
                     copy.write_row((*row, 1))
                     count += 1
             cursor.execute("ALTER TABLE users ENABLE TRIGGER users_track_stats")
+            fill_grams(conn, last_pk)
             cursor.execute(
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
             )
         conn.execute("ANALYZE users")
+        # Statistics, and the visibility map that index-only counts need (autovacuum completes it).
+        conn.execute("VACUUM (ANALYZE) user_grams")
         return count
 
     def close(self) -> None:

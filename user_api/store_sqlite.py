@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.sqlstore import TRIGRAM, USER_COLUMNS, Tx, columns, count_rows, like_condition, like_pattern
+from user_api.grams import gram_rows
+from user_api.sqlstore import USER_COLUMNS, Tx, columns, count_rows
 
 MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
-SCHEMA_VERSION: Final = 2  # 2: user_tokens.expires_at
+SCHEMA_VERSION: Final = 3  # 2: user_tokens.expires_at; 3: user_grams
 BUSY_TIMEOUT_MS: Final = 5000
 
 TABLES: Final = """
@@ -51,6 +52,13 @@ INSERT OR IGNORE INTO user_stats (id, live_users) VALUES (1, 0);
 -- Tombstones (status 'deleted') stay out of the index: the view is what 'rebuild' reads.
 CREATE VIEW IF NOT EXISTS users_live AS
     SELECT pk, username, full_name, email FROM users WHERE status <> 'deleted';
+-- 1-2 character keywords (user_api/grams.py); kept by the store in each write's transaction.
+CREATE TABLE IF NOT EXISTS user_grams (
+    gram TEXT NOT NULL,
+    field INTEGER NOT NULL,
+    user_pk INTEGER NOT NULL,
+    PRIMARY KEY (gram, field, user_pk)
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS users_fts USING fts5(
     username, full_name, email, content = 'users_live', content_rowid = 'pk', tokenize = 'trigram'
 );
@@ -102,6 +110,18 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     token_columns = {row[1] for row in conn.execute("PRAGMA table_info(user_tokens)")}
     if version < 2 and "expires_at" not in token_columns:
         conn.execute("ALTER TABLE user_tokens ADD COLUMN expires_at TEXT")
+    if version < 3:
+        conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
+        fill_grams(conn, 0)
+
+
+def fill_grams(conn: sqlite3.Connection, after_pk: int) -> None:
+    """Indexes the grams of every live user past `after_pk` (a migration's backfill, a bulk load)."""
+    users = conn.execute(
+        "SELECT pk, username, full_name, email FROM users WHERE pk > ? AND status <> 'deleted' ORDER BY pk",
+        (after_pk,),
+    )
+    conn.executemany("INSERT INTO user_grams (gram, field, user_pk) VALUES (?, ?, ?)", gram_rows(users))
 
 
 class _SqliteTx:
@@ -128,12 +148,6 @@ def fts5_phrase(keyword: str) -> str:
 def match_expression(keyword: str, *, include_email: bool) -> str:
     phrase = fts5_phrase(keyword)
     return phrase if include_email else "{username full_name} : " + phrase
-
-
-def short_match(keyword: str, *, include_email: bool) -> tuple[str, tuple[str, ...]]:
-    """LIKE is case-insensitive for ASCII in SQLite, as ILIKE under PostgreSQL's C collation."""
-    condition = like_condition(include_email=include_email, placeholder="?", operator="LIKE")
-    return condition, (like_pattern(keyword),) * condition.count("?")
 
 
 class SqliteDialect:
@@ -228,9 +242,6 @@ class SqliteDialect:
         return moment.isoformat()
 
     def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
-        if len(keyword) < TRIGRAM:
-            condition, params = short_match(keyword, include_email=include_email)
-            return count_rows(tx, f"SELECT 1 FROM users u WHERE u.status <> 'deleted' AND {condition}", params, limit)
         return count_rows(
             tx, "SELECT 1 FROM users_fts WHERE users_fts MATCH ?",
             (match_expression(keyword, include_email=include_email),), limit,
@@ -239,15 +250,6 @@ class SqliteDialect:
     def page_matches(
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
     ) -> list[tuple[Any, ...]]:
-        if len(keyword) < TRIGRAM:
-            # Under a trigram the index cannot help: a scan in key order, which stops at the page
-            # (short keywords match most names, so it stops early; the count stops at its cap).
-            condition, params = short_match(keyword, include_email=include_email)
-            return tx.all(
-                f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.status <> 'deleted' AND {condition}"
-                " AND NOT (u.username >= ? AND u.username < ?) ORDER BY u.pk LIMIT ? OFFSET ?",
-                (*params, *skip_prefix, limit, offset),
-            )
         # FTS5 yields rowids in ascending order, so "ORDER BY rowid LIMIT" streams: no sort of all hits.
         return tx.all(
             f"SELECT {columns(USER_COLUMNS, 'u')} FROM users_fts JOIN users u ON u.pk = users_fts.rowid"
@@ -263,6 +265,7 @@ class SqliteDialect:
             for name in TRIGGER_NAMES:
                 conn.execute(f"DROP TRIGGER IF EXISTS {name}")
             before = conn.execute("SELECT count(*) FROM users").fetchone()[0]
+            last_pk = conn.execute("SELECT coalesce(max(pk), 0) FROM users").fetchone()[0]
             conn.executemany(
                 "INSERT INTO users (id, username, email, full_name, role, status, password_hash,"
                 " created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1)",
@@ -270,6 +273,7 @@ class SqliteDialect:
             )
             inserted = conn.execute("SELECT count(*) FROM users").fetchone()[0] - before
             conn.execute("INSERT INTO users_fts (users_fts) VALUES ('rebuild')")
+            fill_grams(conn, last_pk)
             conn.execute(
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
             )

@@ -393,3 +393,110 @@ def test_a_schema_1_database_is_migrated_and_keeps_its_tokens(store_settings: Se
         assert again.authenticate(stale) is None
     finally:
         again.close()
+
+
+# ---- 1-2 character keywords: the gram index (user_grams) ---------------------------------------
+
+
+def _names(page: Any) -> list[str]:
+    return [u.username for u in page.items]
+
+
+def _gram_table(store: UserStore) -> set[tuple[str, int, int]]:
+    with store.dialect.read() as tx:  # type: ignore[attr-defined]
+        return {(g, int(f), int(pk)) for g, f, pk in tx.all("SELECT gram, field, user_pk FROM user_grams")}
+
+
+def _grams_recomputed(store: UserStore) -> set[tuple[str, int, int]]:
+    """What the index must hold: the grams of every live user, recomputed from the users table."""
+    from user_api.grams import gram_rows
+
+    with store.dialect.read() as tx:  # type: ignore[attr-defined]
+        users = tx.all("SELECT pk, username, full_name, email FROM users WHERE status <> 'deleted'")
+    return set(gram_rows(users))
+
+
+def test_rare_short_keywords_are_found_in_order_among_many(store: UserStore) -> None:
+    from user_api.models import ImportedUser
+
+    filler = FAST_HASHER.hash("password-1")
+    store.import_users(ImportedUser(f"user{n}", filler, None, f"Common Name {n}") for n in range(300))
+    late = store.create_user("zeta", "password-1", None, "Quentin Xu")
+    early_prefix = store.create_user("qxa", "password-1")
+    assert _names(store.search_users("q", offset=0, limit=10, include_email=False)) == ["qxa", "zeta"]
+    assert _names(store.search_users("Xu", offset=0, limit=10, include_email=False)) == ["zeta"]
+    assert store.search_users("qx", offset=0, limit=10, include_email=False).items == (early_prefix,)
+    assert store.search_users("zz", offset=0, limit=10, include_email=True).total == 0
+    page = store.search_users("e", offset=0, limit=3, include_email=False, count_limit=50)
+    assert page.total == 50 and _names(page) == ["user0", "user1", "user2"]  # "Common Name": sign-up order
+    assert late in store.search_users("e", offset=0, limit=400, include_email=False).items
+
+
+def test_short_keywords_match_email_for_admins_only(store: UserStore) -> None:
+    bob = store.create_user("bob", "password-1", "bob@qv.example", "Bob Stone")
+    store.create_user("ann", "password-1", "ann@river.example", "Ann Qvist")
+    assert _names(store.search_users("qv", offset=0, limit=10, include_email=True)) == ["bob", "ann"]
+    assert _names(store.search_users("qv", offset=0, limit=10, include_email=False)) == ["ann"]
+    assert _names(store.search_users("@", offset=0, limit=10, include_email=True)) == ["bob", "ann"]
+    assert store.search_users("@", offset=0, limit=10, include_email=False).total == 0
+    # A gram in both the name and the email is one match, not two.
+    both = store.search_users("bo", offset=0, limit=10, include_email=True)
+    assert both.total == 1 and both.items == (bob,)
+
+
+def test_short_keywords_fold_case_the_same_on_both_stores(store: UserStore) -> None:
+    store.create_user("zoe", "password-1", None, "Zoë Ångström")
+    for keyword in ("Å", "å", "ÅN", "ån", "Ë", "ë"):
+        assert _names(store.search_users(keyword, offset=0, limit=10, include_email=False)) == ["zoe"], keyword
+
+
+def test_the_gram_index_follows_creates_updates_deletes_and_imports(store: UserStore) -> None:
+    from user_api.models import ImportedUser
+
+    kate = store.create_user("kate", "password-1", "kate@nasa.example", "Katherine Johnson")
+    other = store.create_user("root", "password-1", role="admin")
+    assert _gram_table(store) == _grams_recomputed(store)
+    store.update_user(kate.id, full_name="Katherine Goble", email="kg@qz.example")
+    assert _names(store.search_users("qz", offset=0, limit=10, include_email=True)) == ["kate"]
+    assert store.search_users("js", offset=0, limit=10, include_email=True).total == 0  # "Johnson" is gone
+    assert store.search_users("hn", offset=0, limit=10, include_email=False).total == 0
+    assert _gram_table(store) == _grams_recomputed(store)
+    store.update_user(kate.id, email=None, full_name=None, username="kg")
+    assert store.search_users("qz", offset=0, limit=10, include_email=True).total == 0
+    assert _names(store.search_users("g", offset=0, limit=10, include_email=False)) == ["kg"]
+    store.update_user(kate.id, status="disabled")  # disabled users are still found, as by long keywords
+    assert _names(store.search_users("kg", offset=0, limit=10, include_email=False)) == ["kg"]
+    assert _gram_table(store) == _grams_recomputed(store)
+    store.delete_user(kate.id)
+    assert store.search_users("k", offset=0, limit=10, include_email=True).total == 0
+    store.import_users([ImportedUser("imported", FAST_HASHER.hash("password-1"), "im@wq.example", "Ima Port")])
+    assert _names(store.search_users("wq", offset=0, limit=10, include_email=True)) == ["imported"]
+    assert _gram_table(store) == _grams_recomputed(store)
+    assert len({pk for _, _, pk in _gram_table(store)}) == 2 and other.username == "root"  # the tombstone holds none
+
+
+def _downgrade_to_schema_2(store: UserStore) -> None:
+    """What a database written before the gram index looks like."""
+    with store.dialect.write() as tx:  # type: ignore[attr-defined]
+        tx.run("DROP TABLE user_grams")
+        if store.dialect.name == "sqlite":  # type: ignore[attr-defined]
+            tx.run("PRAGMA user_version = 2")
+        else:
+            tx.run("DELETE FROM user_api_schema")
+            tx.run("INSERT INTO user_api_schema (version) VALUES (2)")
+
+
+def test_a_schema_2_database_gets_its_gram_index_on_opening(store_settings: Settings) -> None:
+    first = open_user_store(store_settings, hasher=FAST_HASHER)
+    first.create_user("bob", "password-1", "bob@qv.example", "Bob Stone")
+    gone = first.create_user("ann", "password-1", None, "Ann Qvist")
+    first.delete_user(gone.id)
+    _downgrade_to_schema_2(first)
+    first.close()
+    again = open_user_store(store_settings, hasher=FAST_HASHER)
+    try:
+        assert _names(again.search_users("qv", offset=0, limit=10, include_email=True)) == ["bob"]
+        assert again.search_users("qv", offset=0, limit=10, include_email=False).total == 0
+        assert _gram_table(again) and _gram_table(again) == _grams_recomputed(again)
+    finally:
+        again.close()

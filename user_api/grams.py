@@ -1,0 +1,54 @@
+"""The short-keyword index: every distinct 1- and 2-character substring ("gram") of a live user's
+searchable fields, so a 1-2 character search reads one index range instead of scanning the table.
+
+Rows are (gram, field, user_pk), field one of: PREFIX, a gram the username starts with (those users
+come first, from the username index: the ordered part of a search skips them without a join);
+NAME, any other gram of the username or the full name; EMAIL, a gram found only in the email (so
+non-admins, who never match on email, never read it). Each is one index range in user_pk order.
+Both stores fold case the same way, here in Python: each character by str.lower() when that gives
+one character (so 'É' matches 'é', as the trigram index of longer keywords folds), else unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+NAME: Final = 0
+EMAIL: Final = 1
+PREFIX: Final = 2
+MAX_GRAM: Final = 2  # keywords of this length or shorter read the gram index
+
+
+def fold(text: str) -> str:
+    """Lower-case character by character, never changing the length (positions stay substrings)."""
+    return "".join(lowered if len(lowered := char.lower()) == 1 else char for char in text)
+
+
+def grams(text: str | None) -> set[str]:
+    if not text:
+        return set()
+    folded = fold(text)
+    return set(folded) | {folded[i:i + 2] for i in range(len(folded) - 1)}
+
+
+def user_grams(pk: int, username: str, full_name: str | None, email: str | None) -> Iterator[tuple[str, int, int]]:
+    """(gram, field, pk) rows of one live user; an email gram also in the name is a name row only."""
+    names = grams(username) | grams(full_name)
+    start = fold(username)
+    for gram in names:
+        yield gram, PREFIX if start.startswith(gram) else NAME, pk
+    for gram in grams(email) - names:
+        yield gram, EMAIL, pk
+
+
+def gram_rows(users: Iterable[tuple[Any, ...]]) -> Iterator[tuple[str, int, int]]:
+    """Rows for (pk, username, full_name, email) tuples: the backfill of a migration or bulk load."""
+    for pk, username, full_name, email in users:
+        yield from user_grams(int(pk), username, full_name, email)
+
+
+def insert_statement(rows: list[tuple[str, int, int]]) -> tuple[str, list[Any]]:
+    """One multi-row INSERT (`?` placeholders) for a single user's rows."""
+    values = ", ".join("(?, ?, ?)" for _ in rows)
+    return f"INSERT INTO user_grams (gram, field, user_pk) VALUES {values}", [v for row in rows for v in row]
