@@ -17,7 +17,6 @@ rewrite 100,000 records; here it touches only the rows of what changed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -380,7 +379,8 @@ class BuildState:
         self.db.executemany(
             "INSERT INTO live (name, version, shasum, record) VALUES (?, ?, ?, ?)",
             (
-                (name, version, record.shasum or "", json.dumps(dataclasses.asdict(record), separators=(",", ":")))
+                # vars(), not dataclasses.asdict: the fields are flat scalars, and asdict deep-copies.
+                (name, version, record.shasum or "", json.dumps(vars(record), separators=(",", ":")))
                 for version, record in releases.items()
             ),
         )

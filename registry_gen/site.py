@@ -168,6 +168,7 @@ def _environment(folders: tuple[str, ...], fingerprint: str) -> jinja2.Environme
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        auto_reload=False,  # an edited template changes the fingerprint, hence the environment: no stat per render
     )
     env.filters["when"] = format_time
     env.filters["filesize"] = format_size

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
+import functools
 import re
+from collections.abc import Iterable, Mapping
 
 import semver
 
@@ -74,7 +74,9 @@ def is_valid_version(text: object) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def version_key(text: str) -> semver.Version:
+    # Remembered: every build sorts each package's versions several times (pure, immutable result).
     return semver.Version.parse(text)
 
 
