@@ -118,7 +118,8 @@ def test_an_old_state_next_to_a_new_one_is_kept_not_merged(folder: Path) -> None
 
 
 def test_state_dir_setting_and_a_deleted_tree(folder: Path) -> None:
-    (folder / "registry.yaml").write_text("base_url: http://127.0.0.1:4873/\nstate_dir: var/build-state\n")
+    # content_dir and out_dir named: their defaults are relative to the working folder, not the file.
+    (folder / "registry.yaml").write_text("base_url: http://127.0.0.1:4873/\ncontent_dir: content\nout_dir: public\nstate_dir: var/build-state\n")
     settings = load_settings(folder / "registry.yaml")
     assert settings.state_folder == folder / "var" / "build-state"
     run_build(settings)
