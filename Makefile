@@ -59,5 +59,7 @@ bench: $(TEST_STAMP) system-deps
 demo: $(TEST_STAMP)
 	$(BIN)/python -m tests.demo_packages content
 
+## Remove what can be made again: the built tree and the venv. data/ (the accounts and tokens) and
+## public.state/ (which holds the first-seen publish times, irreplaceable) are kept: delete them by hand.
 clean:
-	rm -rf public public.state data $(VENV)
+	rm -rf public $(VENV)
