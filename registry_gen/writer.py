@@ -8,6 +8,7 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -40,13 +41,13 @@ def _discard(fd: int, temp: str) -> None:
         os.unlink(temp)
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
-    """Readers see the old file or the new one, never a half-written one."""
+def _write_atomically(path: Path, fill: Callable[[int], None], durable: bool) -> None:
+    """`fill` writes the new bytes into a temp file beside `path`, which then replaces it: readers
+    see the old file or the new one, never a half-written one. Durable: the file and its folder
+    entry reach the disk before this returns."""
     fd, temp = _open_temp(path)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        fill(fd)
         if durable:
             os.fsync(fd)
     except BaseException:
@@ -61,6 +62,17 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Readers see the old file or the new one, never a half-written one."""
+    _write_atomically(path, lambda fd: _write_all(fd, data), durable)
 
 
 def fsync_dir(folder: Path) -> None:
@@ -88,22 +100,11 @@ def gzip_bytes(data: bytes) -> bytes:
 
 
 def atomic_copy(source: Path, target: Path, *, durable: bool = False) -> None:
-    fd, temp = _open_temp(target)
-    try:
+    def fill(fd: int) -> None:
         with open(source, "rb") as handle:
             _copy_into(handle.fileno(), fd)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        _discard(fd, temp)
-        raise
-    os.close(fd)
-    try:
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
+
+    _write_atomically(target, fill, durable)
 
 
 def _copy_into(source_fd: int, target_fd: int) -> None:

@@ -146,6 +146,9 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
     }
     nullable_email = {"anyOf": [email, {"type": "null"}], "description": "null or absent: no email"}
     nullable_name = {"anyOf": [full_name, {"type": "null"}]}
+    # What PUT replaces and PATCH changes; PUT also names the id.
+    editable = {"username": username, "email": nullable_email, "fullName": nullable_name, "password": password,
+                "currentPassword": password, "role": role, "status": status}
     problem_properties = {
         "type": {"type": "string", "description": f"about:blank or {TYPE_PREFIX}<slug>"},
         "title": {"type": "string"},
@@ -195,16 +198,7 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             "change username, role or status. To change some fields only, use PATCH /user/{id}.",
             "required": ["id", "username"],
             "additionalProperties": False,
-            "properties": {
-                "id": UUID_SCHEMA,
-                "username": username,
-                "email": nullable_email,
-                "fullName": nullable_name,
-                "password": password,
-                "currentPassword": password,
-                "role": role,
-                "status": status,
-            },
+            "properties": {"id": UUID_SCHEMA, **editable},
             "xml": {"name": "user"},
         },
         "UserPatch": {
@@ -214,15 +208,7 @@ def _schemas(max_body_bytes: int) -> dict[str, Any]:
             "actually changes. Non-admins may not change username, role or status. In XML: a partial <user>, "
             "an empty element removes the field.",
             "additionalProperties": False,
-            "properties": {
-                "username": username,
-                "email": nullable_email,
-                "fullName": nullable_name,
-                "password": password,
-                "currentPassword": password,
-                "role": role,
-                "status": status,
-            },
+            "properties": editable,
             "xml": {"name": "user"},
         },
         "UserPage": {
