@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,15 +20,6 @@ from tests.registry_api.helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(tmp_path_factory.mktemp("registry")).start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 @pytest.fixture(scope="module")

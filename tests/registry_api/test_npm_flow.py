@@ -8,7 +8,6 @@ import re
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,6 @@ from tests.registry_api.helpers import RegistryProcess, add_user, http, write_pa
 from tests.support import NPM, Npm, drive_terminal
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(tmp_path_factory.mktemp("registry")).start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def _installed_version(project: Path, name: str) -> str:

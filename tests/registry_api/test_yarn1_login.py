@@ -3,7 +3,6 @@ an existing account must still get in now that a body password alone is answered
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,6 @@ from tests.registry_api.helpers import RegistryProcess, add_user, http, write_pa
 from tests.support import drive_terminal
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
-    process = RegistryProcess(tmp_path_factory.mktemp("registry")).start()
-    try:
-        yield process
-    finally:
-        process.stop()
 
 
 def test_yarn1_publish_logs_an_existing_account_in(server: RegistryProcess, tmp_path: Path) -> None:
