@@ -365,15 +365,20 @@ def test_a_token_with_an_expiry_stops_working_then(store: UserStore) -> None:
     assert len(listed) == 2 and {t.expires is None for t in listed} == {True, False}  # the expired one is not listed
 
 
-def _downgrade_to_schema_1(store: UserStore) -> None:
-    """What a database written before token expiry looks like."""
+def _downgrade(store: UserStore, undo: str, version: int) -> None:
+    """What a database of an older schema looks like: `undo` removes what `version` + 1 added."""
     with store.dialect.write() as tx:  # type: ignore[attr-defined]
-        tx.run("ALTER TABLE user_tokens DROP COLUMN expires_at")
+        tx.run(undo)
         if store.dialect.name == "sqlite":  # type: ignore[attr-defined]
-            tx.run("PRAGMA user_version = 1")
+            tx.run(f"PRAGMA user_version = {version}")
         else:
             tx.run("DELETE FROM user_api_schema")
-            tx.run("INSERT INTO user_api_schema (version) VALUES (1)")
+            tx.run(f"INSERT INTO user_api_schema (version) VALUES ({version})")
+
+
+def _downgrade_to_schema_1(store: UserStore) -> None:
+    """Before token expiry."""
+    _downgrade(store, "ALTER TABLE user_tokens DROP COLUMN expires_at", 1)
 
 
 def test_a_schema_1_database_is_migrated_and_keeps_its_tokens(store_settings: Settings) -> None:
@@ -476,14 +481,8 @@ def test_the_gram_index_follows_creates_updates_deletes_and_imports(store: UserS
 
 
 def _downgrade_to_schema_2(store: UserStore) -> None:
-    """What a database written before the gram index looks like."""
-    with store.dialect.write() as tx:  # type: ignore[attr-defined]
-        tx.run("DROP TABLE user_grams")
-        if store.dialect.name == "sqlite":  # type: ignore[attr-defined]
-            tx.run("PRAGMA user_version = 2")
-        else:
-            tx.run("DELETE FROM user_api_schema")
-            tx.run("INSERT INTO user_api_schema (version) VALUES (2)")
+    """Before the gram index."""
+    _downgrade(store, "DROP TABLE user_grams", 2)
 
 
 def test_a_schema_2_database_gets_its_gram_index_on_opening(store_settings: Settings) -> None:
