@@ -25,13 +25,13 @@ import json
 import math
 import os
 import random
-import shutil
 import sys
 import tarfile
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 GENERATOR_VERSION = 2
 CACHE_DIR = Path(__file__).resolve().parent / "cache"
@@ -59,10 +59,12 @@ class RegistrySpec:
     meta_share: float = 0.5
     binary_share: float = 0.005
     prefix: str = "syn"
+    lean: bool = False  # tiny archives (~1 KB) and short READMEs: the 1M-version scale, bounded
 
     @property
     def key(self) -> str:
-        return f"{self.prefix}-{self.packages}x{self.versions}-s{self.seed}-g{GENERATOR_VERSION}"
+        lean = "-lean" if self.lean else ""
+        return f"{self.prefix}-{self.packages}x{self.versions}{lean}-s{self.seed}-g{GENERATOR_VERSION}"
 
     @property
     def total_versions(self) -> int:
@@ -75,6 +77,11 @@ SCALES: dict[int, RegistrySpec] = {
     10_000: RegistrySpec(packages=500, versions=20),
     100_000: RegistrySpec(packages=5_000, versions=20),
 }
+# The 1M-version scale (full run only): 100k packages x 10 versions of ~1 KB archives, so
+# generating it (~1M files, ~4 GB on disk) and building it stay bounded. Its per-package document
+# is smaller than the 20-version scales' (10 versions, short README), which favours it slightly in
+# the incremental figure; the report says so.
+MILLION = RegistrySpec(packages=100_000, versions=10, binary_share=0.0, lean=True)
 BIG_PACKAGE = RegistrySpec(packages=1, versions=1_000, scoped_share=0.0, meta_share=0.0, prefix="big")
 
 
@@ -199,7 +206,7 @@ def package_files(
     """(relative path, version, tarball bytes, mtime) for every version of package `index`."""
     name = package_name(spec, index)
     rng = random.Random(f"{spec.seed}-pkg-{index}")
-    readme_size = _lognormal(rng, 3_000, 1.0, 200, 200_000)
+    readme_size = _lognormal(rng, 300, 0.5, 100, 1_000) if spec.lean else _lognormal(rng, 3_000, 1.0, 200, 200_000)
     readme_body = markdown_readme(name, rng, readme_size, pool)
     folder = name  # real slash for scopes, as the write API stores them
     bare = name.split("/")[-1]
@@ -220,7 +227,7 @@ def package_files(
             ("package.json", json.dumps(manifest, indent=2).encode()),
             ("README.md", readme_body + f"\n## Changes in {version}\n\nSee the changelog.\n".encode()),
         ]
-        code_size = _lognormal(vrng, 16_000, 1.3, 300, 12_000_000)
+        code_size = _lognormal(vrng, 600, 0.5, 200, 2_000) if spec.lean else _lognormal(vrng, 16_000, 1.3, 300, 12_000_000)
         chunk = 24_000
         for k in range(max(1, min(200, code_size // chunk))):
             files.append((f"lib/part{k:03d}.js" if k else "index.js", _slice(pool, vrng, min(chunk, code_size))))
@@ -286,25 +293,57 @@ def generate(
     workers: int | None = None,
     dependencies: dict[int, list[str]] | None = None,
     progress: bool = False,
+    done_log: Path | None = None,
 ) -> int:
-    """Writes the registry's content folder into `target` (which must not exist); returns bytes written."""
-    target.mkdir(parents=True)
+    """Writes the registry's content folder into `target`; returns bytes written.
+
+    Restartable: each finished batch of packages is appended to `done_log` (its first package
+    and its bytes), and a batch already there is not generated again. A batch cut off half-way
+    is simply rewritten (generation is deterministic). Uses every core."""
+    target.mkdir(parents=True, exist_ok=True)
     workers = workers or os.cpu_count() or 1
     step = max(1, min(50, spec.packages // (workers * 4) or 1))
-    jobs = [(spec, str(target), s, min(s + step, spec.packages), dependencies) for s in range(0, spec.packages, step)]
-    total = 0
-    if workers > 1 and len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for done, written in enumerate(pool.map(_generate_range, jobs), 1):
-                total += written
-                if progress:
-                    print(f"\r  generating {spec.key}: {done}/{len(jobs)} batches", end="", file=sys.stderr, flush=True)
-    else:
-        for job in jobs:
-            total += _generate_range(job)
+    finished = _finished_batches(done_log)
+    total = sum(finished.values())
+    starts = [s for s in range(0, spec.packages, step) if s not in finished]
+    jobs = [(spec, str(target), s, min(s + step, spec.packages), dependencies) for s in starts]
+    log = open(done_log, "a") if done_log is not None else None  # noqa: SIM115 - closed below
+    try:
+        if workers > 1 and len(jobs) > 1:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(_generate_range, job): job[2] for job in jobs}
+                for done, future in enumerate(as_completed(futures), 1):
+                    total += _record_batch(log, futures[future], future.result())
+                    if progress and (done % 20 == 0 or done == len(jobs)):
+                        print(f"\r  generating {spec.key}: {done}/{len(jobs)} batches left to do", end="", file=sys.stderr, flush=True)
+        else:
+            for job in jobs:
+                total += _record_batch(log, job[2], _generate_range(job))
+    finally:
+        if log is not None:
+            log.close()
     if progress:
         print(file=sys.stderr)
     return total
+
+
+def _finished_batches(done_log: Path | None) -> dict[int, int]:
+    """{first package of a finished batch: its bytes} from the log (a torn last line is ignored)."""
+    if done_log is None or not done_log.exists():
+        return {}
+    finished = {}
+    for line in done_log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and all(p.isdigit() for p in parts):
+            finished[int(parts[0])] = int(parts[1])
+    return finished
+
+
+def _record_batch(log: Any, start: int, written: int) -> int:
+    if log is not None:
+        log.write(f"{start} {written}\n")
+        log.flush()
+    return written
 
 
 def ensure_registry(
@@ -314,16 +353,15 @@ def ensure_registry(
     dependencies: dict[int, list[str]] | None = None,
     progress: bool = True,
 ) -> Path:
-    """The cached content folder for `spec`, generated on first use (deterministic for a seed)."""
+    """The cached content folder for `spec`, generated on first use (deterministic for a seed).
+    An interrupted generation carries on where it stopped (see `generate`)."""
     home = cache_dir / spec.key
     content = home / "content"
     marker = home / ".complete"
     if marker.exists():
         return content
-    if home.exists():
-        shutil.rmtree(home)  # an interrupted generation: start over
-    home.mkdir(parents=True)
-    total = generate(spec, content, dependencies=dependencies, progress=progress)
+    home.mkdir(parents=True, exist_ok=True)
+    total = generate(spec, content, dependencies=dependencies, progress=progress, done_log=home / ".batches")
     marker.write_text(json.dumps({"spec": asdict(spec), "bytes": total}, indent=2))
     return content
 
@@ -366,8 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--versions", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--cache", type=Path, default=CACHE_DIR)
+    parser.add_argument("--lean", action="store_true", help="tiny archives and short READMEs (the 1M-version scale's shape)")
+    parser.add_argument("--million", action="store_true", help="the 1M-version scale of the full bench run (100k x 10, lean)")
     args = parser.parse_args(argv)
-    spec = RegistrySpec(packages=args.packages, versions=args.versions, seed=args.seed)
+    spec = MILLION if args.million else RegistrySpec(packages=args.packages, versions=args.versions, seed=args.seed, lean=args.lean)
     content = ensure_registry(spec, args.cache)
     print(f"{content} ({spec.total_versions} versions, {registry_bytes(spec, args.cache) / 1e6:.0f} MB)")
     return 0
