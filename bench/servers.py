@@ -190,3 +190,52 @@ def wrk(url: str, *, seconds: int, connections: int = 32, threads: int = 2, head
         scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
         result["p99_ms"] = float(p99.group(1)) * scale
     return result
+
+
+@contextlib.contextmanager
+def idle_connections(url: str, count: int, *, deadline: float = 30.0) -> Iterator[int]:
+    """Opens `count` keep-alive connections to `url`'s server, sends one GET of `url` on each and
+    reads its status line, then holds them all open and silent (idle keep-alive clients, as a
+    crowd of npm processes between requests leaves them). Yields how many were answered within
+    `deadline` seconds; a connection the server never answered is held open too (it still takes
+    a place in the server's queue). All are closed on exit."""
+    match = re.match(r"http://([^:/]+):(\d+)(/.*)$", url)
+    if match is None:
+        raise ValueError(f"idle_connections needs an http://host:port/path URL, not {url!r}")
+    host, port, path = match.group(1), int(match.group(2)), match.group(3)
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: keep-alive\r\n\r\n".encode()
+    end = time.monotonic() + deadline
+    held: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            connection = socket.create_connection((host, port), timeout=max(0.1, end - time.monotonic()))
+            held.append(connection)
+            connection.sendall(request)
+        yield _read_status_lines(held, end)
+    finally:
+        for connection in held:
+            connection.close()
+
+
+def _read_status_lines(connections: list[socket.socket], end: float) -> int:
+    """How many of `connections` received an HTTP 200 status line before `end` (bodies are left
+    unread in the socket buffers: only the server's side matters, and it has sent them)."""
+    import selectors
+
+    received = {connection: b"" for connection in connections}
+    answered = 0
+    with selectors.DefaultSelector() as selector:
+        for connection in connections:
+            connection.setblocking(False)
+            selector.register(connection, selectors.EVENT_READ)
+        while received and time.monotonic() < end:
+            for key, _ in selector.select(timeout=max(0.0, end - time.monotonic())):
+                connection = key.fileobj
+                assert isinstance(connection, socket.socket)
+                chunk = connection.recv(65536)
+                received[connection] += chunk
+                if b"\r\n" in received[connection] or not chunk:
+                    answered += received[connection].startswith(b"HTTP/1.1 200")
+                    selector.unregister(connection)
+                    del received[connection]
+    return answered
