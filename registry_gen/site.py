@@ -219,6 +219,45 @@ def _render_memoised(settings: Settings, template: str, **context: Any) -> bytes
 # ---------------------------------------------------------------- paths
 
 
+BROWSE_ROOT = f"{WEB_ROOT}/browse"  # front-page listing by name range: -/web/browse/<key>/
+SEARCH_SHARD_ROOT = f"{WEB_ROOT}/search"  # client-side search by token prefix: -/web/search/<key>.json
+SEARCH_KEY_LIMIT = 32  # shards one package may sit in (a publish rewrites at most this many)
+_NOT_KEY_CHARACTER = re.compile(r"[^a-z0-9]")
+_TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
+
+
+def browse_key(name: str) -> str:
+    """The name range a package is listed under: its first two characters (a scope's `@` skipped,
+    lower-cased, anything but a-z0-9 as `-`). A new package changes only its own range's pages."""
+    head = name.lstrip("@").lower()[:2].ljust(2, "-")
+    return _NOT_KEY_CHARACTER.sub("-", head)
+
+
+def search_tokens(summary: Mapping[str, Any]) -> list[str]:
+    """Words the site search finds a package by, in order: name parts, keywords, maintainers."""
+    words: list[str] = _TOKEN_SPLIT.split(str(summary.get("name", "")).lower())
+    for keyword in summary.get("keywords") or []:
+        words.extend(_TOKEN_SPLIT.split(str(keyword).lower()))
+    for person in summary.get("maintainers") or []:
+        if isinstance(person, Mapping):
+            words.extend(_TOKEN_SPLIT.split(str(person.get("name", "")).lower()))
+    return list(dict.fromkeys(w for w in words if len(w) >= 2))
+
+
+def search_keys(summary: Mapping[str, Any]) -> list[str]:
+    """The search shards a package is in: the first two characters of each of its tokens, at most
+    SEARCH_KEY_LIMIT of them (name parts come first, so a package is always found by its name)."""
+    return list(dict.fromkeys(token[:2] for token in search_tokens(summary)))[:SEARCH_KEY_LIMIT]
+
+
+def search_shard_path(key: str) -> str:
+    return f"{SEARCH_SHARD_ROOT}/{key}.json"
+
+
+def browse_folder(key: str) -> str:
+    return f"{BROWSE_ROOT}/{key}"
+
+
 def package_folder(name: str) -> str:
     return f"{WEB_ROOT}/package/{package_dir(name)}"
 
@@ -754,5 +793,37 @@ def index_pages(summaries: Sequence[Mapping[str, Any]], settings: Settings) -> d
     if settings.gzip:
         files[SEARCH_INDEX + ".gz"] = gzip_bytes(index)
     files[NOT_FOUND_PAGE] = _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")
+    files.update(static_assets(settings))
+    return files
+
+
+# --- TEMPORARY (lead): minimal stand-ins until the site branch's front_page/browse_pages/
+# search_shard/site_assets land; deleted at that merge.
+def front_page(recent: Sequence[Mapping[str, Any]], total: int, ranges: Sequence[tuple[str, int]], settings: Settings) -> dict[str, bytes]:
+    path = index_page_path(1)
+    rows = [_row(s, "") for s in recent]
+    page = _render(settings, "index.html", root="", packages=rows, recent=rows, total=total, page=1, pages=1,
+                   first_index=1, previous_href=None, next_href=None, page_links=[])
+    return {path: page}
+
+
+def browse_pages(key: str, summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
+    if not summaries:
+        return {}
+    files = {}
+    for number in range(1, -(-len(summaries) // PAGE_SIZE) + 1):
+        chunk = summaries[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
+        path = f"{browse_folder(key)}/index.html" if number == 1 else f"{browse_folder(key)}/{number}/index.html"
+        files[path] = ("<html>" + "".join(f"<li>{s['name']}</li>" for s in chunk) + "</html>").encode()
+    return files
+
+
+def search_shard(summaries: Sequence[Mapping[str, Any]]) -> bytes:
+    ordered = sorted(summaries, key=lambda s: s["name"])
+    return json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def site_assets(settings: Settings) -> dict[str, bytes]:
+    files = {NOT_FOUND_PAGE: _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")}
     files.update(static_assets(settings))
     return files
