@@ -66,11 +66,16 @@ def resolve(page: Path, href: str, out: Path) -> Path:
     return landed / "index.html" if landed.is_dir() else landed
 
 
-def listed(front_page: Path) -> list[str]:
-    """The package names in a front page's paginated list (not the "recently updated" box)."""
-    section = re.search(r'<ol id="package-list".*?</ol>', front_page.read_text(), re.S)
-    assert section, front_page
+def listed(range_page: Path) -> list[str]:
+    """The package names in a name-range page's list."""
+    section = re.search(r'<ol id="package-list".*?</ol>', range_page.read_text(), re.S)
+    assert section, range_page
     return re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', section.group(0))
+
+
+def shard(settings: Settings, key: str) -> list[str]:
+    """The package names in search shard `key`."""
+    return [p["name"] for p in json.loads((settings.out_dir / site.search_shard_path(key)).read_bytes())["packages"]]
 
 
 def build(settings: Settings) -> None:
@@ -87,6 +92,8 @@ def test_every_relative_link_of_every_page_lands_on_a_file(settings: Settings) -
     pages = sorted((settings.out_dir / "-/web").rglob("index.html"))
     assert {p.relative_to(settings.out_dir).as_posix() for p in pages} == {
         "-/web/index.html",
+        "-/web/browse/pl/index.html",  # a page per name range
+        "-/web/browse/sc/index.html",
         "-/web/package/plain/index.html",
         "-/web/package/@scope/my.pkg_name-x/index.html",
         # a page per version, and its file list
@@ -183,31 +190,37 @@ def test_text_from_archives_is_escaped_everywhere(settings: Settings) -> None:
     evil = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">'
     make_tarball(settings.content_dir, "escaped", "1.0.0", description=evil, keywords=[evil], license=evil)
     build(settings)
-    for page in (web(settings, "index.html"), page_of(settings, "escaped")):
+    for page in (web(settings, "index.html"), web(settings, "browse/es/index.html"), page_of(settings, "escaped")):
         html = page.read_text()
         assert "<script>window" not in html and "<img src=x" not in html
         assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
-    entry = json.loads(web(settings, "search-index.json").read_text())["packages"][0]
+    entry = json.loads(web(settings, "search/es.json").read_text())["packages"][0]
     assert entry["description"] == evil  # the JSON keeps it as data; the page script inserts it as text
 
 
-def test_front_pages_paginate_and_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_range_pages_paginate_and_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 2)
     for index in range(5):
         make_tarball(settings.content_dir, f"pkg-{index}", "1.0.0")
+    make_tarball(settings.content_dir, "other", "1.0.0")
     build(settings)
-    first, second, third = web(settings, "index.html"), web(settings, "page/2/index.html"), web(settings, "page/3/index.html")
-    assert all(p.is_file() for p in (first, second, third)) and not web(settings, "page/4").exists()
+    first, second, third = (web(settings, f"browse/pk/{n}index.html") for n in ("", "2/", "3/"))
+    assert all(p.is_file() for p in (first, second, third)) and not web(settings, "browse/pk/4").exists()
     assert listed(first) == ["pkg-0", "pkg-1"]
     assert listed(second) == ["pkg-2", "pkg-3"] and listed(third) == ["pkg-4"]
     second_links = [href for href, _ in parse(second).links]
-    assert "../../index.html" in second_links and "../../page/3/index.html" in second_links
-    assert "../../package/pkg-2/index.html" in second_links
+    assert "../../../browse/pk/index.html" in second_links and "../../../browse/pk/3/index.html" in second_links
+    assert "../../../package/pkg-2/index.html" in second_links
+    front_links = [href for href, _ in parse(web(settings, "index.html")).links]
+    assert "browse/pk/index.html" in front_links and "browse/ot/index.html" in front_links
     for index in (2, 3, 4):
         next(settings.content_dir.glob(f"pkg-{index}-*.tgz")).unlink()
-    build(settings.with_updates(prune=True))  # 3 of 5 packages go: more than half
-    assert first.is_file() and not web(settings, "page").exists()
-    assert "pkg-4" not in first.read_text()
+    next(settings.content_dir.glob("other-*.tgz")).unlink()
+    build(settings.with_updates(prune=True))  # 4 of 6 packages go: more than half
+    assert first.is_file() and not web(settings, "browse/pk/2").exists() and listed(first) == ["pkg-0", "pkg-1"]
+    assert not web(settings, "browse/ot").exists()  # a range with no package left goes
+    front = web(settings, "index.html").read_text()
+    assert "pkg-4" not in front and "browse/ot/" not in front and '<strong id="package-count">2</strong>' in front
 
 
 def test_page_links_mark_gaps() -> None:
@@ -363,7 +376,7 @@ def test_pages_are_byte_reproducible(settings: Settings, monkeypatch: pytest.Mon
     assert first == again
 
 
-def test_search_index_holds_what_the_search_box_filters_on(settings: Settings) -> None:
+def test_search_shards_hold_what_the_search_box_filters_on(settings: Settings) -> None:
     make_tarball(
         settings.content_dir,
         "@team/finder",
@@ -372,22 +385,44 @@ def test_search_index_holds_what_the_search_box_filters_on(settings: Settings) -
         keywords=["search", "tools"],
         maintainers=[{"name": "bob", "email": "bob@example.org"}],
     )
+    make_tarball(settings.content_dir, "toaster", "1.0.0", keywords=["bread"])
     build(settings)
-    index = json.loads(web(settings, "search-index.json").read_text())
-    assert index["packages"] == [
-        {
-            "name": "@team/finder",
-            "description": "Finds things",
-            "keywords": ["search", "tools"],
-            "maintainers": ["bob"],
-            "version": "1.2.3",
-            "modified": index["packages"][0]["modified"],
-        }
+    entry = json.loads(web(settings, "search/fi.json").read_text())["packages"][0]
+    assert entry == {
+        "name": "@team/finder",
+        "description": "Finds things",
+        "keywords": ["search", "tools"],
+        "maintainers": ["bob"],
+        "version": "1.2.3",
+        "modified": entry["modified"],
+    }
+    shards = sorted(p.name for p in web(settings, "search").glob("*.json"))
+    assert shards == ["bo.json", "br.json", "fi.json", "se.json", "te.json", "to.json"]
+    assert shard(settings, "to") == ["@team/finder", "toaster"] and shard(settings, "br") == ["toaster"]
+    assert web(settings, "search/fi.json.gz").is_file()
+
+
+def test_a_new_package_rewrites_the_front_page_its_range_and_its_shards_only(settings: Settings) -> None:
+    for name in ("aaa", "bbb", "ccc"):
+        make_tarball(settings.content_dir, name, "1.0.0", keywords=["shared"])
+    build(settings)
+    untouched = [site.browse_page_path("aa", 1), site.browse_page_path("cc", 1), site.search_shard_path("aa")]
+    before = {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched}
+    make_tarball(settings.content_dir, "bbx", "1.0.0", keywords=["shared"])
+    result = run_build(settings)
+    web_written = sorted(p for p in result.written if p.startswith("-/web/") and not p.startswith("-/web/package/"))
+    assert [p.removesuffix(".gz") for p in web_written if p.endswith(".gz")] == [p for p in web_written if p.endswith(".json")]
+    assert [p for p in web_written if not p.endswith(".gz")] == [
+        "-/web/browse/bb/index.html",
+        "-/web/index.html",
+        "-/web/search/bb.json",
+        "-/web/search/sh.json",
     ]
-    assert web(settings, "search-index.json.gz").is_file()
+    assert {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched} == before
+    assert shard(settings, "sh") == ["aaa", "bbb", "bbx", "ccc"] and listed(web(settings, "browse/bb/index.html")) == ["bbb", "bbx"]
 
 
-def test_one_changed_package_rewrites_only_its_page_and_the_front_pages(settings: Settings) -> None:
+def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: Settings) -> None:
     for name in ("aaa", "bbb", "ccc"):
         make_tarball(settings.content_dir, name, "1.0.0")
     build(settings)
@@ -396,13 +431,14 @@ def test_one_changed_package_rewrites_only_its_page_and_the_front_pages(settings
     result = run_build(settings)
     web_written = sorted(p for p in result.written if p.startswith("-/web/"))
     assert web_written == [
+        "-/web/browse/bb/index.html",
         "-/web/index.html",
         "-/web/package/bbb/index.html",
         "-/web/package/bbb/v/1.0.0/index.html",  # no longer tagged latest
         "-/web/package/bbb/v/1.1.0/files/index.html",
         "-/web/package/bbb/v/1.1.0/index.html",
-        "-/web/search-index.json",
-        "-/web/search-index.json.gz",
+        "-/web/search/bb.json",
+        "-/web/search/bb.json.gz",
     ]
     assert {name: page_of(settings, name).stat().st_mtime_ns for name in ("aaa", "ccc")} == untouched
     assert "1.1.0" in page_of(settings, "bbb").read_text()
