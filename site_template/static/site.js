@@ -163,7 +163,7 @@
     if (!wanted) {
       list.textContent = "";
       results.hidden = true;
-      browse.hidden = true;
+      browse.hidden = false;
       status.textContent = "Type at least two letters or digits: search matches the start of words in names, keywords and maintainers.";
       return;
     }
@@ -179,9 +179,10 @@
           + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".";
       results.hidden = found.length === 0;
       browse.hidden = true;
-    }, function () {
+    }, function (error) {
       if (input.value.trim() !== query) return;
-      status.textContent = "Search needs the site to be served over http(s); browse the list below instead.";
+      status.textContent = location.protocol === "file:" ? "Search needs the site to be served over http(s); browse the lists below instead."
+        : "Search is not available right now (" + error.message + "); browse the lists below instead.";
       results.hidden = true;
       browse.hidden = false;
     });
