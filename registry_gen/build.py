@@ -33,6 +33,7 @@ from filelock import FileLock, Timeout
 from registry_gen import __version__, site
 from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
+    ListingPlace,
     CACHE_FILE,
     LEGACY_STATE_FILE,
     ArchiveRecord,
@@ -49,7 +50,7 @@ from registry_gen.layout import (
     ABBREVIATED_DOCUMENT,
     ALL_DOCUMENT,
     CONVERTED_FOLDER,
-    FULL_SEARCH_FILE,
+    LEGACY_FULL_SEARCH_FILE,
     PACKAGE_DOCUMENT,
     SEARCH_DOCUMENT,
 )
@@ -84,6 +85,9 @@ PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker pr
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
+WHOLE_STALE = "whole_documents_stale"  # state setting: a deferred build left -/all and -/search.json behind
+# Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
+LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json", f"{site.WEB_ROOT}/search-index.json.gz")
 ProgressCallback = Callable[[str, int, int], None]
 T = TypeVar("T")
 R = TypeVar("R")
@@ -659,59 +663,109 @@ def _refresh_dependents(run: _Run, names: set[str], registry_names: set[str]) ->
                 result.written.append(relative)
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    """One package in the index documents: its summary and its pieces of -/all and -/v1/search."""
+def listing_of(settings: Settings, summary: Mapping[str, Any]) -> ListingPlace:
+    """Where a package shows in the listing documents: only packages with versions that anyone
+    may read are listed (registry_gen.access); the API's search text covers every package."""
+    name = str(summary["name"])
+    people = [str(m.get("name", "")) for m in summary.get("maintainers", []) if isinstance(m, Mapping)]
+    keywords = [str(k).lower() for k in summary.get("keywords") or [] if isinstance(k, str)]
+    text = " ".join([name, str(summary.get("description") or ""), *keywords, *people]).lower()
+    listed = bool(summary["versions"]) and settings.packages.is_public(name)
+    return ListingPlace(listed, str(summary.get("modified") or ""), site.browse_key(name), text, tuple(site.search_keys(summary)))
 
-    summary: dict[str, Any]
-    all_fragment: bytes
-    search_fragment: bytes
+
+def _write_listings(run: _Run) -> None:
+    """The front page, and the name ranges and search shards this build's changes touched (all of
+    them in a full build): a publish rewrites O(1) files here, whatever the registry's size."""
+    settings, state, result = run.settings, run.state, run.result
+    changes = state.listing_changes
+    ranges, shards = set(changes.ranges), set(changes.shards)
+    if run.full:
+        ranges |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
+        shards |= state.listed_shards() | _shards_on_disk(settings.out_dir)
+    for key in sorted(ranges):
+        state.recount_range(key)
+        _write_range(settings, key, state.range_summaries(key), result)
+    for key in sorted(shards):
+        _write_shard(settings, key, state.shard_summaries(key), result)
+    if changes.front or run.full:
+        counts = state.ranges()
+        page = site.front_page(state.recent_summaries(site.RECENT_COUNT), sum(c for _, c in counts), counts, settings)
+        _write_files(settings.out_dir, page, result)
 
 
-def _write_indexes(settings: Settings, entries: Iterable[IndexEntry], result: BuildResult) -> None:
+def _write_range(settings: Settings, key: str, summaries: list[dict[str, Any]], result: BuildResult) -> None:
+    folder = site.browse_folder(key)
+    pages = site.browse_pages(key, summaries, settings)
+    _write_files(settings.out_dir, pages, result)
+    if not pages:
+        if remove_tree(settings.out_dir, folder):
+            result.removed.append(folder)
+        return
+    for number in _folders_in(settings.out_dir / folder):  # pages past the last one (the range shrank)
+        if f"{folder}/{number}/index.html" not in pages and remove_tree(settings.out_dir, f"{folder}/{number}"):
+            result.removed.append(f"{folder}/{number}")
+
+
+def _write_shard(settings: Settings, key: str, summaries: list[dict[str, Any]], result: BuildResult) -> None:
+    relative = site.search_shard_path(key)
+    if not summaries:
+        for path in (relative, relative + ".gz"):
+            if remove_tree(settings.out_dir, path):
+                result.removed.append(path)
+        return
+    data = site.search_shard(summaries)
+    files = {relative: data, relative + ".gz": gzip_bytes(data)} if settings.gzip else {relative: data}
+    _write_files(settings.out_dir, files, result)
+
+
+def _write_files(out: Path, files: Mapping[str, bytes], result: BuildResult) -> None:
+    for relative, data in files.items():
+        if write_if_changed(out / relative, data):
+            result.written.append(relative)
+
+
+def _folders_in(folder: Path) -> set[str]:
+    try:
+        return {entry.name for entry in os.scandir(folder) if entry.is_dir()}
+    except FileNotFoundError:
+        return set()
+
+
+def _shards_on_disk(out: Path) -> set[str]:
+    try:
+        names = os.listdir(out / site.SEARCH_SHARD_ROOT)
+    except FileNotFoundError:
+        return set()
+    return {name.split(".", 1)[0] for name in names if name.endswith((".json", ".json.gz"))}
+
+
+def _write_fixed_files(settings: Settings, result: BuildResult) -> None:
+    """What a full build writes once: the site's assets and not-found page, the ping answer and
+    the extras for unconfigurable hosts; and what older trees kept that this layout does not."""
+    _write_files(settings.out_dir, {**site.site_assets(settings), "-/ping": b"{}", **STATIC_EXTRAS}, result)
+    for legacy in (LEGACY_SEARCH_FOLDER, *LEGACY_LISTINGS):
+        if remove_tree(settings.out_dir, legacy):
+            result.removed.append(legacy)
+    (settings.state_folder / LEGACY_FULL_SEARCH_FILE).unlink(missing_ok=True)
+
+
+def write_whole_documents(settings: Settings, state: BuildState, result: BuildResult) -> None:
+    """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
+    The long-running writers defer them (Settings.index_refresh_seconds; see IndexRefresher)."""
     out = settings.out_dir
-    # By name; version-less entries are not listed, nor packages some may not read (registry_gen.access).
-    present = [e for e in entries if e.summary["versions"]]
-    listed = [e for e in present if settings.packages.is_public(e.summary["name"])]
-    ordered = [e.summary for e in listed]
-    stamp = max((s["modified"] for s in ordered if s["modified"]), default="1970-01-01T00:00:00.000Z")
-    if settings.packages.in_force:  # every package, for the API's per-caller search (never served)
-        write_if_changed(settings.state_folder / FULL_SEARCH_FILE, join_search_document([e.search_fragment for e in present], stamp))
-    del present
+    stamp, all_fragments, search_fragments = state.whole_document_fragments()
     documents = {
-        ALL_DOCUMENT: join_all_index(stamp, (e.all_fragment for e in listed)),
-        SEARCH_DOCUMENT: join_search_document([e.search_fragment for e in listed], stamp),
+        ALL_DOCUMENT: join_all_index(stamp, all_fragments),
+        SEARCH_DOCUMENT: join_search_document(search_fragments, stamp),
     }
-    del listed
-    # Both documents grow with the registry (MBs at 100,000 versions) and zlib lets go of the
-    # GIL: compress them on other threads while this one renders the HTML front pages.
+    del all_fragments, search_fragments
+    # Both grow with the registry (MBs at 100,000 versions) and zlib lets go of the GIL.
     with ThreadPoolExecutor(max_workers=len(documents)) as compressor:
         gzipped = {rel: compressor.submit(gzip_bytes, data) for rel, data in documents.items()} if settings.gzip else {}
-        pages = site.index_pages(ordered, settings)
         for relative, data in documents.items():
             _write_json_pair(out, relative, data, settings, result.written, gzipped.get(relative))
-    if write_if_changed(out / "-/ping", b"{}"):
-        result.written.append("-/ping")
-    for relative, data in STATIC_EXTRAS.items():  # .nojekyll and JSON 404s for unconfigurable hosts
-        if write_if_changed(out / relative, data):
-            result.written.append(relative)
-    for relative, data in pages.items():
-        if write_if_changed(out / relative, data):
-            result.written.append(relative)
-    _remove_stale_index_pages(out, pages, result)
-    if remove_tree(out, LEGACY_SEARCH_FOLDER):
-        result.removed.append(LEGACY_SEARCH_FOLDER)
-
-
-def _remove_stale_index_pages(out: Path, current: dict[str, bytes], result: BuildResult) -> None:
-    """Front pages past the last one (the registry shrank) go away."""
-    paged = out / site.PAGE_ROOT
-    if not paged.is_dir():
-        return
-    for folder in sorted(paged.iterdir()):
-        relative = f"{site.PAGE_ROOT}/{folder.name}"
-        if f"{relative}/index.html" not in current and remove_tree(out, relative):
-            result.removed.append(relative)
+    state.set_setting(WHOLE_STALE, "")
 
 
 def _resolve_times(
@@ -870,6 +924,7 @@ def run_build(
     changed: Iterable[str | Path] | None = None,
     on_lock_wait: Callable[[], None] | None = None,
     full: bool = False,
+    defer_whole: bool = False,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
@@ -877,6 +932,8 @@ def run_build(
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
     `on_lock_wait` is called once when another process holds the lock and this build waits.
     `full`: write every package again (after a key rotation: re-sign everything with the new key).
+    `defer_whole`: leave -/all and -/search.json, which list every package, to an IndexRefresher
+    (only the long-running writers pass it: somebody must refresh them).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -894,7 +951,7 @@ def run_build(
     except Timeout as exc:
         raise LockTimeout(f"another build holds {settings.lock_file}") from exc
     try:
-        return _build_locked(settings, progress, changed, full)
+        return _build_locked(settings, progress, changed, full, defer_whole)
     finally:
         lock.release()
 
@@ -905,14 +962,18 @@ def build_lock(settings: Settings) -> FileLock:
     return FileLock(str(settings.lock_file))
 
 
-def build_locked(settings: Settings, changed: Iterable[str | Path] | None = None) -> BuildResult:
+def build_locked(settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False) -> BuildResult:
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
     the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken."""
-    return _build_locked(settings, None, changed)
+    return _build_locked(settings, None, changed, defer_whole=defer_whole)
 
 
 def _build_locked(
-    settings: Settings, progress: ProgressCallback | None, changed: Iterable[str | Path] | None = None, full: bool = False
+    settings: Settings,
+    progress: ProgressCallback | None,
+    changed: Iterable[str | Path] | None = None,
+    full: bool = False,
+    defer_whole: bool = False,
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -926,7 +987,7 @@ def _build_locked(
     try:  # both connections close whatever happens: serve and watch run many builds in one process
         try:
             state.begin()
-            result, dropped = _build_in_transaction(settings, state, cache, progress, changed, full)
+            result, dropped = _build_in_transaction(settings, state, cache, progress, changed, full, defer_whole)
             state.commit()
         finally:
             state.close()
@@ -977,6 +1038,7 @@ class _Run:
     dropped: set[str] | None = field(default_factory=set)  # tarball sha1s no longer used (None: look at all)
     full: bool = False
     package_set_changed: bool = False
+    defer_whole: bool = False  # leave -/all and -/search.json to the writer's IndexRefresher
     signer: Signer | None = None
     fingerprint: str = ""  # the settings and templates this build renders with (settings_fingerprint)
     # Each package page rendered by this build -> the Dependents list it was rendered with.
@@ -990,6 +1052,7 @@ def _build_in_transaction(
     progress: ProgressCallback | None,
     changed: Iterable[str | Path] | None,
     force_full: bool = False,
+    defer_whole: bool = False,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
@@ -1000,10 +1063,25 @@ def _build_in_transaction(
     relinked = _relinked(state, plans)
     plans.update(_plan(settings, state, relinked - affected))
     _write(run, plans, relinked)
-    if run.result.rebuilt_packages or run.package_set_changed or run.full:
-        _write_indexes(settings, (IndexEntry(*row) for row in state.index_entries()), run.result)
+    _write_indexes(run, defer_whole and not run.full)
     publish_keys(settings, state, run.signer, run.result.written)
     return _commit(run), run.dropped
+
+
+def _write_indexes(run: _Run, defer_whole: bool) -> None:
+    """Phase 5: the listing documents; -/all and -/search.json now, or marked for the refresher."""
+    settings, state = run.settings, run.state
+    if run.full:
+        _write_fixed_files(settings, run.result)
+    if state.listing_changes.front or run.full:
+        _write_listings(run)
+    changed = bool(run.result.rebuilt_packages or run.package_set_changed or run.full)
+    if not (changed or state.get_setting(WHOLE_STALE)):
+        return
+    if defer_whole:
+        state.set_setting(WHOLE_STALE, "1")
+    else:
+        write_whole_documents(settings, state, run.result)
 
 
 def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -> ContentChanges:
@@ -1204,7 +1282,8 @@ def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:
         run.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
         return
     run.package_set_changed = run.package_set_changed or outcome.new
-    run.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments)
+    listing = listing_of(run.settings, outcome.record["summary"])
+    run.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments, listing=listing)
     run.state.put_live(outcome.name, outcome.releases)
     run.result.rebuilt_packages.append(outcome.name)
 

@@ -20,15 +20,34 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
+
+# The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
+# the site search (served, with versions, readable by anyone); range_key: its front-page name range
+# (site.browse_key); search_text: what the API's search filters on (lower-case name, description,
+# keywords, maintainers). search_keys: the site-search shards a listed package sits in.
+_INDEX_COLUMNS = (
+    ("listed", "INTEGER NOT NULL DEFAULT 0"),
+    ("modified", "TEXT NOT NULL DEFAULT ''"),
+    ("range_key", "TEXT NOT NULL DEFAULT ''"),
+    ("search_text", "TEXT NOT NULL DEFAULT ''"),
+)
+_INDEX_SCHEMA = """
+CREATE INDEX IF NOT EXISTS packages_listed_by_range ON packages (range_key, name) WHERE listed;
+CREATE INDEX IF NOT EXISTS packages_listed_by_modified ON packages (modified, name) WHERE listed;
+CREATE TABLE IF NOT EXISTS search_keys (key TEXT, name TEXT, PRIMARY KEY (key, name)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS search_keys_by_name ON search_keys (name);
+CREATE TABLE IF NOT EXISTS ranges (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+"""
 
 _STATE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,6 +113,26 @@ class ArchiveRecord:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class ListingPlace:
+    """Where one package shows in the listing documents (computed by the build from its summary)."""
+
+    listed: bool = False
+    modified: str = ""
+    range_key: str = ""
+    search_text: str = ""
+    search_keys: tuple[str, ...] = ()
+
+
+@dataclass
+class ListingChanges:
+    """What this build's package changes touched: the front page, name ranges, search shards."""
+
+    front: bool = False
+    ranges: set[str] = field(default_factory=set)
+    shards: set[str] = field(default_factory=set)
+
+
 _ARCHIVE_FIELDS = tuple(f.name for f in fields(ArchiveRecord))
 _ARCHIVE_COLUMNS = ", ".join(_ARCHIVE_FIELDS)
 _ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in fields(ArchiveRecord))
@@ -113,13 +152,33 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA busy_timeout=30000")
-    if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    if version != SCHEMA_VERSION and not (schema is _STATE_SCHEMA and version == 5):
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
             db.execute(f'DROP TABLE IF EXISTS "{table}"')
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     db.executescript(schema)
+    if schema is _STATE_SCHEMA:
+        _add_index_columns(db, migrated=version == 5)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
+
+
+def _add_index_columns(db: sqlite3.Connection, *, migrated: bool) -> None:
+    """Schema 6's listing columns and tables; a schema-5 state gains them in place (its times and
+    pinned versions kept) and the next build is a full one, which fills them."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(packages)")}
+    for column, declaration in _INDEX_COLUMNS:
+        if column not in have:
+            db.execute(f"ALTER TABLE packages ADD COLUMN {column} {declaration}")
+    db.executescript(_INDEX_SCHEMA)
+    if db.execute("SELECT 1 FROM counters LIMIT 1").fetchone() is None:
+        db.execute(
+            "INSERT INTO counters (key, value) SELECT 'packages', COUNT(*) FROM packages"
+            " UNION ALL SELECT 'versions', COALESCE(SUM(versions), 0) FROM packages"
+        )
+    if migrated:
+        db.execute("DELETE FROM settings WHERE key = 'fingerprint'")
 
 
 def open_database(path: Path, schema: str) -> sqlite3.Connection:
@@ -139,6 +198,7 @@ class BuildState:
         self.path = path
         self.db = db or open_database(path, _STATE_SCHEMA)
         self.ledger = FirstSeenLedger(path.parent / LEDGER_FILE)
+        self.listing_changes = ListingChanges()
 
     @classmethod
     def reading(cls, path: Path) -> BuildState:
@@ -315,31 +375,67 @@ class BuildState:
         record["summary"] = json.loads(row[3])
         return record
 
-    def put_package(self, name: str, record: dict[str, Any], *, present: bool, fragments: tuple[bytes, bytes]) -> None:
+    def put_package(
+        self, name: str, record: dict[str, Any], *, present: bool, fragments: tuple[bytes, bytes], listing: ListingPlace
+    ) -> None:
         body = {k: v for k, v in record.items() if k not in ("digest", "present", "summary")}
+        versions = int(record["summary"]["versions"])
+        self._forget_listing(name, versions_now=versions)
         self.db.execute(
-            "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment, search_fragment)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
+            " search_fragment, listed, modified, range_key, search_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 name,
                 record["digest"],
                 int(present),
-                int(record["summary"]["versions"]),
+                versions,
                 json.dumps(body, separators=(",", ":")),
                 json.dumps(record["summary"], separators=(",", ":")),
                 fragments[0],
                 fragments[1],
+                int(listing.listed),
+                listing.modified,
+                listing.range_key,
+                listing.search_text,
             ),
         )
+        if listing.listed:
+            self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in listing.search_keys))
+            self._touch_listing(listing.range_key, listing.search_keys)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
             "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
         )
 
     def delete_package(self, name: str) -> None:
+        self._forget_listing(name, versions_now=None)
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.execute("DELETE FROM live WHERE name = ?", (name,))
+
+    def _forget_listing(self, name: str, *, versions_now: int | None) -> None:
+        """Takes the package out of its range and shards (marking them changed) and moves the
+        package and version counters; versions_now None: the package goes."""
+        row = self.db.execute("SELECT versions, listed, range_key FROM packages WHERE name = ?", (name,)).fetchone()
+        before = int(row[0]) if row else 0
+        self._add_counter("packages", (versions_now is not None) - (row is not None))
+        self._add_counter("versions", (versions_now or 0) - before)
+        if row and row[1]:
+            keys = [k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))]
+            self.db.execute("DELETE FROM search_keys WHERE name = ?", (name,))
+            self._touch_listing(row[2], keys)
+
+    def _touch_listing(self, range_key: str, keys: Iterable[str]) -> None:
+        self.listing_changes.front = True
+        self.listing_changes.ranges.add(range_key)
+        self.listing_changes.shards.update(keys)
+
+    def _add_counter(self, key: str, delta: int) -> None:
+        if delta:
+            self.db.execute(
+                "INSERT INTO counters (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
+                (key, delta),
+            )
 
     def package_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM packages ORDER BY name")]
@@ -353,16 +449,51 @@ class BuildState:
             found.update(row[0] for row in self.db.execute("SELECT name FROM links WHERE target = ?", (target,)))
         return found
 
-    def index_entries(self) -> Iterator[tuple[dict[str, Any], bytes, bytes]]:
-        """(summary, -/all piece, -/v1/search piece) of every package, by name."""
-        for summary, all_fragment, search_fragment in self.db.execute(
-            "SELECT summary, all_fragment, search_fragment FROM packages ORDER BY name"
-        ):
-            yield json.loads(summary), all_fragment, search_fragment
-
     def totals(self) -> tuple[int, int]:
-        packages, versions = self.db.execute("SELECT COUNT(*), COALESCE(SUM(versions), 0) FROM packages").fetchone()
-        return int(packages), int(versions)
+        """(packages, versions), kept as counters so that asking costs O(1) at any size."""
+        counts = dict(self.db.execute("SELECT key, value FROM counters"))
+        return int(counts.get("packages", 0)), int(counts.get("versions", 0))
+
+    # -- listing documents (front page, name ranges, search shards)
+
+    def whole_document_fragments(self) -> tuple[str, list[bytes], list[bytes]]:
+        """The stamp and the -/all and -/v1/search pieces of every listed package, by name."""
+        (stamp,) = self.db.execute("SELECT MAX(NULLIF(modified, '')) FROM packages WHERE listed").fetchone()
+        rows = self.db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
+        return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
+
+    def recount_range(self, key: str) -> int:
+        (count,) = self.db.execute("SELECT COUNT(*) FROM packages WHERE listed AND range_key = ?", (key,)).fetchone()
+        if count:
+            self.db.execute("INSERT OR REPLACE INTO ranges (key, count) VALUES (?, ?)", (key, count))
+        else:
+            self.db.execute("DELETE FROM ranges WHERE key = ?", (key,))
+        return int(count)
+
+    def ranges(self) -> list[tuple[str, int]]:
+        return [(k, int(c)) for k, c in self.db.execute("SELECT key, count FROM ranges ORDER BY key")]
+
+    def listed_ranges(self) -> set[str]:
+        return {k for (k,) in self.db.execute("SELECT DISTINCT range_key FROM packages WHERE listed")}
+
+    def listed_shards(self) -> set[str]:
+        return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_keys")}
+
+    def range_summaries(self, key: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT summary FROM packages WHERE listed AND range_key = ? ORDER BY name", (key,))
+        return [json.loads(summary) for (summary,) in rows]
+
+    def shard_summaries(self, key: str) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT p.summary FROM search_keys k JOIN packages p ON p.name = k.name WHERE k.key = ? ORDER BY k.name", (key,)
+        )
+        return [json.loads(summary) for (summary,) in rows]
+
+    def recent_summaries(self, count: int) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT summary FROM packages WHERE listed ORDER BY modified DESC, name DESC LIMIT ?", (count,)
+        )
+        return [json.loads(summary) for (summary,) in rows]
 
     # -- issues
 

@@ -27,7 +27,7 @@ NOJEKYLL: Final = ".nojekyll"  # GitHub Pages: serve the files as they are, no J
 STATE_SUFFIX: Final = ".state"
 LEGACY_STATE_FOLDER: Final = ".registry-gen"
 STATE_DATABASE: Final = "state.sqlite3"
-FULL_SEARCH_FILE: Final = "search-all.json"  # every package's search entry, filtered per caller by the API
+LEGACY_FULL_SEARCH_FILE: Final = "search-all.json"  # the API searched this before the state held search rows; a full build deletes it
 CONVERTED_FOLDER: Final = "converted"  # .zip archives converted to the .tgz the tree serves
 
 # Content types and cache headers.

@@ -67,6 +67,10 @@ class Settings:
     # silent (idle keep-alive, or a client that sends nothing) before it is closed.
     connection_limit: int = 1000
     idle_timeout: int = 10
+    # The long-running writers (the API, watch mode) rewrite the documents that list every package
+    # (-/all, -/search.json) this many seconds after a change instead of in it, so a publish costs
+    # the same at any registry size; 0 rewrites them in every build. CLI builds always do.
+    index_refresh_seconds: float = 10.0
     host: str = "127.0.0.1"
     port: int = 4873
     limits: Limits = field(default_factory=Limits)
@@ -89,6 +93,9 @@ class Settings:
             object.__setattr__(self, "base_url", self.base_url + "/")
         if self.signup not in ("open", "closed", "admin"):
             raise ConfigError(f"signup must be one of open, closed, admin; got {self.signup!r}")
+        refresh = self.index_refresh_seconds
+        if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not 0 <= refresh <= 3600:
+            raise ConfigError(f"index_refresh_seconds must be a number of seconds from 0 to 3600; got {refresh!r}")
         for key in ("connection_limit", "idle_timeout"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -134,7 +141,7 @@ def default_base_url_warning(settings: Settings) -> str | None:
 _PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
 _NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
-_YAML_TYPES: dict[str, tuple[type, str]] = {
+_YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "content_dir": (str, "a path (string)"),
     "out_dir": (str, "a path (string)"),
     "state_dir": (str, "a path (string)"),
@@ -154,12 +161,13 @@ _YAML_TYPES: dict[str, tuple[type, str]] = {
     "signing_key": (str, "a path (string)"),
     "connection_limit": (int, "an integer"),
     "idle_timeout": (int, "an integer"),
+    "index_refresh_seconds": ((int, float), "a number of seconds"),
 }
 
 
-def check_type(key: str, value: Any, expected: type, wanted: str) -> None:
+def check_type(key: str, value: Any, expected: type | tuple[type, ...], wanted: str) -> None:
     """One line naming the key and the type it needs (a bool is not an int; "false" is not false)."""
-    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
+    if isinstance(value, expected) and not (expected is not bool and isinstance(value, bool)):
         return
     shown = f"the string {value!r}" if isinstance(value, str) else f"{type(value).__name__} {value!r}"
     raise ConfigError(f"{key} must be {wanted}, got {shown}")

@@ -42,6 +42,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from registry_gen.build import BuildIssue, BuildResult, run_build, scan_content
+from registry_gen.refresher import IndexRefresher
 from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ConfigError, LockTimeout
 from registry_gen.settings import Settings
@@ -210,6 +211,8 @@ class Watcher:
         self._stopping = threading.Event()
         self._observer: BaseObserver | None = None
         self._worker: threading.Thread | None = None
+        # Builds from hinted paths leave -/all and -/search.json to it (registry_gen.refresher).
+        self.refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
 
     # -- observer side (watchdog's thread)
 
@@ -248,6 +251,8 @@ class Watcher:
             self._observer.join(timeout)
         if self._worker is not None and self._worker is not threading.current_thread():
             self._worker.join(timeout)
+        if self.refresher is not None:
+            self.refresher.flush()
         self.stats.phase = "stopped"
 
     def __enter__(self) -> Watcher:
@@ -338,8 +343,11 @@ class Watcher:
         self.stats.phase = "building"
         number = self.stats.builds + 1
         hints = self._take_hints()
+        defer = self.refresher is not None and hints is not None
         try:
-            result = run_build(self.settings, changed=hints, on_lock_wait=self._waiting_for_lock)
+            result = run_build(self.settings, changed=hints, on_lock_wait=self._waiting_for_lock, defer_whole=defer)
+            if defer and self.refresher is not None:
+                self.refresher.schedule()
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad build
             log.error("watch build %d failed: %s", number, exc, exc_info=not isinstance(exc, ConfigError))
             report = BuildReport(number, reason, None, failure=str(exc) or type(exc).__name__)

@@ -38,6 +38,7 @@ from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
+from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.write_events import describe_write
@@ -76,9 +77,17 @@ class WriteService:
     content/, and rebuilds the tree before returning."""
 
     def __init__(
-        self, settings: Settings, storage: ContentStorage | None = None, *, reserved_names: frozenset[str] = frozenset()
+        self,
+        settings: Settings,
+        storage: ContentStorage | None = None,
+        *,
+        reserved_names: frozenset[str] = frozenset(),
+        refresher: IndexRefresher | None = None,
     ):
         self.settings = settings
+        # With a refresher (a long-running server), each write's build leaves -/all and
+        # -/search.json to it: a publish then costs the same at any registry size.
+        self.refresher = refresher
         self.storage = storage or FolderStorage(settings.content_dir)
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
@@ -169,15 +178,21 @@ class WriteService:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
             touched += self._remove_versions(name, change.removed)
-            result = build_locked(self.settings, touched)
+            result = self._build(touched)
         except BaseException:
             self._roll_back(added, current, change)
             raise
         refused = result.refusals(name, [current.meta_key, *([added] if added else [])])
         if refused and added is not None:
             self._roll_back(added, current, change)
-            build_locked(self.settings, touched)
+            self._build(touched)
             raise BuildRefused("the registry could not take this archive: " + "; ".join(i.reason for i in refused))
+        return result
+
+    def _build(self, touched: list[str]) -> BuildResult:
+        result = build_locked(self.settings, touched, defer_whole=self.refresher is not None)
+        if self.refresher is not None:
+            self.refresher.schedule()
         return result
 
     def _store_meta(self, key: str, change: Change) -> None:

@@ -15,14 +15,13 @@ from typing import Any, Final
 from urllib.parse import parse_qs
 
 from registry_gen.access import ALL, ANONYMOUS, Caller, package_of_path, read_status
-from registry_gen.layout import FULL_SEARCH_FILE
 from registry_gen.nginx_access import READ_CHECK_PATH
+from registry_gen.search import search_registry
 from registry_gen.settings import Settings
 from user_api import policy
 from user_api.web import note_user
 from user_api.groups import GroupStore
 from user_api.models import User
-from user_api.registry_routes import search_objects
 from user_api.store import UserStore
 
 StartResponse = Callable[..., Any]
@@ -40,8 +39,7 @@ class ReadGuard:
         self.store = store
         self.groups = groups
         self.out_dir = settings.out_dir
-        self.state_folder = settings.state_folder
-        self._search_cache: dict[str, Any] = {}
+        self.state_file = settings.state_file
 
     def account(self, environ: dict[str, Any]) -> User | None:
         """The active account behind the request's Bearer token; None when there is none, it is
@@ -97,21 +95,11 @@ class ReadGuard:
             return _json(start_response, "400 Bad Request", {"error": "size and from must be integers"})
         user = self.account(environ)
         caller = ANONYMOUS if user is None else Caller(user.username, self.groups.groups_of(user.id), user.is_admin)
-        document = self._full_search()
-        readable = [o for o in document.get("objects", []) if self.rules.may_read(str(o.get("package", {}).get("name")), caller)]
-        found = search_objects({"objects": readable}, query.get("text", [""])[0], size=size, offset=offset)
+        text = query.get("text", [""])[0]
+        found = search_registry(
+            self.state_file, text, size=size, offset=offset, listed_only=False, readable=lambda name: self.rules.may_read(name, caller)
+        )
         return _json(start_response, "200 OK", found)
-
-    def _full_search(self) -> dict[str, Any]:
-        path = self.state_folder / FULL_SEARCH_FILE
-        try:
-            stat = path.stat()
-        except FileNotFoundError:
-            return {"objects": []}
-        stamp = (stat.st_mtime_ns, stat.st_size)
-        if self._search_cache.get("stamp") != stamp:
-            self._search_cache = {"stamp": stamp, "document": json.loads(path.read_bytes())}
-        return self._search_cache["document"]  # type: ignore[no-any-return]
 
     def decision(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """nginx's auth_request answer for X-Original-URI (403 stands for 404: see the module doc)."""

@@ -7,7 +7,7 @@ test can call inside a Bottle request, and the app is still built fresh by a fac
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import bottle
@@ -47,7 +47,6 @@ class RegistryContext:
     web_logins: WebLoginPool
     pages: jinja2.Environment
     logins: LoginGuard  # shared with the /user app (ratelimit.shared_login_guard)
-    search_cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def publish_limit(self) -> int:

@@ -130,6 +130,7 @@ def _prepare_tree(settings: Settings, static: bool) -> None:
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
+    from registry_gen.refresher import IndexRefresher
     from user_api.access_log import AccessLog, configure_server_logging
     from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.registry_routes import publish_body_limit
@@ -164,7 +165,8 @@ def _run(
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
-    holder["app"] = AccessLog(create_server_app(settings, store, static=static))
+    refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
+    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher))
     _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
@@ -180,10 +182,16 @@ def _run(
     except KeyboardInterrupt:
         pass
     finally:
-        if watcher is not None:
-            watcher.stop()
-        server.close()
-        store.close()
+        _shut_down(server, store, watcher, refresher)
+
+
+def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any) -> None:
+    if watcher is not None:
+        watcher.stop()
+    server.close()
+    if refresher is not None:
+        refresher.flush()  # what the last writes deferred, before the process goes
+    store.close()
 
 
 def _sweep_temp_files(settings: Settings) -> list[Path]:

@@ -31,6 +31,7 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
 )
 from registry_gen.ownership import erase_maintainer_email
+from registry_gen.refresher import IndexRefresher
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
@@ -212,10 +213,12 @@ def _etags(identity: Path, served: os.stat_result, *, gzip: bool) -> tuple[str, 
     return (zipped, plain) if gzip else (plain, zipped)
 
 
-def create_server_app(settings: Settings, store: UserStore, *, static: bool = True) -> WsgiApp:
+def create_server_app(
+    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRefresher | None = None
+) -> WsgiApp:
     """The combined app; `static=False` for `registry-gen api` behind a static host."""
     user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
-    registry_app = create_registry_app(settings, store)
+    registry_app = create_registry_app(settings, store, refresher=refresher)
     tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
     guard = ReadGuard(settings, store, GroupStore.for_settings(settings)) if settings.packages.in_force else None

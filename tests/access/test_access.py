@@ -18,6 +18,7 @@ from registry_gen.cli import main as registry_gen
 from registry_gen.errors import ConfigError
 from registry_gen.hosting import nginx_site
 from registry_gen.nginx_access import ReadCheck
+from registry_gen.search import search_registry
 from registry_gen.settings import Settings, load_settings
 from tests.support import make_tarball
 
@@ -165,10 +166,12 @@ def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
     out = registry.settings.out_dir
     everything = [(out / "-/all/index.html").read_text(), (out / "-/search.json").read_text(),
                   (out / "-/web/index.html").read_text()]  # fmt: skip
-    assert all("plain" in text for text in everything)
-    assert not any("secret-tool" in text or "@internal/lib" in text for text in everything)
-    # The API's copy, beside the tree (never served, never deployed).
-    assert "secret-tool" in (registry.settings.state_folder / "search-all.json").read_text()
+    shards = [path.read_text() for path in (out / "-/web/search").glob("*.json")]
+    assert all("plain" in text for text in everything) and any("plain" in text for text in shards)
+    assert not any("secret-tool" in text or "@internal/lib" in text for text in everything + shards)
+    # What the API searches per caller sits in the build's state, beside the tree (never served).
+    hidden = search_registry(registry.settings.state_file, "secret", size=20, offset=0, listed_only=False)
+    assert [o["package"]["name"] for o in hidden["objects"]] == ["secret-tool"]
     assert not (out / ".registry-gen").exists()
 
 

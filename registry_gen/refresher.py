@@ -1,0 +1,64 @@
+"""Rewriting `-/all` and `-/search.json` a little after the writes that changed them.
+
+Both are one URL listing every package, so they cannot be split: rewriting them costs
+O(packages), which in every publish would make a publish slower as the registry grows. The
+long-running writers (the API's WriteService, watch mode) build with `defer_whole=True`, which
+only marks them stale in the build's state, and hold an `IndexRefresher` that rewrites them at
+most `Settings.index_refresh_seconds` after the first write that staled them: one rewrite for a
+burst of publishes. A stale mark survives a crash; any later build without `defer_whole` (a CLI
+build, the next refresh) rewrites them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from registry_gen.build import run_build
+from registry_gen.errors import RegistryError
+from registry_gen.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class IndexRefresher:
+    """One pending refresh at a time, on a timer thread; `flush` runs a pending one at once."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.delay = float(settings.index_refresh_seconds)
+        self.refreshes = 0  # completed rewrites, for tests and the logs
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def schedule(self) -> None:
+        """A write deferred the documents: refresh them after the delay, unless already due."""
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(self.delay, self._refresh)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def flush(self) -> None:
+        """Runs a pending refresh now (shutdown, or a caller that needs the documents current)."""
+        with self._lock:
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+            self._run()
+
+    def _refresh(self) -> None:
+        with self._lock:
+            if self._timer is not threading.current_thread():
+                return  # flushed meanwhile
+            self._timer = None
+        self._run()
+
+    def _run(self) -> None:
+        try:
+            run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+        except (RegistryError, OSError) as exc:
+            log.warning("could not rewrite -/all and -/search.json (the next write retries): %s", exc)
+            return
+        self.refreshes += 1

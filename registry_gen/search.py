@@ -1,0 +1,101 @@
+"""npm's `/-/v1/search`, answered from the build's state rather than from a document.
+
+The build keeps each package's search piece and a lower-case search text in `state.sqlite3`
+(registry_gen.buildstate), updated with the package: a publish changes one row, never a document
+listing every package. A query narrows the rows in SQLite by substring (every term's text must be
+in the package's search text), then applies npm's rules to what is left (`matches`), exactly as
+they were applied to the whole document before.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from registry_gen.buildstate import SCHEMA_VERSION
+from registry_gen.publish import now_iso
+
+
+def matches(package: Mapping[str, Any], term: str) -> bool:
+    """One search term against one package: `keywords:a,b`, `author:`/`maintainer:`, `scope:`, or
+    a substring of the name, description, keywords and maintainers."""
+    qualifier, colon, value = term.partition(":")
+    people = [m.get("username", "") for m in package.get("maintainers", []) if isinstance(m, dict)]
+    keywords = [k.lower() for k in package.get("keywords", []) if isinstance(k, str)]
+    if colon and qualifier in ("keywords", "keyword"):
+        return any(k in keywords for k in value.split(",") if k)
+    if colon and qualifier in ("author", "maintainer"):
+        return value in [p.lower() for p in people]
+    if colon and qualifier == "scope":
+        return str(package.get("name", "")).startswith(value if value.startswith("@") else "@" + value)
+    haystack = " ".join([str(package.get("name", "")), str(package.get("description") or ""), *keywords, *people]).lower()
+    return term in haystack
+
+
+def search_objects(objects: list[dict[str, Any]], text: str, *, size: int, offset: int) -> dict[str, Any]:
+    """npm's search answer over `objects`: every term must match; exact names first, then names
+    containing the text, then the rest; by name within each."""
+    terms = [t for t in text.lower().split() if t]
+    found = [o for o in objects if all(matches(o.get("package", {}), t) for t in terms)]
+    plain = " ".join(t for t in terms if ":" not in t)
+
+    def rank(entry: Mapping[str, Any]) -> tuple[int, str]:
+        name = str(entry.get("package", {}).get("name", ""))
+        return (0 if name == plain else 1 if plain and plain in name else 2, name)
+
+    found.sort(key=rank)
+    return {"objects": found[offset : offset + size], "total": len(found), "time": now_iso()}
+
+
+def needles(text: str) -> list[str]:
+    """What each term needs to find in a package's search text (a superset of `matches`)."""
+    found = []
+    for term in text.lower().split():
+        qualifier, colon, value = term.partition(":")
+        if not colon:
+            found.append(term)
+        elif qualifier in ("author", "maintainer") or (qualifier in ("keywords", "keyword") and "," not in value):
+            found.append(value)
+        elif qualifier == "scope" and value:
+            found.append(value if value.startswith("@") else "@" + value)
+    return [n for n in found if n]
+
+
+def search_registry(
+    state_file: Path,
+    text: str,
+    *,
+    size: int,
+    offset: int,
+    listed_only: bool,
+    readable: Callable[[str], bool] | None = None,
+) -> dict[str, Any]:
+    """The answer to one search. `listed_only`: only what anyone may read (no read rules in force,
+    or an anonymous static listing); `readable`: the caller's own filter when rules are in force."""
+    objects = [json.loads(piece) for piece in _candidates(state_file, needles(text), listed_only)]
+    if readable is not None:
+        objects = [o for o in objects if readable(str(o.get("package", {}).get("name")))]
+    return search_objects(objects, text, size=size, offset=offset)
+
+
+def _candidates(state_file: Path, wanted: list[str], listed_only: bool) -> list[bytes]:
+    """Read-only and without the build lock: WAL readers see the last committed build."""
+    if not state_file.is_file():
+        return []
+    db = sqlite3.connect(f"{state_file.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+            return []  # built by another version: the next build migrates it
+        sql = "SELECT search_fragment FROM packages WHERE versions > 0"
+        if listed_only:
+            sql += " AND listed"
+        for _ in wanted:
+            sql += " AND instr(search_text, ?) > 0"
+        return [row[0] for row in db.execute(sql + " ORDER BY name", wanted)]
+    except sqlite3.DatabaseError:
+        return []  # being recreated by a build: nothing to answer from yet
+    finally:
+        db.close()

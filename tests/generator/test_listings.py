@@ -1,0 +1,127 @@
+"""The documents that list packages: a change rewrites O(1) of them (issue 15, goal 3).
+
+The front page, the package's name range (`-/web/browse/<key>/`) and its search shards
+(`-/web/search/<key>.json`) are written in the package's own build; `-/all` and `-/search.json`,
+which list every package under one URL, are left to an IndexRefresher by the long-running writers.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from registry_gen import site
+from registry_gen.build import run_build
+from registry_gen.buildstate import SCHEMA_VERSION
+from registry_gen.errors import ConfigError
+from registry_gen.publish import Actor
+from registry_gen.refresher import IndexRefresher
+from registry_gen.search import search_registry
+from registry_gen.settings import Settings, load_settings
+from registry_gen.writes import WriteService
+from tests.support import make_tarball
+
+NAMES = ["alpha", "alpine-tools", "beta", "@scope/gamma", "delta-kit"]
+
+
+def _registry(settings: Settings) -> None:
+    for name in NAMES:
+        make_tarball(settings.content_dir, name, "1.0.0", keywords=["shared-word"])
+    assert not run_build(settings).errors
+
+
+def _names(settings: Settings, relative: str) -> list[str]:
+    return [p["name"] for p in json.loads((settings.out_dir / relative).read_bytes())["packages"]]
+
+
+def test_one_new_package_rewrites_its_own_range_and_shards_and_the_front_page_only(settings: Settings) -> None:
+    _registry(settings)
+    archive = make_tarball(settings.content_dir, "alps", "1.0.0", keywords=["mountain"])
+    result = run_build(settings, changed=[archive])
+    listings = {path for path in result.written if not path.startswith(("alps/", "-/package/alps/", "-/web/package/alps/"))}
+    shards = {site.search_shard_path(key) for key in ("al", "mo")}
+    expected = {"-/web/index.html", f"{site.browse_folder('al')}/index.html", *shards, *(s + ".gz" for s in shards)}
+    assert listings - {"-/all/index.html", "-/all/index.html.gz", "-/search.json", "-/search.json.gz"} == expected
+    assert _names(settings, site.search_shard_path("al")) == ["alpha", "alpine-tools", "alps"]
+    assert _names(settings, site.search_shard_path("mo")) == ["alps"]
+    assert "alps" not in _names(settings, site.search_shard_path("sh"))  # not a word of its
+
+
+def test_a_range_and_a_shard_that_empty_are_removed(settings: Settings) -> None:
+    _registry(settings)
+    (settings.content_dir / "delta-kit-1.0.0.tgz").unlink()
+    result = run_build(settings)
+    assert site.browse_folder("de") in result.removed
+    assert not (settings.out_dir / site.browse_folder("de")).exists()
+    assert not (settings.out_dir / site.search_shard_path("ki")).exists()
+    assert "delta-kit" not in (settings.out_dir / "-/web/index.html").read_text()
+    assert (settings.out_dir / site.browse_folder("al")).is_dir()
+
+
+def test_the_write_service_leaves_the_whole_documents_to_its_refresher(settings: Settings) -> None:
+    settings = settings.with_updates(index_refresh_seconds=3600)  # never due by itself in this test
+    _registry(settings)
+    refresher = IndexRefresher(settings)
+    service = WriteService(settings, refresher=refresher)
+    service.land_archive("fresh-one", make_tarball(settings.out_dir.parent / "up", "fresh-one", "1.0.0").read_bytes(), Actor("admin"))
+    everything = json.loads((settings.out_dir / "-/all/index.html").read_bytes())
+    assert "fresh-one" not in everything  # deferred...
+    assert "fresh-one" in _names(settings, site.search_shard_path("fr"))  # ...but the site search has it
+    found = search_registry(settings.state_file, "fresh", size=20, offset=0, listed_only=True)
+    assert [o["package"]["name"] for o in found["objects"]] == ["fresh-one"]  # and so does the API's
+    refresher.flush()
+    assert refresher.refreshes == 1
+    assert "fresh-one" in json.loads((settings.out_dir / "-/all/index.html").read_bytes())
+    assert "fresh-one" in (settings.out_dir / "-/search.json").read_text()
+
+
+def test_a_deferred_rewrite_is_done_by_the_next_plain_build(settings: Settings) -> None:
+    """A server that stops before its refresher runs leaves the mark; any CLI build honours it."""
+    _registry(settings)
+    archive = make_tarball(settings.content_dir, "zz-late", "1.0.0")
+    run_build(settings, changed=[archive], defer_whole=True)
+    assert "zz-late" not in (settings.out_dir / "-/all/index.html").read_text()
+    result = run_build(settings)
+    assert "-/all/index.html" in result.written and "zz-late" in (settings.out_dir / "-/all/index.html").read_text()
+    assert "-/all/index.html" not in run_build(settings).written  # and the mark is gone
+
+
+def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settings) -> None:
+    _registry(settings)
+    with sqlite3.connect(settings.state_file) as db:
+        db.execute("DROP TABLE search_keys")
+        db.execute("DROP TABLE ranges")
+        db.execute("DROP TABLE counters")
+        for column in ("listed", "modified", "range_key", "search_text"):
+            db.execute("DROP INDEX IF EXISTS packages_listed_by_range")
+            db.execute("DROP INDEX IF EXISTS packages_listed_by_modified")
+            db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
+        db.execute("PRAGMA user_version=5")
+        live = db.execute("SELECT COUNT(*) FROM live").fetchone()[0]
+    result = run_build(settings)
+    assert not result.errors and result.packages == len(NAMES) and result.versions == len(NAMES)
+    assert sorted(result.rebuilt_packages) == sorted(NAMES)  # the full build that fills the new columns
+    with sqlite3.connect(settings.state_file) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("SELECT COUNT(*) FROM live").fetchone()[0] == live  # pinned versions kept
+    assert _names(settings, site.search_shard_path("sc")) == ["@scope/gamma"]
+
+
+def test_totals_follow_adds_and_removals(settings: Settings) -> None:
+    _registry(settings)
+    make_tarball(settings.content_dir, "alpha", "1.1.0")
+    assert (run_build(settings).versions, run_build(settings).packages) == (len(NAMES) + 1, len(NAMES))
+    (settings.content_dir / "beta-1.0.0.tgz").unlink()
+    result = run_build(settings)
+    assert (result.packages, result.versions) == (len(NAMES) - 1, len(NAMES))
+
+
+@pytest.mark.parametrize("value", ["soon", -1, 4000, True])
+def test_a_bad_refresh_delay_is_one_line_naming_the_key(tmp_path: Path, value: object) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text(f"index_refresh_seconds: {json.dumps(value)}\n")
+    with pytest.raises(ConfigError, match="index_refresh_seconds"):
+        load_settings(config)
