@@ -816,35 +816,3 @@ def site_assets(settings: Settings) -> dict[str, bytes]:
     files = {NOT_FOUND_PAGE: _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")}
     files.update(static_assets(settings))
     return files
-
-
-# --- TEMPORARY (lead): minimal stand-ins until the site branch's front_page/browse_pages/
-# search_shard/site_assets land; deleted at that merge.
-def front_page(recent: Sequence[Mapping[str, Any]], total: int, ranges: Sequence[tuple[str, int]], settings: Settings) -> dict[str, bytes]:
-    path = index_page_path(1)
-    rows = [_row(s, "") for s in recent]
-    page = _render(settings, "index.html", root="", packages=rows, recent=rows, total=total, page=1, pages=1,
-                   first_index=1, previous_href=None, next_href=None, page_links=[])
-    return {path: page}
-
-
-def browse_pages(key: str, summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
-    if not summaries:
-        return {}
-    files = {}
-    for number in range(1, -(-len(summaries) // PAGE_SIZE) + 1):
-        chunk = summaries[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
-        path = f"{browse_folder(key)}/index.html" if number == 1 else f"{browse_folder(key)}/{number}/index.html"
-        files[path] = ("<html>" + "".join(f"<li>{s['name']}</li>" for s in chunk) + "</html>").encode()
-    return files
-
-
-def search_shard(summaries: Sequence[Mapping[str, Any]]) -> bytes:
-    ordered = sorted(summaries, key=lambda s: s["name"])
-    return json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def site_assets(settings: Settings) -> dict[str, bytes]:
-    files = {NOT_FOUND_PAGE: _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")}
-    files.update(static_assets(settings))
-    return files
