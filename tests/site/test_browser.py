@@ -428,3 +428,19 @@ def test_a_second_build_of_the_browsed_tree_rewrites_nothing(demo: tuple[Setting
     again = run_build(dataclasses.replace(settings))
     assert again.written == [] and again.removed == []
     assert tree() == before and len(before) > 20
+
+
+def test_the_not_found_page_offers_a_search_that_finds_the_package(demo: tuple[Settings, str], page: Page) -> None:
+    """A host that answers a missing package page with -/web/404.html (nginx and the API do): its
+    "Search for it" link opens the front page searching that name, through the name's shard."""
+    settings, url = demo
+    missing = web_url(url, "package/left/index.html")
+    not_found = (settings.out_dir / site.NOT_FOUND_PAGE).read_bytes()
+    page.route(missing, lambda route: route.fulfill(status=404, body=not_found, content_type="text/html; charset=utf-8"))
+    fetched = shard_requests(page)
+    page.goto(missing)
+    expect(page.locator("#not-found-detail")).to_contain_text("There is no package called left in this registry.")
+    page.get_by_role("link", name="Search for it").click()
+    expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=left$"))
+    expect(page.locator("#search-list .package-name")).to_have_text(["left.pad_x"])
+    assert fetched == ["search/le.json"]
