@@ -20,6 +20,7 @@ import typer
 from typer.models import CommandInfo
 
 from registry_gen import __version__
+from registry_gen import cli_coercion
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
 from registry_gen.plugins import entry_points
@@ -294,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = wants_debug(args)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        cli_coercion.install()  # parsed values skip typer's pydantic adapters where they need none
         command = typer.main.get_command(only_what_runs(create_cli(), args))
         # Not standalone: usage mistakes come back here as exceptions, to be told in one line.
         code = command.main(args=args, prog_name="registry-gen", standalone_mode=False)
