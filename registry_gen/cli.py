@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 PLUGIN_GROUP = "registry_gen.commands"
 DEBUG_ENV = "REGISTRY_GEN_DEBUG"
 COMPLETION_ENV = "_REGISTRY_GEN_COMPLETE"  # click's variable for prog_name registry-gen
+CORE_COMMANDS = ("build", "check")  # the commands this module defines itself
 
 ContentArg = Annotated[Path | None, typer.Argument(help="Folder of archives (default from config, else ./content).")]
 OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")]
@@ -170,8 +171,9 @@ def global_options(
     """Static npm registry generator with a tiny user and write API."""
 
 
-def create_cli() -> typer.Typer:
-    """A fresh typer app with the built-in commands and every installed plugin's."""
+def create_cli(invoked: str | None = None) -> typer.Typer:
+    """A fresh typer app with the built-in commands and every installed plugin's; only with
+    `build` and `check` when `invoked` names one of them (the other modules need not load)."""
     app = typer.Typer(
         name="registry-gen",
         help="Static npm registry generator with a tiny user and write API.",
@@ -184,6 +186,8 @@ def create_cli() -> typer.Typer:
     app.callback()(global_options)
     app.command("build")(build_command)
     app.command("check")(check_command)
+    if invoked in CORE_COMMANDS:
+        return app
     for extra in ("init", "watch", "verify", "host_config", "import", "keys", "advisory"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:
@@ -296,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         cli_coercion.install()  # parsed values skip typer's pydantic adapters where they need none
-        command = typer.main.get_command(only_what_runs(create_cli(), args))
+        invoked = None if COMPLETION_ENV in os.environ else invoked_name(args)
+        command = typer.main.get_command(only_what_runs(create_cli(invoked), args))
         # Not standalone: usage mistakes come back here as exceptions, to be told in one line.
         code = command.main(args=args, prog_name="registry-gen", standalone_mode=False)
         return code if isinstance(code, int) else 0
