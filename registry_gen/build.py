@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 from filelock import FileLock, Timeout
 
 from registry_gen import __version__, site
-from registry_gen.archive import read_archive
 from registry_gen.buildstate import (
     CACHE_FILE,
     LEGACY_STATE_FILE,
@@ -67,10 +66,10 @@ from registry_gen.packument import (
     search_fragment,
     summarize,
 )
-from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
 from registry_gen.signing import Signer
 from registry_gen.statedir import move_state_out_of_tree
+from registry_gen.timestamps import iso_from_ns
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
@@ -289,6 +288,8 @@ def inspect_archive(
 ) -> tuple[ArchiveRecord, CachedManifest | None]:
     """Reads one archive (in a worker process for big builds): its record, and the JSON the
     packuments need from it (manifest, README) for the manifest cache."""
+    from registry_gen.archive import read_archive  # tarfile and zipfile load when an archive is read
+
     path = content_dir / relative
     record = ArchiveRecord(relative, 0, 0)
     try:
