@@ -5,8 +5,8 @@ left at its default (None), and importing pydantic costs 60-170 ms: more than al
 no-change `registry-gen build` (issue 15, goal 2: start-up <= 0.12 s). `install()` makes typer
 build its converters on first real use instead: a value left out stays None (what typer's
 converter returns for it), a text value of a `str` or plain `Path` parameter becomes what typer's
-adapter would make of it (a `Path` after the same checks, through typer's own `coerce_cli_path`),
-and every other value (a number, a choice, a list, a flag read from the environment) goes through
+adapter would make of it (a `Path` after the same checks, through typer's own `coerce_cli_path`;
+a refused one is refused by typer's converter, so the message is its own), and every other value (a number, a choice, a list, a flag read from the environment) goes through
 typer's own converter, built then.
 
 This leans on typer's coercion contract (`typer.core.build_runtime_param`, `RuntimeParam`,
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import typer.core
+from typer._click.exceptions import BadParameter
 from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
 from typer._param_types import coerce_cli_path
 
@@ -37,7 +38,10 @@ class DeferredParam(RuntimeParam):
         if isinstance(value, str) and is_plain_text(self.descriptor):
             if self.annotation is str:
                 return value
-            return Path(coerce_cli_path(value, self.parameter_info, path_type=None, param=param, ctx=ctx))
+            try:  # typer's adapter makes a Path of the text first, then checks that Path
+                return coerce_cli_path(Path(value), self.parameter_info, path_type=Path, param=param, ctx=ctx)
+            except BadParameter:
+                pass  # refused: typer's own converter says why, in its words (it quotes the text given)
         return typer_converter(self.descriptor).coerce(value, param=param, ctx=ctx)
 
 
