@@ -24,7 +24,6 @@ from registry_gen import __version__
 from registry_gen import cli_coercion
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
-from registry_gen.plugins import entry_points
 from registry_gen.settings import Settings, default_base_url_warning, load_settings
 
 log = logging.getLogger(__name__)
@@ -189,6 +188,8 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
     app.command("check")(check_command)
     if invoked in CORE_COMMANDS:
         return app
+    from registry_gen.plugins import entry_points
+
     for extra in ("init", "watch", "verify", "host_config", "import", "keys", "advisory"):
         module = _optional_module(f"registry_gen.commands_{extra}")
         if module is not None:

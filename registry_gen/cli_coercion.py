@@ -16,23 +16,24 @@ that both converters agree, so an upgrade that changes the contract fails there 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer.core
 from typer._click.exceptions import BadParameter
-from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param, resolve_type_descriptor
 from typer._param_types import coerce_cli_path
 
 typer_converter = build_runtime_param  # typer's own: imports pydantic and builds an adapter
 
 
-@dataclass(frozen=True)
 class DeferredParam(RuntimeParam):
-    """Converts like typer's converter for `descriptor`, which it builds only for values that need it."""
+    """Converts like typer's converter for the same annotation and options, which it builds only
+    for values that need it. (No dataclass of its own: its fields are RuntimeParam's.)"""
 
-    descriptor: TypeDescriptor
+    @property
+    def descriptor(self) -> TypeDescriptor:
+        return resolve_type_descriptor(self.annotation, self.parameter_info)
 
     def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
         if isinstance(value, str) and is_plain_text(self.descriptor):
@@ -55,7 +56,7 @@ def is_plain_text(descriptor: TypeDescriptor) -> bool:
 
 
 def deferred_converter(descriptor: TypeDescriptor) -> RuntimeParam:
-    return DeferredParam(descriptor.parameter_info, descriptor.annotation, descriptor)
+    return DeferredParam(descriptor.parameter_info, descriptor.annotation)
 
 
 def install() -> None:
