@@ -26,7 +26,9 @@ if TYPE_CHECKING:  # multiprocessing loads when a build has enough work for work
 
 PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
 WATCHDOG_SECONDS: Final = 1.0
-PRELOAD: Final = ["registry_gen.build"]
+# The fork server imports these once for every worker: the build and what its workers use that the
+# build itself loads only on first use (the archive reader, the Markdown renderer, semver).
+PRELOAD: Final = ["registry_gen.build", "registry_gen.archive", "registry_gen.markdown", "semver"]
 
 
 def worker_pool(
