@@ -19,17 +19,19 @@ from registry_gen.errors import LockTimeout
 
 
 def try_flock(path: Path) -> int | None:
-    """The lock file's descriptor, holding its exclusive lock; None when someone else holds it
-    (or the file was replaced under us: then filelock's own checks decide)."""
-    # As filelock opens it: never truncated, created readable and writable under the umask.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)
+    """The lock file's descriptor, holding its exclusive lock; None when someone else holds it, or
+    anything is unusual (the file cannot be opened, or was replaced under us): then filelock decides."""
+    try:  # as filelock opens it: never truncated, created readable and writable under the umask
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW, 0o666)
+    except OSError:
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held, named = os.fstat(fd), os.stat(path)
         if (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino):
             return fd
-    except (BlockingIOError, FileNotFoundError):
-        pass
+    except OSError:
+        pass  # busy (EWOULDBLOCK), or a file system without flock: filelock's checks answer
     except BaseException:
         os.close(fd)
         raise
@@ -40,7 +42,7 @@ def try_flock(path: Path) -> int | None:
 @contextmanager
 def holding_build_lock(path: Path, timeout: float, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """Holds the build lock for the `with` block. A busy lock calls `on_wait` once, then waits up
-    to `timeout` seconds (LockTimeout after that)."""
+    to `timeout` seconds (LockTimeout after that): filelock's way, as run_build always did."""
     fd = try_flock(path)
     if fd is not None:
         try:
@@ -50,11 +52,14 @@ def holding_build_lock(path: Path, timeout: float, on_wait: Callable[[], None] |
         return
     from filelock import FileLock, Timeout
 
-    if on_wait is not None:
-        on_wait()
     lock = FileLock(str(path))
     try:
-        lock.acquire(timeout=timeout)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_wait is not None:
+                on_wait()
+            lock.acquire(timeout=timeout)
     except Timeout as exc:
         raise LockTimeout(f"another build holds {path}") from exc
     try:
