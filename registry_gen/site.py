@@ -23,13 +23,15 @@ from urllib.parse import quote, urlsplit
 
 from registry_gen.errors import ConfigError
 from registry_gen.manifest import keyword_list
-from registry_gen.markdown import RepositoryFiles, render_readme, repository_files
 from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
 
-if TYPE_CHECKING:  # jinja2 loads when a template is first rendered, not with every import of the build
+if TYPE_CHECKING:  # jinja2 and the Markdown renderer load when a page is first rendered, not with every import of the build
     import jinja2
+    from markupsafe import Markup
+
+    from registry_gen.markdown import RepositoryFiles
 
 WEB_ROOT = "-/web"
 FRONT_PAGE = f"{WEB_ROOT}/index.html"
@@ -498,7 +500,16 @@ def readme_files(source: Mapping[str, Any]) -> RepositoryFiles | None:
     """Where the README's relative URLs point, from `repository` (URL and `directory`)."""
     repository = source.get("repository")
     directory = repository.get("directory") if isinstance(repository, Mapping) else None
+    from registry_gen.markdown import repository_files
+
     return repository_files(repository_url(repository), directory)
+
+
+def readme_html(readme: str | None, filename: str | None, source: Mapping[str, Any]) -> Markup:
+    """The README as safe HTML (the Markdown renderer loads with the first page rendered)."""
+    from registry_gen.markdown import render_readme
+
+    return render_readme(readme, filename, readme_files(source))
 
 
 def _common_context(packument: Mapping[str, Any], settings: Settings, root: str) -> dict[str, Any]:
@@ -538,7 +549,7 @@ def package_context(
         "deprecated": latest_row["deprecated"] if latest_row else None,
         "dist_tags": [(tag, version, version_href(root, name, version)) for tag, version in sorted(packument.get("dist-tags", {}).items())],
         "install": install_commands(name, settings.base_url),
-        "readme": render_readme(packument.get("readme"), packument.get("readmeFilename"), readme_files(packument)),
+        "readme": readme_html(packument.get("readme"), packument.get("readmeFilename"), packument),
         "versions": versions,
         "dependency_groups": _dependencies(latest, root, registry_names),
         "dependents": [(n, page_href(root, n)) for n in sorted(dependents)],
@@ -587,7 +598,7 @@ def version_context(
         "deprecated": manifest.get("deprecated") if isinstance(manifest.get("deprecated"), str) else None,
         "version_description": manifest.get("description") if isinstance(manifest.get("description"), str) else "",
         "install": install_commands(f"{name}@{version}", settings.base_url),
-        "readme": render_readme(extras.readme, extras.readme_filename, readme_files(manifest)),
+        "readme": readme_html(extras.readme, extras.readme_filename, manifest),
         "dependency_groups": _dependencies(manifest, root, registry_names),
         "bin": bin_commands(manifest),
         "engines": engines(manifest),
