@@ -26,12 +26,10 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
-
-from filelock import FileLock, Timeout
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from registry_gen import __version__, site
-from registry_gen.archive import read_archive
+from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
     ListingPlace,
     CACHE_FILE,
@@ -43,7 +41,7 @@ from registry_gen.buildstate import (
     read_legacy_times,
 )
 from registry_gen.contentrules import content_kind, is_candidate
-from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, LockTimeout, PruneRefused, RegistryError
+from registry_gen.errors import ContentMissing, InvalidArchive, InvalidManifest, PruneRefused, RegistryError
 from registry_gen.hosting import LEGACY_SEARCH_FOLDER, STATIC_EXTRAS, tag_documents
 from registry_gen.keyring import load_signer, publish_keys
 from registry_gen.layout import (
@@ -68,13 +66,16 @@ from registry_gen.packument import (
     search_fragment,
     summarize,
 )
-from registry_gen.publish import iso_from_ns
 from registry_gen.settings import Limits, Settings
 from registry_gen.signing import Signer
 from registry_gen.statedir import move_state_out_of_tree
+from registry_gen.timestamps import iso_from_ns
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
+
+if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it
+    from filelock import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -293,6 +294,8 @@ def inspect_archive(
 ) -> tuple[ArchiveRecord, CachedManifest | None]:
     """Reads one archive (in a worker process for big builds): its record, and the JSON the
     packuments need from it (manifest, README) for the manifest cache."""
+    from registry_gen.archive import read_archive  # tarfile and zipfile load when an archive is read
+
     path = content_dir / relative
     record = ArchiveRecord(relative, 0, 0)
     try:
@@ -940,24 +943,15 @@ def run_build(
             f"content folder {settings.content_dir} does not exist; nothing in {settings.out_dir} was changed "
             "(check the path, or create the folder first)"
         )
-    lock = build_lock(settings)
-    try:
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if on_lock_wait is not None:
-                on_lock_wait()
-            lock.acquire(timeout=lock_timeout)
-    except Timeout as exc:
-        raise LockTimeout(f"another build holds {settings.lock_file}") from exc
-    try:
+    settings.out_dir.mkdir(parents=True, exist_ok=True)  # as build_lock() does
+    with holding_build_lock(settings.lock_file, lock_timeout, on_lock_wait):
         return _build_locked(settings, progress, changed, full, defer_whole)
-    finally:
-        lock.release()
 
 
 def build_lock(settings: Settings) -> FileLock:
     """The lock every writer of the tree and of content/ shares (CLI build, watch mode, the API)."""
+    from filelock import FileLock
+
     settings.out_dir.mkdir(parents=True, exist_ok=True)
     return FileLock(str(settings.lock_file))
 

@@ -250,7 +250,10 @@ class BuildState:
         return row[0] if row else ""
 
     def set_setting(self, key: str, value: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))
+        # Only when it differs: a rewritten row, even an equal one, makes the commit of a build
+        # that changed nothing write and sync the database.
+        if self.get_setting(key) != value:
+            self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))
 
     def forget_content(self) -> None:
         """Every archive and meta file will be read again (new generator or settings)."""

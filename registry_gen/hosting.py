@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import mimetypes
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -39,11 +38,12 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
     WEB_ROOT,
 )
-from registry_gen.nginx_access import ReadCheck, http_part, server_part
 from registry_gen.signing import KEYS_DOCUMENT
 
-if TYPE_CHECKING:  # jinja2 loads when a template is first rendered, not with every import of the build
+if TYPE_CHECKING:  # jinja2 and the nginx read check load with the first config written, not with the build
     import jinja2
+
+    from registry_gen.nginx_access import ReadCheck
 
 NOT_FOUND_BODY = b'{"error":"not found"}\n'
 # Files the build writes for hosts that cannot be configured: relative path -> bytes.
@@ -124,6 +124,8 @@ def classify(relative: str) -> ObjectKind:
 
 
 def _web_type(relative: str) -> str:
+    import mimetypes
+
     guessed, _ = mimetypes.guess_type(relative, strict=False)
     if guessed is None:
         return TARBALL_TYPE
@@ -263,6 +265,8 @@ def nginx_site(
     if read_check is not None and api_upstream is None:
         raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
     root = Path(out_dir).resolve()
+    from registry_gen.nginx_access import http_part, server_part
+
     return _templates().get_template("nginx_site.conf.j2").render(
         root=root,
         root_literal=_quoted(str(root)),

@@ -8,7 +8,6 @@ those files the way importlib.metadata finds them: every `*.dist-info` / `*.egg-
 
 from __future__ import annotations
 
-import configparser
 import importlib
 import os
 import re
@@ -75,6 +74,8 @@ def entry_points(group: str, paths: Iterable[str] | None = None) -> list[EntryPo
 
 
 def parse_group(text: str, group: str) -> list[EntryPoint]:
+    import configparser  # only a command line that lists or loads plugins reads them
+
     parser = configparser.ConfigParser(delimiters=("=",), interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # names are case-sensitive
     try:

@@ -31,6 +31,7 @@ from registry_gen.manifest import manifest_problems, validate_manifest
 from registry_gen.meta import PackageMeta
 from registry_gen.names import split_name, tarball_filename, validate_name
 from registry_gen.settings import Limits
+from registry_gen.timestamps import now_iso
 from registry_gen.versions import validate_version
 
 MAX_TAG_LENGTH = 128
@@ -50,17 +51,6 @@ class BadRequest(RegistryError, ValueError):
 
 class ArchiveTooLarge(RegistryError):
     """The tarball is over the registry's archive cap (HTTP 413)."""
-
-
-def iso_from_ns(ns: int) -> str:
-    """The registry's timestamp format: UTC, milliseconds, `Z` (as npm's `time` fields).
-    Integer arithmetic only: a float of ns since 1970 rounds …20.9999999 s up to the next second."""
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
-
-
-def now_iso() -> str:
-    return iso_from_ns(time.time_ns())
 
 
 @dataclass(frozen=True)

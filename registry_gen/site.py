@@ -23,18 +23,18 @@ from urllib.parse import quote, urlsplit
 
 from registry_gen.errors import ConfigError
 from registry_gen.manifest import keyword_list
-from registry_gen.markdown import RepositoryFiles, render_readme, repository_files
 from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
-from registry_gen.writer import gzip_bytes
 
-if TYPE_CHECKING:  # jinja2 loads when a template is first rendered, not with every import of the build
+if TYPE_CHECKING:  # jinja2 and the Markdown renderer load when a page is first rendered, not with every import of the build
     import jinja2
+    from markupsafe import Markup
+
+    from registry_gen.markdown import RepositoryFiles
 
 WEB_ROOT = "-/web"
-PAGE_ROOT = f"{WEB_ROOT}/page"  # front page n >= 2 lives at -/web/page/<n>/index.html
-SEARCH_INDEX = f"{WEB_ROOT}/search-index.json"
+FRONT_PAGE = f"{WEB_ROOT}/index.html"
 NOT_FOUND_PAGE = f"{WEB_ROOT}/404.html"
 STATIC_FOLDER = "static"
 PAGE_SIZE = 100
@@ -52,9 +52,6 @@ def _default_template_dir() -> Path:
 DEFAULT_TEMPLATE_DIR = _default_template_dir()
 # Cache-busting suffix of the static assets per template-folder set, refreshed by every build.
 _asset_versions: dict[tuple[str, ...], str] = {}
-# Rendered front pages by the hash of everything they depend on (see _render_memoised).
-_rendered: dict[str, bytes] = {}
-RENDER_MEMO_LIMIT = 1024
 # Dependency kinds shown on a package page, in this order, with their headings.
 DEPENDENCY_KINDS = (
     ("dependencies", "Dependencies"),
@@ -200,22 +197,6 @@ def _render(settings: Settings, template: str, **context: Any) -> bytes:
     return html.encode("utf-8")
 
 
-def _render_memoised(settings: Settings, template: str, **context: Any) -> bytes:
-    """_render, remembered by its inputs: a long-running process (watch, the API server) then
-    renders again only the front pages whose rows changed, not all hundred at 10,000 packages."""
-    folders = _folder_key(settings)
-    if folders not in _asset_versions:
-        template_fingerprint(settings)
-    inputs = json.dumps([repr(settings), folders, _asset_versions[folders], template, context], default=str)
-    key = hashlib.sha256(inputs.encode()).hexdigest()
-    cached = _rendered.get(key)
-    if cached is None:
-        if len(_rendered) >= RENDER_MEMO_LIMIT:
-            _rendered.clear()
-        cached = _rendered[key] = _render(settings, template, **context)
-    return cached
-
-
 # ---------------------------------------------------------------- paths
 
 
@@ -266,8 +247,10 @@ def package_page_path(name: str) -> str:
     return f"{package_folder(name)}/index.html"
 
 
-def index_page_path(number: int) -> str:
-    return f"{WEB_ROOT}/index.html" if number <= 1 else f"{PAGE_ROOT}/{number}/index.html"
+def browse_page_path(key: str, number: int) -> str:
+    """Page `number` (from 1) of a name range: -/web/browse/<key>/index.html, then <key>/<n>/index.html."""
+    folder = browse_folder(key)
+    return f"{folder}/index.html" if number <= 1 else f"{folder}/{number}/index.html"
 
 
 def relative_root(page_path: str) -> str:
@@ -517,7 +500,16 @@ def readme_files(source: Mapping[str, Any]) -> RepositoryFiles | None:
     """Where the README's relative URLs point, from `repository` (URL and `directory`)."""
     repository = source.get("repository")
     directory = repository.get("directory") if isinstance(repository, Mapping) else None
+    from registry_gen.markdown import repository_files
+
     return repository_files(repository_url(repository), directory)
+
+
+def readme_html(readme: str | None, filename: str | None, source: Mapping[str, Any]) -> Markup:
+    """The README as safe HTML (the Markdown renderer loads with the first page rendered)."""
+    from registry_gen.markdown import render_readme
+
+    return render_readme(readme, filename, readme_files(source))
 
 
 def _common_context(packument: Mapping[str, Any], settings: Settings, root: str) -> dict[str, Any]:
@@ -557,7 +549,7 @@ def package_context(
         "deprecated": latest_row["deprecated"] if latest_row else None,
         "dist_tags": [(tag, version, version_href(root, name, version)) for tag, version in sorted(packument.get("dist-tags", {}).items())],
         "install": install_commands(name, settings.base_url),
-        "readme": render_readme(packument.get("readme"), packument.get("readmeFilename"), readme_files(packument)),
+        "readme": readme_html(packument.get("readme"), packument.get("readmeFilename"), packument),
         "versions": versions,
         "dependency_groups": _dependencies(latest, root, registry_names),
         "dependents": [(n, page_href(root, n)) for n in sorted(dependents)],
@@ -606,7 +598,7 @@ def version_context(
         "deprecated": manifest.get("deprecated") if isinstance(manifest.get("deprecated"), str) else None,
         "version_description": manifest.get("description") if isinstance(manifest.get("description"), str) else "",
         "install": install_commands(f"{name}@{version}", settings.base_url),
-        "readme": render_readme(extras.readme, extras.readme_filename, readme_files(manifest)),
+        "readme": readme_html(extras.readme, extras.readme_filename, manifest),
         "dependency_groups": _dependencies(manifest, root, registry_names),
         "bin": bin_commands(manifest),
         "engines": engines(manifest),
@@ -731,22 +723,31 @@ def package_pages(
     ).pages
 
 
-# ---------------------------------------------------------------- front pages
+# ---------------------------------------------------------------- front page, name ranges, search shards
+#
+# A change rewrites a bounded number of these files, each of bounded size: the front page (recent
+# packages, the total, one link per name range), the pages of the changed package's range, and the
+# search shards of its tokens (see browse_key and search_keys above).
 
 
-def page_links(current: int, total: int, root: str) -> list[tuple[int | None, str]]:
-    """Page numbers around the current one plus first and last; None stands for a gap."""
+def web_href(root: str, path: str) -> str:
+    """A tree path under -/web/ as a link from a page whose way back up to -/web/ is `root`."""
+    return root + path[len(WEB_ROOT) + 1 :]
+
+
+def page_links(current: int, total: int, root: str, key: str) -> list[tuple[int | None, str]]:
+    """Page numbers of range `key` around the current one plus first and last; None stands for a gap."""
     wanted = sorted({1, total, *range(max(1, current - 2), min(total, current + 2) + 1)})
     links: list[tuple[int | None, str]] = []
     for number in wanted:
         if links and links[-1][0] is not None and number - (links[-1][0] or 0) > 1:
             links.append((None, ""))
-        links.append((number, root + index_page_path(number)[len(WEB_ROOT) + 1 :]))
+        links.append((number, web_href(root, browse_page_path(key, number))))
     return links
 
 
 def search_entries(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The client-side search index: one small record per package."""
+    """What the search box filters on and shows: one small record per package."""
     return [
         {
             "name": s["name"],
@@ -760,70 +761,69 @@ def search_entries(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
     ]
 
 
-def _row(summary: Mapping[str, Any], root: str) -> dict[str, Any]:
-    return {**summary, "href": page_href(root, summary["name"])}
-
-
-def index_pages(summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
-    """Front pages (PAGE_SIZE packages each), the search index, the not-found page and assets."""
-    ordered = sorted(summaries, key=lambda s: s["name"])
-    total_pages = max(1, -(-len(ordered) // PAGE_SIZE))
-    recent = sorted(ordered, key=lambda s: (s.get("modified") or "", s["name"]), reverse=True)[:RECENT_COUNT]
-    files: dict[str, bytes] = {}
-    for number in range(1, total_pages + 1):
-        path = index_page_path(number)
-        root = relative_root(path)
-        chunk = ordered[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
-        files[path] = _render_memoised(
-            settings,
-            "index.html",
-            root=root,
-            packages=[_row(s, root) for s in chunk],
-            recent=[_row(s, root) for s in recent] if number == 1 else [],
-            total=len(ordered),
-            page=number,
-            pages=total_pages,
-            first_index=(number - 1) * PAGE_SIZE + 1,
-            previous_href=root + index_page_path(number - 1)[len(WEB_ROOT) + 1 :] if number > 1 else None,
-            next_href=root + index_page_path(number + 1)[len(WEB_ROOT) + 1 :] if number < total_pages else None,
-            page_links=page_links(number, total_pages, root),
-        )
-    index = json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
-    files[SEARCH_INDEX] = index
-    if settings.gzip:
-        files[SEARCH_INDEX + ".gz"] = gzip_bytes(index)
-    files[NOT_FOUND_PAGE] = _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")
-    files.update(static_assets(settings))
-    return files
-
-
-# --- TEMPORARY (lead): minimal stand-ins until the site branch's front_page/browse_pages/
-# search_shard/site_assets land; deleted at that merge.
-def front_page(recent: Sequence[Mapping[str, Any]], total: int, ranges: Sequence[tuple[str, int]], settings: Settings) -> dict[str, bytes]:
-    path = index_page_path(1)
-    rows = [_row(s, "") for s in recent]
-    page = _render(settings, "index.html", root="", packages=rows, recent=rows, total=total, page=1, pages=1,
-                   first_index=1, previous_href=None, next_href=None, page_links=[])
-    return {path: page}
-
-
-def browse_pages(key: str, summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
-    if not summaries:
-        return {}
-    files = {}
-    for number in range(1, -(-len(summaries) // PAGE_SIZE) + 1):
-        chunk = summaries[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
-        path = f"{browse_folder(key)}/index.html" if number == 1 else f"{browse_folder(key)}/{number}/index.html"
-        files[path] = ("<html>" + "".join(f"<li>{s['name']}</li>" for s in chunk) + "</html>").encode()
-    return files
-
-
 def search_shard(summaries: Sequence[Mapping[str, Any]]) -> bytes:
+    """One search shard (`search_shard_path(key)`): its packages' records by name, compact JSON,
+    the same bytes for the same members whatever order they come in."""
     ordered = sorted(summaries, key=lambda s: s["name"])
     return json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+def _row(summary: Mapping[str, Any], root: str) -> dict[str, Any]:
+    return {**summary, "href": page_href(root, summary["name"])}
+
+
+def range_groups(ranges: Sequence[tuple[str, int]], root: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The name ranges by their first character, each with its package count and link."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for key, count in ranges:
+        href = web_href(root, browse_page_path(key, 1))
+        groups.setdefault(key[0], []).append({"key": key, "count": count, "href": href})
+    return list(groups.items())
+
+
+def front_page(recent: Sequence[Mapping[str, Any]], total: int, ranges: Sequence[tuple[str, int]], settings: Settings) -> dict[str, bytes]:
+    """-/web/index.html: the search box, the `recent` packages (newest first, as given), the
+    total and every name range with its count. Its size does not grow with the registry's."""
+    root = relative_root(FRONT_PAGE)
+    page = _render(
+        settings,
+        "index.html",
+        root=root,
+        recent=[_row(s, root) for s in recent[:RECENT_COUNT]],
+        total=total,
+        range_groups=range_groups(ranges, root),
+        search_root=web_href(root, SEARCH_SHARD_ROOT) + "/",
+    )
+    return {FRONT_PAGE: page}
+
+
+def browse_pages(key: str, summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
+    """Every page of name range `key` (PAGE_SIZE packages each, `summaries` sorted by name)."""
+    total_pages = -(-len(summaries) // PAGE_SIZE)
+    pages: dict[str, bytes] = {}
+    for number in range(1, total_pages + 1):
+        path = browse_page_path(key, number)
+        root = relative_root(path)
+        chunk = summaries[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
+        pages[path] = _render(
+            settings,
+            "browse.html",
+            root=root,
+            key=key,
+            packages=[_row(s, root) for s in chunk],
+            total=len(summaries),
+            page=number,
+            pages=total_pages,
+            first_index=(number - 1) * PAGE_SIZE + 1,
+            previous_href=web_href(root, browse_page_path(key, number - 1)) if number > 1 else None,
+            next_href=web_href(root, browse_page_path(key, number + 1)) if number < total_pages else None,
+            page_links=page_links(number, total_pages, root, key),
+        )
+    return pages
+
+
 def site_assets(settings: Settings) -> dict[str, bytes]:
+    """What does not depend on the packages: the not-found page and the static assets."""
     files = {NOT_FOUND_PAGE: _render(settings, "404.html", root=settings.base_url + WEB_ROOT + "/")}
     files.update(static_assets(settings))
     return files

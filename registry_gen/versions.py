@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Mapping
-
-import semver
+from typing import TYPE_CHECKING
 
 from registry_gen.errors import InvalidVersion
+
+if TYPE_CHECKING:  # semver (~5 ms, it imports its own CLI) loads on the first version parsed
+    import semver
 
 MAX_VERSION_LENGTH = 256
 MAX_SAFE_INTEGER = 2**53 - 1  # node-semver refuses larger numbers: JavaScript cannot hold them
@@ -27,6 +29,8 @@ def parse_version(text: object) -> semver.Version:
         raise InvalidVersion("version must be a string")
     if len(text) > MAX_VERSION_LENGTH:
         raise InvalidVersion("version is too long")
+    import semver
+
     try:
         return semver.Version.parse(text)
     except ValueError as exc:
@@ -77,6 +81,8 @@ def is_valid_version(text: object) -> bool:
 @functools.lru_cache(maxsize=1 << 16)
 def version_key(text: str) -> semver.Version:
     # Remembered: every build sorts each package's versions several times (pure, immutable result).
+    import semver
+
     return semver.Version.parse(text)
 
 

@@ -14,25 +14,30 @@ a watchdog thread covers the moments before that and systems without prctl.
 
 from __future__ import annotations
 
-import ctypes
-import multiprocessing
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:  # multiprocessing loads when a build has enough work for workers, not with the build
+    from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG: Final = 1  # from <linux/prctl.h>
 WATCHDOG_SECONDS: Final = 1.0
-PRELOAD: Final = ["registry_gen.build"]
+# The fork server imports these once for every worker: the build and what its workers use that the
+# build itself loads only on first use (the archive reader, the Markdown renderer, semver).
+PRELOAD: Final = ["registry_gen.build", "registry_gen.archive", "registry_gen.markdown", "semver"]
 
 
 def worker_pool(
     max_workers: int, initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = ()
 ) -> ProcessPoolExecutor:
     """A ProcessPoolExecutor whose workers die with this process and inherit none of its files."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(PRELOAD)
     return ProcessPoolExecutor(
@@ -57,6 +62,8 @@ def die_with_parent() -> bool:
     """Asks Linux for SIGKILL when the parent process dies; False where that is not available."""
     if not sys.platform.startswith("linux"):
         return False
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0)

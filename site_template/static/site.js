@@ -1,5 +1,5 @@
 // Progressive enhancement for the static site: copy buttons and client-side search.
-// Everything taken from the search index goes into the page as text (textContent), never as HTML.
+// Everything taken from the search shards goes into the page as text (textContent), never as HTML.
 (function () {
   "use strict";
   var root = document.body.getAttribute("data-root") || "";
@@ -61,28 +61,36 @@
   var list = document.getElementById("search-list");
   var browse = document.getElementById("browse");
   var MAX_SHOWN = 200;
-  var index = null;
-  var loading = null;
+  var shards = {}; // shard key -> promise of its packages (a missing shard holds none)
 
-  function loadIndex() {
-    if (index) return Promise.resolve(index);
-    if (!loading) {
-      loading = fetch(form.getAttribute("data-index"))
+  // Words as the build cuts them (registry_gen.site.search_tokens): lower-case runs of a-z0-9.
+  function tokens(text) {
+    return String(text).toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
+  }
+
+  function prepare(p) {
+    var words = tokens(p.name);
+    p.keywords.forEach(function (k) { words = words.concat(tokens(k)); });
+    p.maintainers.forEach(function (m) { words = words.concat(tokens(m)); });
+    p.tokens = words.filter(function (w) { return w.length >= 2; });
+    p.haystack = [p.name, p.description, p.keywords.join(" "), p.maintainers.join(" ")].join("\n").toLowerCase();
+    p.lowerName = p.name.toLowerCase();
+    return p;
+  }
+
+  // Only the shard of one two-character key is fetched: -/web/search/<key>.json.
+  function loadShard(key) {
+    if (!shards[key]) {
+      shards[key] = fetch(form.getAttribute("data-shards") + key + ".json")
         .then(function (response) {
+          if (response.status === 404) return { packages: [] }; // no package has a word starting so
           if (!response.ok) throw new Error("HTTP " + response.status);
           return response.json();
         })
-        .then(function (data) {
-          index = data.packages.map(function (p) {
-            p.haystack = [p.name, p.description, p.keywords.join(" "), p.maintainers.join(" ")].join("\n").toLowerCase();
-            p.lowerName = p.name.toLowerCase();
-            return p;
-          });
-          return index;
-        });
-      loading.catch(function () { loading = null; });
+        .then(function (data) { return data.packages.map(prepare); });
+      shards[key].catch(function () { delete shards[key]; });
     }
-    return loading;
+    return shards[key];
   }
 
   function rank(p, query) {
@@ -92,11 +100,22 @@
     return 3;
   }
 
-  function search(packages, text) {
+  // The first word of two characters or more picks the shard and must start a word of the package;
+  // every other word must appear anywhere in its name, description, keywords or maintainers.
+  function plan(text) {
+    var words = tokens(text);
+    var lead = words.filter(function (w) { return w.length >= 2; })[0];
+    if (!lead) return null;
+    var rest = words.slice();
+    rest.splice(words.indexOf(lead), 1);
+    return { lead: lead, key: lead.slice(0, 2), rest: rest };
+  }
+
+  function search(packages, wanted, text) {
     var query = text.trim().toLowerCase();
-    var terms = query.split(/\s+/).filter(Boolean);
     var found = packages.filter(function (p) {
-      return terms.every(function (term) { return p.haystack.indexOf(term) >= 0; });
+      return p.tokens.some(function (w) { return w.indexOf(wanted.lead) === 0; })
+        && wanted.rest.every(function (term) { return p.haystack.indexOf(term) >= 0; });
     });
     found.sort(function (a, b) { return rank(a, query) - rank(b, query) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0); });
     return found;
@@ -140,20 +159,32 @@
       status.textContent = "";
       return;
     }
-    loadIndex().then(function (packages) {
+    var wanted = plan(query);
+    if (!wanted) {
+      list.textContent = "";
+      results.hidden = true;
+      browse.hidden = false;
+      status.textContent = "Type at least two letters or digits: search matches the start of words in names, keywords and maintainers.";
+      return;
+    }
+    loadShard(wanted.key).then(function (packages) {
       if (input.value.trim() !== query) return; // a newer query is on its way
-      var found = search(packages, query);
+      var found = search(packages, wanted, query);
       list.textContent = "";
       var fragment = document.createDocumentFragment();
       found.slice(0, MAX_SHOWN).forEach(function (p) { fragment.appendChild(entry(p)); });
       list.appendChild(fragment);
-      status.textContent = found.length === 0 ? "No package matches “" + query + "”."
+      status.textContent = found.length === 0 ? "No package matches “" + query + "” (search matches the start of words in names, keywords and maintainers)."
         : found.length + (found.length === 1 ? " package matches" : " packages match")
           + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".";
       results.hidden = found.length === 0;
       browse.hidden = true;
-    }, function () {
-      status.textContent = "Search needs the site to be served over http(s); browse the list below instead.";
+    }, function (error) {
+      if (input.value.trim() !== query) return;
+      status.textContent = location.protocol === "file:" ? "Search needs the site to be served over http(s); browse the lists below instead."
+        : "Search is not available right now (" + error.message + "); browse the lists below instead.";
+      results.hidden = true;
+      browse.hidden = false;
     });
   }
 
@@ -168,7 +199,6 @@
     clearTimeout(timer);
     timer = setTimeout(function () { show(input.value); remember(input.value); }, 80);
   });
-  input.addEventListener("focus", function () { loadIndex().catch(function () {}); }, { once: true });
   form.addEventListener("submit", function (event) { event.preventDefault(); show(input.value); remember(input.value); });
   if (topInput) topInput.closest("form").hidden = true; // the big box is right here
 

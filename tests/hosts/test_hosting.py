@@ -49,7 +49,7 @@ DOCS = "public, max-age=0, must-revalidate"
         ("404.html", ObjectKind.REGISTRY_DOCUMENT, "application/json", DOCS),
         ("-/web/index.html", ObjectKind.WEB, "text/html; charset=utf-8", DOCS),
         ("-/web/static/site.css", ObjectKind.WEB, "text/css; charset=utf-8", DOCS),
-        ("-/web/search-index.json", ObjectKind.WEB, "application/json", DOCS),
+        ("-/web/search/ab.json", ObjectKind.WEB, "application/json", DOCS),
         ("robots.txt", ObjectKind.OTHER, "text/plain; charset=utf-8", DOCS),
     ],
 )

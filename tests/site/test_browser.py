@@ -220,60 +220,124 @@ def web_url(base: str, relative: str) -> str:
     return f"{base}-/web/{relative}"
 
 
-def test_front_page_lists_packages_and_paginates(demo: tuple[Settings, str], page: Page) -> None:
+def test_front_page_shows_recent_packages_and_name_ranges_that_paginate(demo: tuple[Settings, str], page: Page) -> None:
     settings, url = demo
     total = FILLERS + 4
     page.goto(web_url(url, "index.html"))
     expect(page).to_have_title("Acme packages")
     expect(page.locator("#package-count")).to_have_text(str(total))
+    expect(page.locator("#recent-list .package-name")).to_have_count(site.RECENT_COUNT)
+    ranges = page.locator("#ranges .ranges a")
+    expect(ranges).to_have_text(["ac", "fi", "in", "le", "lo"])  # @acme/…, filler-…, innocent…, left…, long…
+    expect(page.locator("#ranges li", has_text="fi")).to_contain_text(str(FILLERS))
+    screenshot(page, "front-page")
+    page.locator("#ranges").get_by_role("link", name="fi").click()
+    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/index\.html$"))
     listed = page.locator("#package-list .package-name")
     expect(listed).to_have_count(PAGE_SIZE)
-    assert listed.first.inner_text() == "@acme/widget.kit_core-x"
-    expect(page.locator("#package-list")).to_contain_text("Widgets for every occasion")
-    expect(page.locator(".package", has_text="@acme/widget.kit_core-x")).to_contain_text("1.1.0")
-    screenshot(page, "front-page")
+    assert listed.first.inner_text() == "filler-00"
+    expect(page.locator("#package-list")).to_contain_text("Filler package number 0")
+    screenshot(page, "range-page")
     page.get_by_role("link", name="Next →").click()
-    expect(page).to_have_url(re.compile(r"/-/web/page/2/index\.html$"))
-    expect(page.locator("#package-list .package-name")).to_have_count(total - PAGE_SIZE)
-    expect(page.locator("#package-list")).to_contain_text("left.pad_x")
-    screenshot(page, "front-page-2")
-    page.get_by_role("link", name="left.pad_x").click()
-    expect(page.locator("#package-name")).to_have_text("left.pad_x")
+    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/2/index\.html$"))
+    expect(listed).to_have_count(FILLERS - PAGE_SIZE)
+    expect(page.locator("#package-list")).to_contain_text("filler-11")
+    page.get_by_role("link", name="filler-11").click()
+    expect(page.locator("#package-name")).to_have_text("filler-11")
+    page.get_by_role("link", name="All packages").click()  # the breadcrumb, back to the front page
+    expect(page.locator("#package-count")).to_have_text(str(total))
     assert page.problems == []  # type: ignore[attr-defined]
 
 
-def test_search_box_filters_from_the_static_index(demo: tuple[Settings, str], page: Page) -> None:
+def shard_requests(page: Page) -> list[str]:
+    """Paths of the requests the page makes under -/web/search/ from now on (its network log)."""
+    seen: list[str] = []
+    page.on("request", lambda request: seen.append(request.url.split("/-/web/", 1)[1]) if "/-/web/search" in request.url else None)
+    return seen
+
+
+def test_search_box_fetches_only_the_shard_of_the_typed_word(demo: tuple[Settings, str], page: Page) -> None:
     settings, url = demo
+    fetched = shard_requests(page)
     page.goto(web_url(url, "index.html"))
+    page.wait_for_load_state("networkidle")
+    assert fetched == []  # nothing before a word is typed
     search = page.locator("#q")
-    search.fill("widget")
     results = page.locator("#search-list .package-name")
+    search.press_sequentially("widg")
     expect(results).to_have_count(1)
     expect(results.first).to_have_text("@acme/widget.kit_core-x")
     expect(page.locator("#search-status")).to_have_text("1 package matches.")
     expect(page.locator("#browse")).to_be_hidden()
+    assert fetched == ["search/wi.json"]
     screenshot(page, "search")
-    search.fill("filler number")  # every term must match, in any field
+    search.fill("filler number")  # the first word picks the shard, every other word narrows it
     expect(results).to_have_count(FILLERS)
+    search.fill("filler number 7")
+    expect(results).to_have_text(["filler-07"])
     search.fill("wanda")  # a maintainer
-    expect(results).to_have_count(1)
+    expect(results).to_have_text(["@acme/widget.kit_core-x"])
     search.fill("strings")  # a keyword
-    expect(results.first).to_have_text("left.pad_x")
-    search.fill("no such thing at all")
+    expect(results).to_have_text(["left.pad_x"])
+    search.fill("@acme/widget")  # a scope is a word too
+    expect(results).to_have_text(["@acme/widget.kit_core-x"])
+    search.fill("pads")  # a word of the description only (the shard of "pa" holds left.pad_x for "pad")
     expect(page.locator("#search-status")).to_contain_text("No package matches")
+    assert fetched == ["search/wi.json", "search/fi.json", "search/wa.json", "search/st.json", "search/ac.json", "search/pa.json"]
     search.fill("")
     expect(page.locator("#browse")).to_be_visible()
     expect(page.locator("#search-results")).to_be_hidden()
     # A search can be linked to (keyword links on package pages do this).
-    page.goto(web_url(url, "index.html?q=pads"))
-    expect(results).to_have_count(1)
-    expect(page.locator("#q")).to_have_value("pads")
+    page.goto(web_url(url, "index.html?q=strings"))
+    expect(results).to_have_text(["left.pad_x"])
+    expect(page.locator("#q")).to_have_value("strings")
     assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_a_one_character_query_fetches_nothing(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    fetched = shard_requests(page)
+    page.goto(web_url(url, "index.html"))
+    page.locator("#q").fill("w")
+    expect(page.locator("#search-status")).to_contain_text("at least two letters or digits")
+    expect(page.locator("#search-results")).to_be_hidden()
+    page.locator("#q").fill("@/ ")
+    expect(page.locator("#search-status")).to_contain_text("at least two letters or digits")
+    page.wait_for_load_state("networkidle")
+    assert fetched == []
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_a_word_without_a_shard_shows_no_results(demo: tuple[Settings, str], page: Page) -> None:
+    settings, url = demo
+    assert not (settings.out_dir / site.search_shard_path("qx")).exists()
+    fetched = shard_requests(page)
+    page.goto(web_url(url, "index.html?q=qxzzy"))
+    expect(page.locator("#search-status")).to_have_text(re.compile(r"^No package matches “qxzzy”"))
+    expect(page.locator("#search-results")).to_be_hidden()
+    assert fetched == ["search/qx.json"]
+    assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined]
+
+
+def test_the_front_page_and_a_range_page_fit_a_phone(demo: tuple[Settings, str], browser: Browser) -> None:
+    settings, url = demo
+    context = browser.new_context(viewport={"width": 360, "height": 740}, service_workers="block")
+    try:
+        page = context.new_page()
+        for relative in ("index.html", "browse/fi/index.html", "browse/lo/index.html", "index.html?q=long"):
+            page.goto(web_url(url, relative))
+            page.wait_for_load_state("networkidle")
+            if "q=" in relative:
+                expect(page.locator("#search-list .package-name")).to_have_text(["long-readme-pkg"])
+            assert page.evaluate("document.documentElement.scrollWidth") <= 360, relative
+        screenshot(page, "search-phone")
+    finally:
+        context.close()
 
 
 def test_package_page_shows_readme_install_and_versions(demo: tuple[Settings, str], page: Page) -> None:
     settings, url = demo
-    page.goto(web_url(url, "index.html"))
+    page.goto(web_url(url, "browse/ac/index.html"))
     page.locator("#package-list").get_by_role("link", name="@acme/widget.kit_core-x").click()
     expect(page).to_have_url(re.compile(r"/-/web/package/@acme/widget\.kit_core-x/index\.html$"))
     expect(page).to_have_title("@acme/widget.kit_core-x 1.1.0 · Acme packages")
@@ -364,3 +428,19 @@ def test_a_second_build_of_the_browsed_tree_rewrites_nothing(demo: tuple[Setting
     again = run_build(dataclasses.replace(settings))
     assert again.written == [] and again.removed == []
     assert tree() == before and len(before) > 20
+
+
+def test_the_not_found_page_offers_a_search_that_finds_the_package(demo: tuple[Settings, str], page: Page) -> None:
+    """A host that answers a missing package page with -/web/404.html (nginx and the API do): its
+    "Search for it" link opens the front page searching that name, through the name's shard."""
+    settings, url = demo
+    missing = web_url(url, "package/left/index.html")
+    not_found = (settings.out_dir / site.NOT_FOUND_PAGE).read_bytes()
+    page.route(missing, lambda route: route.fulfill(status=404, body=not_found, content_type="text/html; charset=utf-8"))
+    fetched = shard_requests(page)
+    page.goto(missing)
+    expect(page.locator("#not-found-detail")).to_contain_text("There is no package called left in this registry.")
+    page.get_by_role("link", name="Search for it").click()
+    expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=left$"))
+    expect(page.locator("#search-list .package-name")).to_have_text(["left.pad_x"])
+    assert fetched == ["search/le.json"]

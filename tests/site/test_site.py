@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
+import random
 import re
+from collections.abc import Mapping
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
@@ -63,11 +66,16 @@ def resolve(page: Path, href: str, out: Path) -> Path:
     return landed / "index.html" if landed.is_dir() else landed
 
 
-def listed(front_page: Path) -> list[str]:
-    """The package names in a front page's paginated list (not the "recently updated" box)."""
-    section = re.search(r'<ol id="package-list".*?</ol>', front_page.read_text(), re.S)
-    assert section, front_page
+def listed(range_page: Path) -> list[str]:
+    """The package names in a name-range page's list."""
+    section = re.search(r'<ol id="package-list".*?</ol>', range_page.read_text(), re.S)
+    assert section, range_page
     return re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', section.group(0))
+
+
+def shard(settings: Settings, key: str) -> list[str]:
+    """The package names in search shard `key`."""
+    return [p["name"] for p in json.loads((settings.out_dir / site.search_shard_path(key)).read_bytes())["packages"]]
 
 
 def build(settings: Settings) -> None:
@@ -84,6 +92,8 @@ def test_every_relative_link_of_every_page_lands_on_a_file(settings: Settings) -
     pages = sorted((settings.out_dir / "-/web").rglob("index.html"))
     assert {p.relative_to(settings.out_dir).as_posix() for p in pages} == {
         "-/web/index.html",
+        "-/web/browse/pl/index.html",  # a page per name range
+        "-/web/browse/sc/index.html",
         "-/web/package/plain/index.html",
         "-/web/package/@scope/my.pkg_name-x/index.html",
         # a page per version, and its file list
@@ -180,41 +190,193 @@ def test_text_from_archives_is_escaped_everywhere(settings: Settings) -> None:
     evil = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">'
     make_tarball(settings.content_dir, "escaped", "1.0.0", description=evil, keywords=[evil], license=evil)
     build(settings)
-    for page in (web(settings, "index.html"), page_of(settings, "escaped")):
+    for page in (web(settings, "index.html"), web(settings, "browse/es/index.html"), page_of(settings, "escaped")):
         html = page.read_text()
         assert "<script>window" not in html and "<img src=x" not in html
         assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html
-    entry = json.loads(web(settings, "search-index.json").read_text())["packages"][0]
+    entry = json.loads(web(settings, "search/es.json").read_text())["packages"][0]
     assert entry["description"] == evil  # the JSON keeps it as data; the page script inserts it as text
 
 
-def test_front_pages_paginate_and_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_range_pages_paginate_and_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 2)
     for index in range(5):
         make_tarball(settings.content_dir, f"pkg-{index}", "1.0.0")
+    make_tarball(settings.content_dir, "other", "1.0.0")
     build(settings)
-    first, second, third = web(settings, "index.html"), web(settings, "page/2/index.html"), web(settings, "page/3/index.html")
-    assert all(p.is_file() for p in (first, second, third)) and not web(settings, "page/4").exists()
+    first, second, third = (web(settings, f"browse/pk/{n}index.html") for n in ("", "2/", "3/"))
+    assert all(p.is_file() for p in (first, second, third)) and not web(settings, "browse/pk/4").exists()
     assert listed(first) == ["pkg-0", "pkg-1"]
     assert listed(second) == ["pkg-2", "pkg-3"] and listed(third) == ["pkg-4"]
     second_links = [href for href, _ in parse(second).links]
-    assert "../../index.html" in second_links and "../../page/3/index.html" in second_links
-    assert "../../package/pkg-2/index.html" in second_links
+    assert "../../../browse/pk/index.html" in second_links and "../../../browse/pk/3/index.html" in second_links
+    assert "../../../package/pkg-2/index.html" in second_links
+    front_links = [href for href, _ in parse(web(settings, "index.html")).links]
+    assert "browse/pk/index.html" in front_links and "browse/ot/index.html" in front_links
     for index in (2, 3, 4):
         next(settings.content_dir.glob(f"pkg-{index}-*.tgz")).unlink()
-    build(settings.with_updates(prune=True))  # 3 of 5 packages go: more than half
-    assert first.is_file() and not web(settings, "page").exists()
-    assert "pkg-4" not in first.read_text()
+    next(settings.content_dir.glob("other-*.tgz")).unlink()
+    build(settings.with_updates(prune=True))  # 4 of 6 packages go: more than half
+    assert first.is_file() and not web(settings, "browse/pk/2").exists() and listed(first) == ["pkg-0", "pkg-1"]
+    assert not web(settings, "browse/ot").exists()  # a range with no package left goes
+    front = web(settings, "index.html").read_text()
+    assert "pkg-4" not in front and "browse/ot/" not in front and '<strong id="package-count">2</strong>' in front
 
 
 def test_page_links_mark_gaps() -> None:
-    links = site.page_links(50, 100, "../../")
+    links = site.page_links(50, 100, "../../../", "ab")
     numbers = [n for n, _ in links]
     assert numbers == [1, None, 48, 49, 50, 51, 52, None, 100]
-    assert dict(links)[1] == "../../index.html" and dict(links)[49] == "../../page/49/index.html"
+    assert dict(links)[1] == "../../../browse/ab/index.html" and dict(links)[49] == "../../../browse/ab/49/index.html"
 
 
-def test_search_index_holds_what_the_search_box_filters_on(settings: Settings) -> None:
+# ---------------------------------------------------------------- front page, ranges, shards (pure)
+
+EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">'
+
+
+def summary(name: str, modified: str = "2024-01-02T03:04:05.000Z", **fields: object) -> dict[str, object]:
+    """A package summary as the build keeps it (registry_gen.packument.summarize)."""
+    return {
+        "name": name, "description": f"About {name}", "version": "1.0.0", "dist-tags": {"latest": "1.0.0"},
+        "keywords": [], "maintainers": [{"name": "ann", "email": "ann@example.org"}], "modified": modified,
+        "date": modified, "license": "MIT", "versions": 1, "deprecated": None, **fields,
+    }
+
+
+def page_hrefs(html: bytes) -> list[str]:
+    parser = _Links()
+    parser.feed(html.decode())
+    return [href for href, _ in parser.links]
+
+
+def landing(page_path: str, href: str) -> str:
+    """The tree path a relative link on the page at `page_path` leads to."""
+    path = unquote(urlsplit(href).path)
+    landed = posixpath.normpath(posixpath.join(posixpath.dirname(page_path), path))
+    assert not landed.startswith(".."), f"{href} on {page_path} climbs above the tree root"
+    return landed
+
+
+def site_of(summaries: list[dict[str, object]], settings: Settings) -> dict[str, bytes]:
+    """Front page, every range's pages and the assets, as the build would call them."""
+    by_key: dict[str, list[Mapping[str, object]]] = {}
+    for s in sorted(summaries, key=lambda s: str(s["name"])):
+        by_key.setdefault(site.browse_key(str(s["name"])), []).append(s)
+    recent = sorted(summaries, key=lambda s: (str(s["modified"]), str(s["name"])), reverse=True)[: site.RECENT_COUNT]
+    files = site.front_page(recent, len(summaries), sorted((k, len(v)) for k, v in by_key.items()), settings)
+    for key, members in by_key.items():
+        files.update(site.browse_pages(key, members, settings))
+    files.update(site.site_assets(settings))
+    return files
+
+
+def test_front_page_and_range_pages_link_only_to_files_the_site_has(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 3)
+    names = ["@scope/ab-x", "ab", "abc", "abd", "abe", "a", "a.b", "zed", "0day", "~tilde", "-dash"]
+    summaries = [summary(n, f"2024-01-{i + 1:02d}T00:00:00.000Z") for i, n in enumerate(names)]
+    files = site_of(summaries, settings)
+    packages = {site.package_page_path(n) for n in names}
+    assert sorted(p for p in files if p.startswith(site.BROWSE_ROOT)) == [
+        "-/web/browse/-d/index.html", "-/web/browse/-t/index.html", "-/web/browse/0d/index.html", "-/web/browse/a-/index.html",
+        "-/web/browse/ab/2/index.html", "-/web/browse/ab/index.html", "-/web/browse/sc/index.html", "-/web/browse/ze/index.html",
+    ]
+    checked = 0
+    for path, data in files.items():
+        if not path.endswith(".html") or path == site.NOT_FOUND_PAGE:  # the not-found page links absolutely
+            continue
+        for href in page_hrefs(data):
+            target = landing(path, href)
+            assert target in files or target in packages, f"{href} on {path} leads nowhere"
+            checked += 1
+    assert checked > 60
+    front = files[site.FRONT_PAGE].decode()
+    shards = re.search(r'data-shards="([^"]+)"', front)
+    assert shards and landing(site.FRONT_PAGE, shards.group(1) + "ab.json") == site.search_shard_path("ab")
+    # Every package is reachable from the front page through its range's pages.
+    reached = {landing(p, h) for p, d in files.items() if p.startswith(site.BROWSE_ROOT) for h in page_hrefs(d)}
+    assert packages <= reached
+
+
+def test_range_pages_paginate_inside_the_range(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    members = [summary(f"ab-{n}") for n in range(5)]
+    pages = site.browse_pages("ab", members, settings)
+    assert list(pages) == ["-/web/browse/ab/index.html", "-/web/browse/ab/2/index.html", "-/web/browse/ab/3/index.html"]
+    rows = {path: re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', html.decode()) for path, html in pages.items()}
+    assert list(rows.values()) == [["ab-0", "ab-1"], ["ab-2", "ab-3"], ["ab-4"]]
+    second = page_hrefs(pages["-/web/browse/ab/2/index.html"])
+    assert {"../../../browse/ab/index.html", "../../../browse/ab/3/index.html", "../../../index.html#ranges"} <= set(second)
+    assert "../../../package/ab-2/index.html" in second
+    assert '<ol id="package-list" class="packages" start="3">' in pages["-/web/browse/ab/2/index.html"].decode()
+    assert "(3–4 of 5)" in pages["-/web/browse/ab/2/index.html"].decode()
+    assert site.browse_pages("ab", [], settings) == {}
+    single = site.browse_pages("cd", [summary("cd")], settings)
+    assert list(single) == ["-/web/browse/cd/index.html"] and 'class="pagination"' not in single["-/web/browse/cd/index.html"].decode()
+
+
+def test_front_page_size_does_not_grow_with_the_registry(settings: Settings) -> None:
+    recent = [summary(f"pkg-{n}", f"2024-02-{28 - n:02d}T00:00:00.000Z") for n in range(site.RECENT_COUNT + 5)]
+    ranges = [("pk", 10)]
+    small = site.front_page(recent, 10, ranges, settings)[site.FRONT_PAGE]
+    huge = site.front_page(recent, 10_000_000, [("pk", 10_000_000)], settings)[site.FRONT_PAGE]
+    assert len(huge) - len(small) < 40  # only the digits of the counts differ
+    listed = re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', small.decode())
+    assert listed == [f"pkg-{n}" for n in range(site.RECENT_COUNT)]  # as given, never more than RECENT_COUNT
+    every_range = [(a + b, 1) for a in "-0123456789abcdefghijklmnopqrstuvwxyz" for b in "-0123456789abcdefghijklmnopqrstuvwxyz"]
+    full = site.front_page(recent, len(every_range), every_range, settings)[site.FRONT_PAGE]
+    assert full.count(b'href="browse/') == 37 * 37 and len(full) < 200_000
+    assert "No packages yet" in site.front_page([], 0, [], settings)[site.FRONT_PAGE].decode()
+
+
+def test_hostile_text_is_escaped_on_the_front_page_and_range_pages(settings: Settings) -> None:
+    settings = dataclasses.replace(settings, site_title=EVIL)
+    hostile = summary("evil", description=EVIL, license=EVIL, keywords=[EVIL], version=EVIL)
+    pages = {
+        **site.front_page([hostile], 1, [("ev", 1)], settings),
+        **site.browse_pages("ev", [hostile], settings),
+        site.NOT_FOUND_PAGE: site.site_assets(settings)[site.NOT_FOUND_PAGE],
+    }
+    for path, data in pages.items():
+        html = data.decode()
+        assert "<script>window" not in html and "<img src=x" not in html, path
+        assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in html, path
+    entry = json.loads(site.search_shard([hostile]))["packages"][0]
+    assert entry["description"] == EVIL and entry["keywords"] == [EVIL]  # data: the page script inserts it as text
+
+
+def test_search_shard_holds_what_the_search_box_filters_on_in_a_stable_order() -> None:
+    members = [
+        summary("@team/finder", description="Finds things", keywords=["search", "tools"], maintainers=[{"name": "bob"}], version="1.2.3"),
+        summary("zeta", description="ünïcode", maintainers=["not a mapping", {"email": "no-name@example.org"}]),
+        summary("alpha", keywords=None, maintainers=[]),
+    ]
+    shard = site.search_shard(members)
+    assert json.loads(shard)["packages"] == [
+        {"name": "@team/finder", "description": "Finds things", "keywords": ["search", "tools"], "maintainers": ["bob"],
+         "version": "1.2.3", "modified": "2024-01-02T03:04:05.000Z"},
+        {"name": "alpha", "description": "About alpha", "keywords": [], "maintainers": [], "version": "1.0.0",
+         "modified": "2024-01-02T03:04:05.000Z"},
+        {"name": "zeta", "description": "ünïcode", "keywords": [], "maintainers": [""], "version": "1.0.0",
+         "modified": "2024-01-02T03:04:05.000Z"},
+    ]
+    assert b" " not in shard.replace(b"Finds things", b"").replace(b"About alpha", b"")  # compact
+    assert "ünïcode".encode() in shard  # UTF-8, not \u escapes
+    for _ in range(5):
+        random.shuffle(members)
+        assert site.search_shard(members) == shard
+    assert json.loads(site.search_shard([])) == {"packages": []}
+
+
+def test_pages_are_byte_reproducible(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    summaries = [summary(n) for n in ("ab", "abc", "abd", "x1")]
+    first = site_of(summaries, settings)
+    again = site_of([dict(s) for s in reversed(summaries)], settings)
+    assert first == again
+
+
+def test_search_shards_hold_what_the_search_box_filters_on(settings: Settings) -> None:
     make_tarball(
         settings.content_dir,
         "@team/finder",
@@ -223,22 +385,44 @@ def test_search_index_holds_what_the_search_box_filters_on(settings: Settings) -
         keywords=["search", "tools"],
         maintainers=[{"name": "bob", "email": "bob@example.org"}],
     )
+    make_tarball(settings.content_dir, "toaster", "1.0.0", keywords=["bread"])
     build(settings)
-    index = json.loads(web(settings, "search-index.json").read_text())
-    assert index["packages"] == [
-        {
-            "name": "@team/finder",
-            "description": "Finds things",
-            "keywords": ["search", "tools"],
-            "maintainers": ["bob"],
-            "version": "1.2.3",
-            "modified": index["packages"][0]["modified"],
-        }
+    entry = json.loads(web(settings, "search/fi.json").read_text())["packages"][0]
+    assert entry == {
+        "name": "@team/finder",
+        "description": "Finds things",
+        "keywords": ["search", "tools"],
+        "maintainers": ["bob"],
+        "version": "1.2.3",
+        "modified": entry["modified"],
+    }
+    shards = sorted(p.name for p in web(settings, "search").glob("*.json"))
+    assert shards == ["bo.json", "br.json", "fi.json", "se.json", "te.json", "to.json"]
+    assert shard(settings, "to") == ["@team/finder", "toaster"] and shard(settings, "br") == ["toaster"]
+    assert web(settings, "search/fi.json.gz").is_file()
+
+
+def test_a_new_package_rewrites_the_front_page_its_range_and_its_shards_only(settings: Settings) -> None:
+    for name in ("aaa", "bbb", "ccc"):
+        make_tarball(settings.content_dir, name, "1.0.0", keywords=["shared"])
+    build(settings)
+    untouched = [site.browse_page_path("aa", 1), site.browse_page_path("cc", 1), site.search_shard_path("aa")]
+    before = {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched}
+    make_tarball(settings.content_dir, "bbx", "1.0.0", keywords=["shared"])
+    result = run_build(settings)
+    web_written = sorted(p for p in result.written if p.startswith("-/web/") and not p.startswith("-/web/package/"))
+    assert [p.removesuffix(".gz") for p in web_written if p.endswith(".gz")] == [p for p in web_written if p.endswith(".json")]
+    assert [p for p in web_written if not p.endswith(".gz")] == [
+        "-/web/browse/bb/index.html",
+        "-/web/index.html",
+        "-/web/search/bb.json",
+        "-/web/search/sh.json",
     ]
-    assert web(settings, "search-index.json.gz").is_file()
+    assert {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched} == before
+    assert shard(settings, "sh") == ["aaa", "bbb", "bbx", "ccc"] and listed(web(settings, "browse/bb/index.html")) == ["bbb", "bbx"]
 
 
-def test_one_changed_package_rewrites_only_its_page_and_the_front_pages(settings: Settings) -> None:
+def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: Settings) -> None:
     for name in ("aaa", "bbb", "ccc"):
         make_tarball(settings.content_dir, name, "1.0.0")
     build(settings)
@@ -247,13 +431,14 @@ def test_one_changed_package_rewrites_only_its_page_and_the_front_pages(settings
     result = run_build(settings)
     web_written = sorted(p for p in result.written if p.startswith("-/web/"))
     assert web_written == [
+        "-/web/browse/bb/index.html",
         "-/web/index.html",
         "-/web/package/bbb/index.html",
         "-/web/package/bbb/v/1.0.0/index.html",  # no longer tagged latest
         "-/web/package/bbb/v/1.1.0/files/index.html",
         "-/web/package/bbb/v/1.1.0/index.html",
-        "-/web/search-index.json",
-        "-/web/search-index.json.gz",
+        "-/web/search/bb.json",
+        "-/web/search/bb.json.gz",
     ]
     assert {name: page_of(settings, name).stat().st_mtime_ns for name in ("aaa", "ccc")} == untouched
     assert "1.1.0" in page_of(settings, "bbb").read_text()
@@ -304,7 +489,7 @@ def test_a_template_folder_overrides_single_files(settings: Settings, tmp_path: 
     (theme / "static").mkdir(parents=True)
     (theme / "index.html").write_text(
         '{% extends "_base.html" %}{% block content %}<h1 id="brand">ACME packages: {{ total }}</h1>'
-        "{% for p in packages %}<a href=\"{{ p.href }}\">{{ p.name }}</a>{% endfor %}{% endblock %}"
+        "{% for p in recent %}<a href=\"{{ p.href }}\">{{ p.name }}</a>{% endfor %}{% endblock %}"
     )
     (theme / "static/site.css").write_text("body { background: hotpink; }")
     settings = dataclasses.replace(settings, template_dir=theme, site_title="ACME <Registry>")
@@ -328,7 +513,7 @@ def test_a_broken_template_is_reported_by_file_and_line(settings: Settings, tmp_
     (theme / "index.html").write_text("line one\n{% for x in %}\n")
     settings = dataclasses.replace(settings, template_dir=theme)
     with pytest.raises(ConfigError, match=r"index.html, line 2"):
-        site.index_pages([], settings)
+        site.front_page([], 0, [], settings)
 
 
 def test_a_missing_template_folder_is_named(settings: Settings, tmp_path: Path) -> None:
