@@ -323,14 +323,15 @@ def measure_incremental(
 
 
 def build_code_fingerprint() -> str:
-    """A digest of every file of registry_gen/ (code, templates, assets) and of this module's
-    BUILD_CACHE_VERSION: a cached built tree is reused only while it is the same. Installed
-    libraries are not part of it (a changed dependency version does not invalidate the cache)."""
+    """A digest of every file of registry_gen/ (code, assets) and site_template/ (the pages), and
+    of this module's BUILD_CACHE_VERSION: a cached built tree is reused only while it is the same.
+    Installed libraries are not part of it (a changed dependency version does not invalidate the
+    cache)."""
     digest = hashlib.sha256(f"bench-build-cache-{BUILD_CACHE_VERSION}".encode())
-    package = REPO / "registry_gen"
-    for path in sorted(package.rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for folder in ("registry_gen", "site_template"):
+        for path in sorted((REPO / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
