@@ -32,7 +32,7 @@ from bench.synthetic import (
     package_name,
 )
 
-WORK_DIR = CACHE_DIR / "work"
+WORK_DIR = CACHE_DIR / "work" / str(os.getpid())  # one per run: two runs may overlap on this machine
 REPO = Path(__file__).resolve().parent.parent
 BUILD_CACHE_VERSION = 1  # bump when what the cached 1M measurement records changes
 BASE_URL = "http://127.0.0.1:4873/"
