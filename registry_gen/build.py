@@ -674,21 +674,27 @@ def listing_of(settings: Settings, summary: Mapping[str, Any]) -> ListingPlace:
     keywords = [str(k).lower() for k in summary.get("keywords") or [] if isinstance(k, str)]
     text = " ".join([name, str(summary.get("description") or ""), *keywords, *people]).lower()
     listed = bool(summary["versions"]) and settings.packages.is_public(name)
-    return ListingPlace(listed, str(summary.get("modified") or ""), site.browse_key(name), text, tuple(site.search_keys(summary)))
+    return ListingPlace(listed, str(summary.get("modified") or ""), site.name_key(name), text, tuple(site.search_keys(summary)))
 
 
 def _write_listings(run: _Run) -> None:
-    """The front page, and the name ranges and search shards this build's changes touched (all of
-    them in a full build): a publish rewrites O(1) files here, whatever the registry's size."""
+    """The front page, and the browse pages and search shards this build's changes touched (all
+    of them in a full build; emptied ones removed): a publish rewrites O(1) files here, each of
+    bounded size, whatever the registry's size."""
     settings, state, result = run.settings, run.state, run.result
     changes = state.listing_changes
-    ranges, shards = set(changes.ranges), set(changes.shards)
+    roots, shards = {key[:2] for key in changes.ranges}, set(changes.shards)
     if run.full:
-        ranges |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
+        roots |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
         shards |= state.listed_shards() | _shards_on_disk(settings.out_dir)
-    for key in sorted(ranges):
-        state.recount_range(key)
-        _write_range(settings, key, state.range_summaries(key), result)
+    for root in sorted(roots):
+        state.recount_range(root)
+    if run.full:
+        for root in sorted(roots):
+            _write_browse_tree(run, root)
+    else:
+        for key in sorted(changes.ranges):
+            _write_browse_path(run, key)
     for key in sorted(shards):
         _write_shard(settings, key, state.shard_summaries(key), result)
     if changes.front or run.full:
@@ -697,17 +703,48 @@ def _write_listings(run: _Run) -> None:
         _write_files(settings.out_dir, page, result)
 
 
-def _write_range(settings: Settings, key: str, summaries: list[dict[str, Any]], result: BuildResult) -> None:
-    folder = site.browse_folder(key)
-    pages = site.browse_pages(key, summaries, settings)
-    _write_files(settings.out_dir, pages, result)
-    if not pages:
+def _write_browse_path(run: _Run, key: str) -> None:
+    """The browse pages from a changed package's two-character range down to the range that lists
+    it: O(depth) pages. A range that has just grown past PAGE_SIZE gets its sub-ranges written."""
+    prefix = key[:2]
+    while True:
+        children = _write_browse_page(run, prefix)
+        if children is None:
+            return
+        for child in children:
+            if not key.startswith(child) and not (run.settings.out_dir / site.browse_page_path(child)).is_file():
+                _write_browse_tree(run, child)
+        if len(prefix) >= len(key):
+            return
+        prefix = key[: len(prefix) + 1]
+
+
+def _write_browse_tree(run: _Run, prefix: str) -> None:
+    """The page of `prefix` and of every range under it (a full build, a range that split)."""
+    for child in _write_browse_page(run, prefix) or []:
+        _write_browse_tree(run, child)
+
+
+def _write_browse_page(run: _Run, prefix: str) -> list[str] | None:
+    """Writes (or, if nothing starts with it any more, removes) the page of `prefix`; returns its
+    sub-ranges when it lists them instead of packages, else None. Sub-range folders that no
+    longer belong go."""
+    settings, state, result = run.settings, run.state, run.result
+    folder = site.browse_folder(prefix)
+    total = state.prefix_count(prefix)
+    if not total:
         if remove_tree(settings.out_dir, folder):
             result.removed.append(folder)
-        return
-    for number in _folders_in(settings.out_dir / folder):  # pages past the last one (the range shrank)
-        if f"{folder}/{number}/index.html" not in pages and remove_tree(settings.out_dir, f"{folder}/{number}"):
-            result.removed.append(f"{folder}/{number}")
+        return None
+    split = total > site.PAGE_SIZE
+    children = state.prefix_children(prefix) if split else []
+    packages = state.prefix_summaries(prefix, exact=split)
+    _write_files(settings.out_dir, site.browse_page(prefix, total, packages, children, settings), result)
+    wanted = {child[-1] for child, _ in children}
+    for stale in sorted(_folders_in(settings.out_dir / folder) - wanted):
+        if remove_tree(settings.out_dir, f"{folder}/{stale}"):
+            result.removed.append(f"{folder}/{stale}")
+    return [child for child, _ in children] if split else None
 
 
 def _write_shard(settings: Settings, key: str, summaries: list[dict[str, Any]], result: BuildResult) -> None:

@@ -466,25 +466,46 @@ class BuildState:
         return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
 
     def recount_range(self, key: str) -> int:
-        (count,) = self.db.execute("SELECT COUNT(*) FROM packages WHERE listed AND range_key = ?", (key,)).fetchone()
+        """The package count of a front-page range (two characters), kept in `ranges`."""
+        count = self.prefix_count(key)
         if count:
             self.db.execute("INSERT OR REPLACE INTO ranges (key, count) VALUES (?, ?)", (key, count))
         else:
             self.db.execute("DELETE FROM ranges WHERE key = ?", (key,))
-        return int(count)
+        return count
 
     def ranges(self) -> list[tuple[str, int]]:
         return [(k, int(c)) for k, c in self.db.execute("SELECT key, count FROM ranges ORDER BY key")]
 
     def listed_ranges(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT DISTINCT range_key FROM packages WHERE listed")}
+        return {k for (k,) in self.db.execute("SELECT DISTINCT substr(range_key, 1, 2) FROM packages WHERE listed")}
+
+    # Browse keys hold a-z, 0-9 and "-" only, all below U+007F: [prefix, prefix + U+007F) is
+    # exactly the keys starting with prefix, one range of the (range_key, name) index.
+
+    def prefix_count(self, prefix: str) -> int:
+        sql = "SELECT COUNT(*) FROM packages WHERE listed AND range_key >= ? AND range_key < ?"
+        return int(self.db.execute(sql, (prefix, prefix + "\x7f")).fetchone()[0])
+
+    def prefix_summaries(self, prefix: str, *, exact: bool = False) -> list[dict[str, Any]]:
+        """Listed packages whose browse key starts with (`exact`: is) `prefix`, by key and name."""
+        if exact:
+            sql, args = "SELECT summary FROM packages WHERE listed AND range_key = ? ORDER BY name", (prefix,)
+        else:
+            sql = "SELECT summary FROM packages WHERE listed AND range_key >= ? AND range_key < ? ORDER BY range_key, name"
+            args = (prefix, prefix + "\x7f")
+        return [json.loads(summary) for (summary,) in self.db.execute(sql, args)]
+
+    def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
+        """The one-character-longer prefixes under `prefix` that listed keys continue with, counted."""
+        sql = (
+            "SELECT substr(range_key, 1, ?) AS child, COUNT(*) FROM packages"
+            " WHERE listed AND range_key > ? AND range_key < ? GROUP BY child ORDER BY child"
+        )
+        return [(k, int(c)) for k, c in self.db.execute(sql, (len(prefix) + 1, prefix, prefix + "\x7f"))]
 
     def listed_shards(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_keys")}
-
-    def range_summaries(self, key: str) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT summary FROM packages WHERE listed AND range_key = ? ORDER BY name", (key,))
-        return [json.loads(summary) for (summary,) in rows]
 
     def shard_summaries(self, key: str) -> list[dict[str, Any]]:
         rows = self.db.execute(
