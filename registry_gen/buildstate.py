@@ -39,6 +39,7 @@ _INDEX_COLUMNS = (
     ("modified", "TEXT NOT NULL DEFAULT ''"),
     ("range_key", "TEXT NOT NULL DEFAULT ''"),
     ("search_text", "TEXT NOT NULL DEFAULT ''"),
+    ("search_entry", "BLOB NOT NULL DEFAULT x''"),
 )
 _INDEX_SCHEMA = """
 CREATE INDEX IF NOT EXISTS packages_listed_by_range ON packages (range_key, name) WHERE listed;
@@ -122,6 +123,7 @@ class ListingPlace:
     range_key: str = ""
     search_text: str = ""
     search_keys: tuple[str, ...] = ()
+    search_entry: bytes = b""  # its record in the site's search shards (site.search_entry)
 
 
 @dataclass
@@ -386,7 +388,8 @@ class BuildState:
         self._forget_listing(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
-            " search_fragment, listed, modified, range_key, search_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " search_fragment, listed, modified, range_key, search_text, search_entry)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 name,
                 record["digest"],
@@ -400,6 +403,7 @@ class BuildState:
                 listing.modified,
                 listing.range_key,
                 listing.search_text,
+                listing.search_entry,
             ),
         )
         if listing.listed:
@@ -507,11 +511,12 @@ class BuildState:
     def listed_shards(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_keys")}
 
-    def shard_summaries(self, key: str) -> list[dict[str, Any]]:
+    def shard_entries(self, key: str) -> list[bytes]:
+        """The site-search records of shard `key`'s packages, by name."""
         rows = self.db.execute(
-            "SELECT p.summary FROM search_keys k JOIN packages p ON p.name = k.name WHERE k.key = ? ORDER BY k.name", (key,)
+            "SELECT p.search_entry FROM search_keys k JOIN packages p ON p.name = k.name WHERE k.key = ? ORDER BY k.name", (key,)
         )
-        return [json.loads(summary) for (summary,) in rows]
+        return [entry for (entry,) in rows]
 
     def recent_summaries(self, count: int) -> list[dict[str, Any]]:
         rows = self.db.execute(

@@ -757,8 +757,19 @@ def search_entries(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
 def search_shard(summaries: Sequence[Mapping[str, Any]]) -> bytes:
     """One search shard (`search_shard_path(key)`): its packages' records by name, compact JSON,
     the same bytes for the same members whatever order they come in."""
-    ordered = sorted(summaries, key=lambda s: s["name"])
-    return json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
+    return join_search_shard([search_entry(s) for s in sorted(summaries, key=lambda s: s["name"])])
+
+
+def search_entry(summary: Mapping[str, Any]) -> bytes:
+    """One package's record in the shards, serialised once when the package changes (the build
+    keeps it in its state) so that writing a shard is a join, not a parse and a dump."""
+    (entry,) = search_entries([summary])
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def join_search_shard(entries: Sequence[bytes]) -> bytes:
+    """The shard of `entries` (already by name): the same bytes as dumping their list."""
+    return b'{"packages":[' + b",".join(entries) + b"]}"
 
 
 def _row(summary: Mapping[str, Any], root: str) -> dict[str, Any]:

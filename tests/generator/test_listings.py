@@ -125,3 +125,13 @@ def test_a_bad_refresh_delay_is_one_line_naming_the_key(tmp_path: Path, value: o
     config.write_text(f"index_refresh_seconds: {json.dumps(value)}\n")
     with pytest.raises(ConfigError, match="index_refresh_seconds"):
         load_settings(config)
+
+
+def test_a_shard_is_the_same_bytes_as_dumping_its_records(settings: Settings) -> None:
+    """Shards are joined from records serialised when each package changed (no parse per write)."""
+    make_tarball(settings.content_dir, "shard-unicode", "1.0.0", keywords=["grüße"], description="Grüße <b>&</b> \u2028 ✓")
+    _registry(settings)
+    data = (settings.out_dir / site.search_shard_path("sh")).read_bytes()
+    packages = json.loads(data)["packages"]
+    assert [p["name"] for p in packages] == sorted(p["name"] for p in packages) and len(packages) == len(NAMES) + 1
+    assert data == json.dumps({"packages": packages}, ensure_ascii=False, separators=(",", ":")).encode()
