@@ -22,6 +22,7 @@ import stat as stat_module
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
@@ -635,7 +636,7 @@ def _write_site(
     return [*rendered.pages, *rendered.kept], rendered.keys
 
 
-def _refresh_dependents(run: _Run, names: set[str], registry_names: set[str]) -> None:
+def _refresh_dependents(run: _Run, names: set[str], registry_names: AbstractSet[str]) -> None:
     """Renders again the package page of each of `names`, whose list of dependents changed (from
     its package document on disk: nothing else of the package changed), unless this build
     already rendered it with that very list."""
@@ -644,7 +645,7 @@ def _refresh_dependents(run: _Run, names: set[str], registry_names: set[str]) ->
         record = state.package(name)
         if not record or not record["present"]:
             continue
-        dependents = tuple(sorted(state.linking_to([name]) & registry_names))
+        dependents = tuple(sorted(n for n in state.linking_to([name]) if n in registry_names))
         if run.rendered_dependents.get(name) == dependents:
             continue
         try:
@@ -886,7 +887,7 @@ class PackageOutcome:
 class _WriterContext:
     settings: Settings
     cache: ManifestCache
-    registry_names: set[str]
+    registry_names: AbstractSet[str]
     signer: Signer | None = None
 
 
@@ -928,7 +929,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
 def _write_packages(
     settings: Settings,
     cache: ManifestCache,
-    registry_names: set[str],
+    registry_names: AbstractSet[str],
     jobs: Iterator[PackageJob],
     at_most: int,
     progress: ProgressCallback | None,
@@ -937,7 +938,7 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with worker_pool(workers, _init_writer, (settings, str(cache.path), registry_names)) as pool:
+        with worker_pool(workers, _init_writer, (settings, str(cache.path), set(registry_names))) as pool:
             for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                 if progress:
                     progress("write", index + 1, at_most)
@@ -1220,8 +1221,7 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     for plan in plans.values():
         if plan.action is Action.REMOVE:
             dependents_changed.update(_remove(run, plan.name))
-    registry_names = {n for n in state.present_names() if n not in plans} if plans else set()
-    registry_names.update(n for n, p in plans.items() if p.present)
+    registry_names = PresentNames(state, {n: p.present for n, p in plans.items()})
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
@@ -1239,7 +1239,34 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
         first_seen = {v: t for v, t in stamps.items() if v not in kept}
         state.put_times(name, first_seen)
         state.put_times(name, kept, durable=False)
-    _refresh_dependents(run, dependents_changed & registry_names, registry_names)
+    _refresh_dependents(run, {n for n in dependents_changed if n in registry_names}, registry_names)
+
+
+class PresentNames(AbstractSet[str]):
+    """The packages with a page after this build: the state's, with this build's plans applied.
+    Asked name by name (a page links a dependency only if it is here), so a build of one package
+    does not load every name; worker processes get it materialised."""
+
+    def __init__(self, state: BuildState, planned: dict[str, bool]):
+        self.state = state
+        self.planned = planned  # name -> present after this build, for the packages it plans
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if name in self.planned:
+            return self.planned[name]
+        if name not in self._known:
+            self._known[name] = self.state.is_present(name)
+        return self._known[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (n for n in self.state.present_names() if n not in self.planned)
+        yield from (n for n, present in self.planned.items() if present)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _remove(run: _Run, name: str) -> list[str]:
@@ -1279,7 +1306,7 @@ def _jobs(
     names: list[str],
     relinked: set[str],
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
-    registry_names: set[str],
+    registry_names: AbstractSet[str],
     incoming: Mapping[str, set[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
@@ -1304,7 +1331,7 @@ def _jobs(
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
         linking = (state.linking_to([name]) - rewritten) | incoming.get(name, set())
-        dependents = tuple(sorted(linking & registry_names))
+        dependents = tuple(sorted(n for n in linking if n in registry_names))
         run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 

@@ -447,6 +447,10 @@ class BuildState:
     def package_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM packages ORDER BY name")]
 
+    def is_present(self, name: str) -> bool:
+        row = self.db.execute("SELECT present FROM packages WHERE name = ?", (name,)).fetchone()
+        return bool(row and row[0])
+
     def present_names(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT name FROM packages WHERE present")}
 
