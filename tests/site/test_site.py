@@ -545,6 +545,12 @@ def test_a_new_package_renders_only_the_browse_pages_on_its_key_path(settings: S
     assert listed(web(settings, "browse/bb/x/-/2/index.html")) == ["bbx-2"]
     for path in ("-/web/browse/aa/index.html", "-/web/browse/bb/y/index.html"):
         assert (settings.out_dir / path).stat().st_mtime_ns == before[path]
+    rendered.clear()
+    next(settings.content_dir.glob("bby-*.tgz")).unlink()  # a sub-range empties: its folder goes, its parent is rewritten
+    result = run_build(settings)
+    assert rendered == ["bb"] and [p for p in result.removed if p.startswith(site.BROWSE_ROOT)] == ["-/web/browse/bb/y"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/bb/index.html").read_text())] == ["bbx", "bbz"]
+    assert (settings.out_dir / "-/web/browse/aa/index.html").stat().st_mtime_ns == before["-/web/browse/aa/index.html"]
 
 
 def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: Settings) -> None:
