@@ -553,6 +553,43 @@ def test_a_new_package_renders_only_the_browse_pages_on_its_key_path(settings: S
     assert (settings.out_dir / "-/web/browse/aa/index.html").stat().st_mtime_ns == before["-/web/browse/aa/index.html"]
 
 
+def browse_tree_on_disk(settings: Settings) -> dict[str, tuple[list[tuple[str, int]], list[str]]]:
+    """Every browse page of the tree as what it shows: its sub-ranges with counts, its rows."""
+    return {
+        path: ([(key, count) for key, count, _ in chips_of(html.decode())], rows_of(html.decode()))
+        for path, html in browse_pages_on_disk(settings).items()
+    }
+
+
+def test_incremental_builds_keep_the_tree_a_fresh_build_makes(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random publishes and removals, built one after the other, against a fresh full build of the
+    same content/ after each step: the same pages, sub-ranges, counts and rows."""
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    rng = random.Random(15)
+    # Few letters, so that names pile up under shared prefixes and the tree splits and merges at several depths.
+    pool = sorted({"".join(rng.choice("ab-") for _ in range(rng.randint(1, 5))).strip("-") or "a" for _ in range(200)} | {"@ab/a", "ab.b", "ab_b"})
+    settings = settings.with_updates(prune=True)
+    archives: dict[str, Path] = {}
+    merged: list[str] = []  # sub-range folders removed by the incremental builds
+    depth = 0
+    for step in range(8):
+        for name in rng.sample(sorted(archives), k=min(len(archives), rng.randint(0, 3))):
+            archives.pop(name).unlink()
+        for name in rng.sample([n for n in pool if n not in archives], k=min(len(pool) - len(archives), rng.randint(1, 6))):
+            # @ab/a and ab-a would share make_tarball's default file name
+            archives[name] = make_tarball(settings.content_dir, name, "1.0.0", filename=f"{pool.index(name)}.tgz")
+        result = run_build(settings)
+        assert not result.errors, result.errors
+        merged += [path for path in result.removed if path.startswith(site.BROWSE_ROOT + "/") and path.count("/") > 3]
+        fresh = dataclasses.replace(settings, out_dir=tmp_path / f"fresh-{step}", data_dir=tmp_path / f"fresh-data-{step}")
+        build(fresh)
+        tree = browse_tree_on_disk(settings)
+        assert tree == browse_tree_on_disk(fresh), f"step {step}: {sorted(archives)}"
+        assert sorted(n for _, rows in tree.values() for n in rows) == sorted(archives)  # each package listed once
+        depth = max(depth, *(path.count("/") - 4 for path in tree))
+    assert merged and depth >= 3  # the walk was tested on ranges that split several levels deep, and merged back
+
+
 def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: Settings) -> None:
     for name in ("aaa", "bbb", "ccc"):
         make_tarball(settings.content_dir, name, "1.0.0")
