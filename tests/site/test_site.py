@@ -553,6 +553,24 @@ def test_a_new_package_renders_only_the_browse_pages_on_its_key_path(settings: S
     assert (settings.out_dir / "-/web/browse/aa/index.html").stat().st_mtime_ns == before["-/web/browse/aa/index.html"]
 
 
+def test_a_build_of_many_changes_renders_each_browse_page_once(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import of many packages under one prefix: every changed key walks its path, and the pages
+    the paths share are rendered once, not once per package (which made a batch of k packages
+    under one range cost k renders and k scans of that range)."""
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    make_tarball(settings.content_dir, "syn", "1.0.0")
+    build(settings)
+    rendered: list[str] = []
+    real = site.browse_page
+    monkeypatch.setattr(site, "browse_page", lambda prefix, *rest: rendered.append(prefix) or real(prefix, *rest))
+    for index in range(12):
+        make_tarball(settings.content_dir, f"syn-{index:02d}", "1.0.0")
+    build(settings)
+    pages = ["".join(PurePosixPath(path).parts[3:-1]) for path in browse_pages_on_disk(settings)]  # their prefixes
+    assert {"sy", "syn", "syn-", "syn-0", "syn-1"} <= set(pages)
+    assert sorted(rendered) == sorted(pages)  # every page of the grown range once (all of them are under "sy")
+
+
 def browse_tree_on_disk(settings: Settings) -> dict[str, tuple[list[tuple[str, int]], list[str]]]:
     """Every browse page of the tree as what it shows: its sub-ranges with counts, its rows."""
     return {
