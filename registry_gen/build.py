@@ -715,7 +715,9 @@ def _write_browse_path(run: _Run, key: str) -> None:
         if children is None:
             return
         for child in children:
-            if not key.startswith(child) and not (run.settings.out_dir / site.browse_page_path(child)).is_file():
+            if key.startswith(child) or child in run.browse_pages:  # next on this path, or written already
+                continue
+            if not (run.settings.out_dir / site.browse_page_path(child)).is_file():
                 _write_browse_tree(run, child)
         if len(prefix) >= len(key):
             return
@@ -729,9 +731,15 @@ def _write_browse_tree(run: _Run, prefix: str) -> None:
 
 
 def _write_browse_page(run: _Run, prefix: str) -> list[str] | None:
-    """Writes (or, if nothing starts with it any more, removes) the page of `prefix`; returns its
-    sub-ranges when it lists them instead of packages, else None. Sub-range folders that no
-    longer belong go."""
+    """Writes (or, if nothing starts with it any more, removes) the page of `prefix`, once per
+    build; returns its sub-ranges when it lists them instead of packages, else None. Sub-range
+    folders that no longer belong go."""
+    if prefix not in run.browse_pages:
+        run.browse_pages[prefix] = _render_browse_page(run, prefix)
+    return run.browse_pages[prefix]
+
+
+def _render_browse_page(run: _Run, prefix: str) -> list[str] | None:
     settings, state, result = run.settings, run.state, run.result
     folder = site.browse_folder(prefix)
     total = state.prefix_count(prefix)
@@ -1078,6 +1086,9 @@ class _Run:
     fingerprint: str = ""  # the settings and templates this build renders with (settings_fingerprint)
     # Each package page rendered by this build -> the Dependents list it was rendered with.
     rendered_dependents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Each browse page written by this build -> what _write_browse_page returned for it: the
+    # changed keys' paths share their upper pages, rendered once however many keys walk them.
+    browse_pages: dict[str, list[str] | None] = field(default_factory=dict)
 
 
 def _build_in_transaction(

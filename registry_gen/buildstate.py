@@ -31,9 +31,9 @@ CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
 
 # The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
-# the site search (served, with versions, readable by anyone); range_key: its front-page name range
-# (site.browse_key); search_text: what the API's search filters on (lower-case name, description,
-# keywords, maintainers). search_keys: the site-search shards a listed package sits in.
+# the site search (served, with versions, readable by anyone); range_key: its browse key
+# (site.name_key: the browse pages are ranges of its prefixes); search_text: what the API's search
+# filters on (lower-case name, description, keywords, maintainers). search_keys: the site-search shards a listed package sits in.
 _INDEX_COLUMNS = (
     ("listed", "INTEGER NOT NULL DEFAULT 0"),
     ("modified", "TEXT NOT NULL DEFAULT ''"),
