@@ -690,8 +690,6 @@ def _write_listings(run: _Run) -> None:
     if run.full:
         roots |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
         shards |= state.listed_shards() | _shards_on_disk(settings.out_dir)
-    for root in sorted(roots):
-        state.recount_range(root)
     if run.full:
         for root in sorted(roots):
             _write_browse_tree(run, root)

@@ -26,7 +26,8 @@ from typing import Any
 
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+MIGRATED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
 
@@ -46,7 +47,10 @@ CREATE INDEX IF NOT EXISTS packages_listed_by_range ON packages (range_key, name
 CREATE INDEX IF NOT EXISTS packages_listed_by_modified ON packages (modified, name) WHERE listed;
 CREATE TABLE IF NOT EXISTS search_keys (key TEXT, name TEXT, PRIMARY KEY (key, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS search_keys_by_name ON search_keys (name);
-CREATE TABLE IF NOT EXISTS ranges (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+-- Listed packages per browse-key prefix (every prefix of two characters or more), so a browse
+-- page's count and sub-ranges cost O(1) reads however many packages share the prefix.
+CREATE TABLE IF NOT EXISTS prefixes (prefix TEXT PRIMARY KEY, parent TEXT NOT NULL, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS prefixes_by_parent ON prefixes (parent, prefix);
 CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 """
 
@@ -155,13 +159,13 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA busy_timeout=30000")
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION and not (schema is _STATE_SCHEMA and version == 5):
+    if version != SCHEMA_VERSION and not (schema is _STATE_SCHEMA and version in MIGRATED_IN_PLACE):
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
             db.execute(f'DROP TABLE IF EXISTS "{table}"')
     db.executescript(schema)
     if schema is _STATE_SCHEMA:
-        _add_index_columns(db, migrated=version == 5)
+        _add_index_columns(db, migrated=version in MIGRATED_IN_PLACE)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
@@ -179,7 +183,11 @@ def _add_index_columns(db: sqlite3.Connection, *, migrated: bool) -> None:
             "INSERT INTO counters (key, value) SELECT 'packages', COUNT(*) FROM packages"
             " UNION ALL SELECT 'versions', COALESCE(SUM(versions), 0) FROM packages"
         )
-    if migrated:
+    if migrated:  # the full build that follows lists every package again, from nothing
+        db.execute("UPDATE packages SET listed = 0")
+        db.execute("DELETE FROM search_keys")
+        db.execute("DELETE FROM prefixes")
+        db.execute("DROP TABLE IF EXISTS ranges")
         db.execute("DELETE FROM settings WHERE key = 'fingerprint'")
 
 
@@ -408,6 +416,7 @@ class BuildState:
         )
         if listing.listed:
             self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in listing.search_keys))
+            self._count_prefixes(listing.range_key, 1)
             self._touch_listing(listing.range_key, listing.search_keys)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
@@ -430,7 +439,18 @@ class BuildState:
         if row and row[1]:
             keys = [k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))]
             self.db.execute("DELETE FROM search_keys WHERE name = ?", (name,))
+            self._count_prefixes(row[2], -1)
             self._touch_listing(row[2], keys)
+
+    def _count_prefixes(self, key: str, delta: int) -> None:
+        rows = [(key[:n], key[: n - 1] if n > 2 else "", delta) for n in range(2, len(key) + 1)]
+        self.db.executemany(
+            "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
+            " ON CONFLICT (prefix) DO UPDATE SET count = count + excluded.count",
+            rows,
+        )
+        if delta < 0:
+            self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in rows])
 
     def _touch_listing(self, range_key: str, keys: Iterable[str]) -> None:
         self.listing_changes.front = True
@@ -473,27 +493,19 @@ class BuildState:
         rows = self.db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
         return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
 
-    def recount_range(self, key: str) -> int:
-        """The package count of a front-page range (two characters), kept in `ranges`."""
-        count = self.prefix_count(key)
-        if count:
-            self.db.execute("INSERT OR REPLACE INTO ranges (key, count) VALUES (?, ?)", (key, count))
-        else:
-            self.db.execute("DELETE FROM ranges WHERE key = ?", (key,))
-        return count
-
     def ranges(self) -> list[tuple[str, int]]:
-        return [(k, int(c)) for k, c in self.db.execute("SELECT key, count FROM ranges ORDER BY key")]
+        """The front page's two-character ranges with their package counts."""
+        return self.prefix_children("")
 
     def listed_ranges(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT DISTINCT substr(range_key, 1, 2) FROM packages WHERE listed")}
+        return {k for k, _ in self.prefix_children("")}
 
     # Browse keys hold a-z, 0-9 and "-" only, all below U+007F: [prefix, prefix + U+007F) is
     # exactly the keys starting with prefix, one range of the (range_key, name) index.
 
     def prefix_count(self, prefix: str) -> int:
-        sql = "SELECT COUNT(*) FROM packages WHERE listed AND range_key >= ? AND range_key < ?"
-        return int(self.db.execute(sql, (prefix, prefix + "\x7f")).fetchone()[0])
+        row = self.db.execute("SELECT count FROM prefixes WHERE prefix = ?", (prefix,)).fetchone()
+        return int(row[0]) if row else 0
 
     def prefix_summaries(self, prefix: str, *, exact: bool = False) -> list[dict[str, Any]]:
         """Listed packages whose browse key starts with (`exact`: is) `prefix`, by key and name."""
@@ -505,12 +517,9 @@ class BuildState:
         return [json.loads(summary) for (summary,) in self.db.execute(sql, args)]
 
     def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
-        """The one-character-longer prefixes under `prefix` that listed keys continue with, counted."""
-        sql = (
-            "SELECT substr(range_key, 1, ?) AS child, COUNT(*) FROM packages"
-            " WHERE listed AND range_key > ? AND range_key < ? GROUP BY child ORDER BY child"
-        )
-        return [(k, int(c)) for k, c in self.db.execute(sql, (len(prefix) + 1, prefix, prefix + "\x7f"))]
+        """The one-character-longer prefixes under `prefix` ("": the two-character roots), counted."""
+        rows = self.db.execute("SELECT prefix, count FROM prefixes WHERE parent = ? ORDER BY prefix", (prefix,))
+        return [(k, int(c)) for k, c in rows]
 
     def listed_shards(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_keys")}

@@ -93,9 +93,9 @@ def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settin
     _registry(settings)
     with sqlite3.connect(settings.state_file) as db:
         db.execute("DROP TABLE search_keys")
-        db.execute("DROP TABLE ranges")
+        db.execute("DROP TABLE prefixes")
         db.execute("DROP TABLE counters")
-        for column in ("listed", "modified", "range_key", "search_text"):
+        for column in ("listed", "modified", "range_key", "search_text", "search_entry"):
             db.execute("DROP INDEX IF EXISTS packages_listed_by_range")
             db.execute("DROP INDEX IF EXISTS packages_listed_by_modified")
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
