@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.grams import gram_rows
+from user_api.grams import RECOUNT, UPSERT_COUNTS, counted, gram_rows
 from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern
 
 try:
@@ -18,7 +19,7 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 3  # 2: user_tokens.expires_at; 3: user_grams
+SCHEMA_VERSION: Final = 4  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 SCHEMA: Final = """
@@ -61,6 +62,13 @@ CREATE TABLE IF NOT EXISTS user_grams (
     user_pk bigint NOT NULL,
     PRIMARY KEY (gram, field, user_pk)
 );
+-- Schema 4: how many user_grams rows each (gram, field) has (a short search's counts in one read).
+CREATE TABLE IF NOT EXISTS user_gram_counts (
+    gram text COLLATE "C" NOT NULL,
+    field smallint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (gram, field)
+);
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
 CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
 INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
@@ -83,15 +91,19 @@ def match_condition(*, include_email: bool) -> str:
 
 
 def fill_grams(conn: Any, after_pk: int) -> None:
-    """Indexes the grams of every live user past `after_pk` (a migration's backfill, a bulk load)."""
+    """Indexes the grams of every live user past `after_pk`, and adds them to the counts (a
+    migration's backfill, a bulk load)."""
+    counts: Counter[tuple[str, int]] = Counter()
     with conn.cursor() as cursor:
         users = cursor.execute(  # read whole: a connection cannot fetch while it copies
             "SELECT pk, username, full_name, email FROM users WHERE pk > %s AND status <> 'deleted' ORDER BY pk",
             (after_pk,),
         ).fetchall()
         with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
-            for row in gram_rows(users):
+            for row in counted(gram_rows(users), counts):
                 copy.write_row(row)
+        upsert = UPSERT_COUNTS.replace("?", "%s")
+        cursor.executemany(upsert, [(gram, field, n) for (gram, field), n in sorted(counts.items())])
 
 
 class _PgTx:
@@ -154,7 +166,11 @@ class PostgresDialect:
             row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
             if row[0] is not None and row[0] < 3:
                 conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
+                conn.execute("DELETE FROM user_gram_counts")
                 fill_grams(conn, 0)
+            elif row[0] is not None and row[0] < 4:
+                conn.execute("DELETE FROM user_gram_counts")
+                conn.execute(RECOUNT)
             if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
