@@ -239,9 +239,14 @@ class PostgresDialect:
             cursor.execute(
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
             )
-        conn.execute("ANALYZE users")
         # Statistics, and the visibility map that index-only counts need (autovacuum completes it).
-        conn.execute("VACUUM (ANALYZE) user_grams")
+        # Past the request timeout: at 1M users the VACUUM alone reads ~60M gram rows.
+        conn.execute("SET statement_timeout = 0")
+        try:
+            conn.execute("ANALYZE users")
+            conn.execute("VACUUM (ANALYZE) user_grams")
+        finally:
+            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         return count
 
     def close(self) -> None:
