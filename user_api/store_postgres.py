@@ -22,6 +22,25 @@ except ImportError:  # pragma: no cover - the optional extra is missing
 SCHEMA_VERSION: Final = 4  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
+# Characters pg_trgm splits words at, each made the letter 'q' in the indexed text and in the keyword:
+# the same map on both sides keeps every substring a substring, so the index still finds every match
+# (an exact ILIKE keeps only real ones), and "s n" or "a_72" become words with trigrams of their own.
+WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
+WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
+SEARCH_FIELDS: Final = ("username", "full_name", "email")
+
+
+def word_text(expression: str) -> str:
+    """SQL for the lower-cased text of `expression` with its word breaks made letters."""
+    breaks = WORD_BREAKS.replace("'", "''")
+    return f"translate(lower({expression}), '{breaks}', '{WORD_BREAK_LETTERS}')"
+
+
+WORD_INDEXES: Final = "\n".join(
+    f"CREATE INDEX IF NOT EXISTS users_{field}_words_trgm ON users USING gin ({word_text(field)} gin_trgm_ops);"
+    for field in SEARCH_FIELDS
+)
+
 SCHEMA: Final = """
 SELECT pg_advisory_xact_lock(727274);
 CREATE EXTENSION IF NOT EXISTS pg_trgm;
@@ -40,9 +59,13 @@ CREATE TABLE IF NOT EXISTS users (
     version integer NOT NULL
 );
 CREATE INDEX IF NOT EXISTS users_by_username_status ON users (username, status);
-CREATE INDEX IF NOT EXISTS users_username_trgm ON users USING gin (username gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS users_full_name_trgm ON users USING gin (full_name gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS users_email_trgm ON users USING gin (email gin_trgm_ops);
+-- Schema 4: the trigram indexes cover each column's text with its word breaks made letters (see
+-- word_text): pg_trgm splits text into words at anything not a letter or digit, so a keyword that
+-- spans a space, '.', '-' or '_' found no trigram of its own and read a large part of the table.
+DROP INDEX IF EXISTS users_username_trgm;
+DROP INDEX IF EXISTS users_full_name_trgm;
+DROP INDEX IF EXISTS users_email_trgm;
+{word_indexes}
 CREATE TABLE IF NOT EXISTS user_tokens (
     key text PRIMARY KEY,
     user_pk bigint NOT NULL REFERENCES users (pk) ON DELETE CASCADE,
@@ -83,11 +106,28 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER users_track_stats AFTER INSERT OR DELETE OR UPDATE OF status ON users
     FOR EACH ROW EXECUTE FUNCTION user_stats_track();
-"""
+""".replace("{word_indexes}", WORD_INDEXES)
 
 
-def match_condition(*, include_email: bool) -> str:
-    return like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
+def word_test_is_exact(keyword: str) -> bool:
+    """The word-text LIKE alone is the ILIKE test when the keyword holds no word break and no 'q'
+    (the map is then the identity on every character it must meet); only then may ILIKE be left out."""
+    return all(char.isalnum() for char in keyword) and "q" not in keyword.lower()
+
+
+def match_condition(keyword: str, *, include_email: bool) -> str:
+    """Rows holding the keyword (each `%s` = its LIKE pattern): the word indexes find candidates,
+    and where the word test may over-match (word_test_is_exact), ILIKE keeps exactly the rows that
+    match. The pattern is lowered in its column's collation, as ILIKE lowers both sides."""
+    fields = SEARCH_FIELDS if include_email else SEARCH_FIELDS[:2]
+    collations = {"username": ' COLLATE "C"'}
+    candidates = " OR ".join(
+        f"{word_text('u.' + field)} LIKE {word_text('%s' + collations.get(field, ''))} ESCAPE '\\'"
+        for field in fields
+    )
+    if word_test_is_exact(keyword):
+        return f"({candidates})"
+    return f"({candidates}) AND " + like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
 
 
 def fill_grams(conn: Any, after_pk: int) -> None:
@@ -199,7 +239,7 @@ class PostgresDialect:
 
     def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
         pattern = like_pattern(keyword)
-        condition = match_condition(include_email=include_email)
+        condition = match_condition(keyword, include_email=include_email)
         params: list[Any] = [pattern] * condition.count("%s")
         select = f"SELECT 1 FROM users u WHERE u.status <> 'deleted' AND {condition}"
         if limit is not None:
@@ -212,7 +252,7 @@ class PostgresDialect:
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
     ) -> list[tuple[Any, ...]]:
         pattern = like_pattern(keyword)
-        condition = match_condition(include_email=include_email)
+        condition = match_condition(keyword, include_email=include_email)
         params: list[Any] = [pattern] * condition.count("%s")
         return tx.raw(  # type: ignore[attr-defined]
             f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.status <> 'deleted' AND {condition}"

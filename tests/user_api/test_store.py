@@ -541,3 +541,28 @@ def test_a_schema_3_database_gets_its_gram_counts_on_opening(store_settings: Set
         assert _gram_counts(again) == _counts_recomputed(again)
     finally:
         again.close()
+
+
+def test_keywords_across_word_breaks_match_exactly(store: UserStore) -> None:
+    """PostgreSQL's trigram indexes read text with its word breaks made 'q' (store_postgres.word_text):
+    keywords spanning a space, '.', '-', '_' or holding a 'q' find exactly what a substring test finds."""
+    people = {
+        "kas-nor": ("Kas Nor", "kas.nor@example.org"),
+        "kasqnor": ("Kasqnor Q", "kasqnor@example.org"),
+        "ann_72": ("Ann Seventy", "ann72@example.org"),
+        "annq72": ("Ann Q", "a.n.n@example.org"),
+        "rosa": ("Rosa O'Neil", None),
+    }
+    for name, (full_name, email) in people.items():
+        store.create_user(name, "password-1", email, full_name)
+
+    def found(keyword: str, include_email: bool = True) -> list[str]:
+        return _names(store.search_users(keyword, offset=0, limit=10, include_email=include_email))
+
+    assert found("s n") == ["kas-nor"]
+    assert found("s-n") == ["kas-nor"] and found("s.n") == ["kas-nor"]
+    assert found("sqn") == ["kasqnor"]
+    assert found("N_7") == ["ann_72"] and found("nq7") == ["annq72"]
+    assert found("n.n") == ["annq72"] and found("n.n", include_email=False) == []
+    assert found("o'n") == ["rosa"] and found("O'NEIL") == ["rosa"]
+    assert found("nor") == ["kas-nor", "kasqnor"]  # no break, no 'q': the word test alone decides
