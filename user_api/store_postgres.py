@@ -202,6 +202,8 @@ class PostgresDialect:
     def _init_schema(self) -> None:
         conn = self._connection()
         with conn.transaction():
+            # A migration (index builds, the gram backfill) is an operator's wait, not a request's.
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute(SCHEMA)
             row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
             if row[0] is not None and row[0] < 3:
