@@ -4,7 +4,9 @@ Search ranking, shared by both dialects: rows whose username starts with the key
 ordered by username (so an exact match is first of all); then the other matches in sign-up order.
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
-Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too.
+Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too,
+and take both their counts from user_gram_counts (one row each). A longer keyword's match count is
+skipped when its username-prefix count already reaches the cap (every prefix match is a match).
 """
 
 from __future__ import annotations
