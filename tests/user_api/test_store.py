@@ -517,8 +517,19 @@ def test_a_schema_2_database_gets_its_gram_index_on_opening(store_settings: Sett
 
 
 def _downgrade_to_schema_3(store: UserStore) -> None:
-    """Before the gram counts."""
+    """Before the gram counts (and, on PostgreSQL, with the plain column trigram indexes)."""
     _downgrade(store, "DROP TABLE user_gram_counts", 3)
+    if store.dialect.name == "postgresql":  # type: ignore[attr-defined]
+        with store.dialect.write() as tx:  # type: ignore[attr-defined]
+            tx.run("DROP INDEX users_username_words_trgm")
+            tx.run("CREATE INDEX users_username_trgm ON users USING gin (username gin_trgm_ops)")
+
+
+def _trigram_indexes(store: UserStore) -> set[str]:
+    with store.dialect.read() as tx:  # type: ignore[attr-defined]
+        rows = tx.all("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'users'"
+                       " AND indexdef LIKE ?", ("%gin_trgm_ops%",))
+    return {row[0] for row in rows}
 
 
 def test_a_schema_3_database_gets_its_gram_counts_on_opening(store_settings: Settings) -> None:
@@ -532,6 +543,8 @@ def test_a_schema_3_database_gets_its_gram_counts_on_opening(store_settings: Set
     again = open_user_store(store_settings, hasher=FAST_HASHER)
     try:
         assert _gram_counts(again) and _gram_counts(again) == _counts_recomputed(again)
+        if again.dialect.name == "postgresql":  # type: ignore[attr-defined]
+            assert _trigram_indexes(again) == {f"users_{f}_words_trgm" for f in ("username", "full_name", "email")}
         page = again.search_users("q", offset=0, limit=2, include_email=False)
         assert page.total == 3 and _names(page) == ["qa", "qb"]  # prefix matches first, counted from the table
         assert again.search_users("q", offset=0, limit=10, include_email=False, count_limit=1).total == 1
