@@ -7,8 +7,9 @@ NAME, any other gram of the username or the full name; EMAIL, a gram found only 
 non-admins, who never match on email, never read it). Each is one index range in user_pk order.
 A second table, user_gram_counts, holds how many rows each (gram, field) has, so the capped total
 of a short search and its username-prefix count are one row read each, not a count of up to 10,000
-index entries. Both stores fold case the same way, here in Python: each character by str.lower() when that gives
-one character (so 'É' matches 'é', as the trigram index of longer keywords folds), else unchanged.
+index entries. Both stores fold case the same way, here in Python: each character by str.lower()
+when that gives one character (so 'É' matches 'é', as the trigram index of longer keywords folds),
+else unchanged.
 """
 
 from __future__ import annotations
