@@ -110,7 +110,8 @@ class Dialect(Protocol):
     def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int: ...
 
     def page_matches(
-        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
+        matches: int,
     ) -> list[tuple[Any, ...]]: ...
 
     def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int: ...
@@ -364,7 +365,8 @@ class SqlUserStore:
                 rows += page_short_matches(tx, keyword, include_email=include_email, offset=rest, limit=wanted)
             elif wanted > 0:
                 rows += self.dialect.page_matches(
-                    tx, keyword, include_email=include_email, skip_prefix=(low, high), offset=rest, limit=wanted
+                    tx, keyword, include_email=include_email, skip_prefix=(low, high), offset=rest, limit=wanted,
+                    matches=total,
                 )
         return UserPage(items=tuple(user_from_row(r) for r in rows), total=total)
 

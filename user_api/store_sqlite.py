@@ -263,7 +263,8 @@ class SqliteDialect:
         )
 
     def page_matches(
-        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
+        matches: int,
     ) -> list[tuple[Any, ...]]:
         # FTS5 yields rowids in ascending order, so "ORDER BY rowid LIMIT" streams: no sort of all hits.
         return tx.all(

@@ -579,3 +579,16 @@ def test_keywords_across_word_breaks_match_exactly(store: UserStore) -> None:
     assert found("n.n") == ["annq72"] and found("n.n", include_email=False) == []
     assert found("o'n") == ["rosa"] and found("O'NEIL") == ["rosa"]
     assert found("nor") == ["kas-nor", "kasqnor"]  # no break, no 'q': the word test alone decides
+
+
+def test_long_keyword_pages_are_the_same_dense_or_sparse(store: UserStore) -> None:
+    """PostgreSQL picks the page's plan from the count (walk the primary key when matches are
+    dense, read them all and sort when sparse): both give the sign-up order and the same pages."""
+    filler = FAST_HASHER.hash("password-1")
+    store.import_users(ImportedUser(f"user{n}", filler, None, f"Common Name {n}") for n in range(300))
+    dense = store.search_users("mmon", offset=0, limit=3, include_email=False)
+    assert dense.total == 300 and _names(dense) == ["user0", "user1", "user2"]
+    deep = store.search_users("mmon", offset=297, limit=10, include_email=False)
+    assert _names(deep) == ["user297", "user298", "user299"]
+    sparse = store.search_users("name 29", offset=1, limit=5, include_email=False)
+    assert sparse.total == 11 and _names(sparse) == ["user290", "user291", "user292", "user293", "user294"]
