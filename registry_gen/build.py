@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from registry_gen import __version__, site
 from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
+    WHOLE_STALE,
     ListingPlace,
     CACHE_FILE,
     LEGACY_STATE_FILE,
@@ -87,7 +88,6 @@ PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker pr
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
-WHOLE_STALE = "whole_documents_stale"  # state setting: a deferred build left -/all and -/search.json behind
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
 LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json", f"{site.WEB_ROOT}/search-index.json.gz")
 ProgressCallback = Callable[[str, int, int], None]

@@ -27,6 +27,7 @@ from typing import Any
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
 SCHEMA_VERSION = 7
+WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
 MIGRATED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
@@ -189,6 +190,21 @@ def _add_index_columns(db: sqlite3.Connection, *, migrated: bool) -> None:
         db.execute("DELETE FROM prefixes")
         db.execute("DROP TABLE IF EXISTS ranges")
         db.execute("DELETE FROM settings WHERE key = 'fingerprint'")
+
+
+def whole_documents_stale(state_file: Path) -> bool:
+    """Whether a write left -/all and -/search.json for its server's refresher (read-only look)."""
+    if not state_file.is_file():
+        return False
+    try:
+        db = sqlite3.connect(f"{state_file.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM settings WHERE key = ?", (WHOLE_STALE,)).fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+    return bool(row and row[0])
 
 
 def open_database(path: Path, schema: str) -> sqlite3.Connection:

@@ -21,6 +21,7 @@ from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings, load_settings
+from registry_gen.verify import verify_tree
 from registry_gen.writes import WriteService
 from tests.support import make_tarball
 
@@ -84,9 +85,12 @@ def test_a_deferred_rewrite_is_done_by_the_next_plain_build(settings: Settings) 
     archive = make_tarball(settings.content_dir, "zz-late", "1.0.0")
     run_build(settings, changed=[archive], defer_whole=True)
     assert "zz-late" not in (settings.out_dir / "-/all/index.html").read_text()
+    report = verify_tree(settings.out_dir)  # a pending refresh is a note, not a broken tree
+    assert report.problems == [] and [n.rule for n in report.notes] == ["index-refresh-pending"]
     result = run_build(settings)
     assert "-/all/index.html" in result.written and "zz-late" in (settings.out_dir / "-/all/index.html").read_text()
     assert "-/all/index.html" not in run_build(settings).written  # and the mark is gone
+    assert verify_tree(settings.out_dir).notes == []
 
 
 def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settings) -> None:
