@@ -139,3 +139,20 @@ def test_a_shard_is_the_same_bytes_as_dumping_its_records(settings: Settings) ->
     packages = json.loads(data)["packages"]
     assert [p["name"] for p in packages] == sorted(p["name"] for p in packages) and len(packages) == len(NAMES) + 1
     assert data == json.dumps({"packages": packages}, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_failed_refresh_is_one_warning_and_leaves_the_mark(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    _registry(settings)
+    archive = make_tarball(settings.content_dir, "zz-owed", "1.0.0")
+    run_build(settings, changed=[archive], defer_whole=True)
+    refresher = IndexRefresher(settings.with_updates(content_dir=settings.content_dir / "gone"))
+    refresher.schedule()
+    refresher.flush()
+    assert refresher.refreshes == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"could not rewrite -/all and -/search.json (the next write or build retries): content folder {settings.content_dir / 'gone'} "
+        f"does not exist; nothing in {settings.out_dir} was changed (check the path, or create the folder first)"
+    ]
+    assert "zz-owed" not in (settings.out_dir / "-/all/index.html").read_text()  # the mark stays...
+    run_build(settings)
+    assert "zz-owed" in (settings.out_dir / "-/all/index.html").read_text()  # ...for the next build
