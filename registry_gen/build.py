@@ -748,12 +748,25 @@ def _render_browse_page(run: _Run, prefix: str) -> list[str] | None:
     split = total > site.PAGE_SIZE
     children = state.prefix_children(prefix) if split else []
     packages = state.prefix_summaries(prefix, exact=split)
-    _write_files(settings.out_dir, site.browse_page(prefix, total, packages, children, settings), result)
+    links = [(_past_single_narrowings(state, child, count), count) for child, count in children]
+    _write_files(settings.out_dir, site.browse_page(prefix, total, packages, links, settings), result)
     wanted = {child[-1] for child, _ in children}
     for stale in sorted(_folders_in(settings.out_dir / folder) - wanted):
         if remove_tree(settings.out_dir, f"{folder}/{stale}"):
             result.removed.append(f"{folder}/{stale}")
     return [child for child, _ in children] if split else None
+
+
+def _past_single_narrowings(state: BuildState, prefix: str, count: int) -> str:
+    """Where a sub-range's link should land: past ranges that only narrow to one sub-range and hold
+    no package of their own (`syn` -> `syn-` when every name goes on with a dash), so a reader is
+    not walked through pages offering a single link. Those pages still exist, for breadcrumbs."""
+    while count > site.PAGE_SIZE:
+        children = state.prefix_children(prefix)
+        if len(children) != 1 or children[0][1] != count:
+            break
+        prefix = children[0][0]
+    return prefix
 
 
 def _write_shard(settings: Settings, key: str, entries: list[bytes], result: BuildResult) -> None:

@@ -247,7 +247,7 @@ def test_a_growing_range_splits_into_sub_ranges_and_shrinking_merges_them_back(
         "-/web/browse/pk/x/index.html",
     ]
     top = web(settings, "browse/pk/index.html").read_text()
-    assert chips_of(top) == [("pkg", 4, "../../browse/pk/g/index.html"), ("pkx", 1, "../../browse/pk/x/index.html")]
+    assert chips_of(top) == [("pkg-", 4, "../../browse/pk/g/-/index.html"), ("pkx", 1, "../../browse/pk/x/index.html")]
     assert rows_of(top) == ["pk"]  # the one name whose key is the prefix itself
     assert '<span class="muted">(6)</span>' in top
     assert chips_of(web(settings, "browse/pk/g/-/index.html").read_text())[1] == ("pkg-1", 1, "../../../../browse/pk/g/-/1/index.html")
@@ -549,7 +549,7 @@ def test_a_new_package_renders_only_the_browse_pages_on_its_key_path(settings: S
     next(settings.content_dir.glob("bby-*.tgz")).unlink()  # a sub-range empties: its folder goes, its parent is rewritten
     result = run_build(settings)
     assert rendered == ["bb"] and [p for p in result.removed if p.startswith(site.BROWSE_ROOT)] == ["-/web/browse/bb/y"]
-    assert [key for key, _, _ in chips_of(web(settings, "browse/bb/index.html").read_text())] == ["bbx", "bbz"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/bb/index.html").read_text())] == ["bbx-", "bbz"]  # past "bbx", which only narrows to "bbx-"
     assert (settings.out_dir / "-/web/browse/aa/index.html").stat().st_mtime_ns == before["-/web/browse/aa/index.html"]
 
 
