@@ -1256,12 +1256,20 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
             dependents_changed.update(before ^ set(outcome.record["links"]))
         else:
             run.rendered_dependents.pop(outcome.name, None)  # not written: its page may be stale
-    for name, stamps in fresh_times.items():
-        kept = meta_times.get(name, {})
-        first_seen = {v: t for v, t in stamps.items() if v not in kept}
-        state.put_times(name, first_seen)
-        state.put_times(name, kept, durable=False)
+        # Stored as each package lands, not all at the end: a first build holds one entry per
+        # version otherwise (~150 MB at 1M versions).
+        _store_times(state, outcome.name, fresh_times.pop(outcome.name, {}), meta_times.pop(outcome.name, {}))
+    for name, stamps in fresh_times.items():  # packages whose files were already current
+        _store_times(state, name, stamps, meta_times.get(name, {}))
     _refresh_dependents(run, {n for n in dependents_changed if n in registry_names}, registry_names)
+
+
+def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dict[str, str]) -> None:
+    """First-seen times into the state (durably: nothing else records them), and the ones a
+    registry-meta.json already keeps (not durably)."""
+    if stamps:
+        state.put_times(name, {v: t for v, t in stamps.items() if v not in kept})
+        state.put_times(name, kept, durable=False)
 
 
 class PresentNames(AbstractSet[str]):
