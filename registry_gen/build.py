@@ -108,12 +108,29 @@ class BuildIssue:
         return f"{self.path}: {self.reason}"
 
 
+class PathLog(list):  # type: ignore[type-arg]
+    """Tree paths a build wrote or removed: all counted (`total`), the first KEPT named. A first
+    build of a million versions writes ~4M files; naming every one would hold ~400 MB."""
+
+    KEPT = 100_000
+    total = 0  # a class default, so an unpickled log (items appended before its state) counts too
+
+    def append(self, path: str) -> None:
+        self.total += 1
+        if len(self) < self.KEPT:
+            super().append(path)
+
+    def extend(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            self.append(path)
+
+
 @dataclass
 class BuildResult:
     packages: int = 0
     versions: int = 0
-    written: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=PathLog)  # the first PathLog.KEPT; .total counts all
+    removed: list[str] = field(default_factory=PathLog)
     skipped: int = 0
     rebuilt_packages: list[str] = field(default_factory=list)
     archives_read: int = 0
@@ -128,7 +145,7 @@ class BuildResult:
 
     def summary(self) -> str:
         return (
-            f"{self.packages} packages, {self.versions} versions, {len(self.written)} files written, "
+            f"{self.packages} packages, {self.versions} versions, {getattr(self.written, 'total', len(self.written))} files written, "
             f"{self.skipped} packages unchanged, {self.refused} archives refused, "
             f"{len(self.errors)} errors, {self.seconds:.2f}s"
         )

@@ -8,13 +8,14 @@ which list every package under one URL, are left to an IndexRefresher by the lon
 from __future__ import annotations
 
 import json
+import pickle
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from registry_gen import site
-from registry_gen.build import run_build
+from registry_gen.build import PathLog, run_build
 from registry_gen.buildstate import SCHEMA_VERSION
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
@@ -156,3 +157,17 @@ def test_a_failed_refresh_is_one_warning_and_leaves_the_mark(settings: Settings,
     assert "zz-owed" not in (settings.out_dir / "-/all/index.html").read_text()  # the mark stays...
     run_build(settings)
     assert "zz-owed" in (settings.out_dir / "-/all/index.html").read_text()  # ...for the next build
+
+
+def test_a_build_counts_every_file_it_writes_but_names_a_bounded_number(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build of a million versions must not hold millions of path strings."""
+    monkeypatch.setattr(PathLog, "KEPT", 10)
+    for name in NAMES:
+        make_tarball(settings.content_dir, name, "1.0.0")
+    result = run_build(settings)
+    assert len(result.written) == 10 and result.written.total > 40  # type: ignore[attr-defined]
+    assert f"{result.written.total} files written" in result.summary()  # type: ignore[attr-defined]
+    log = pickle.loads(pickle.dumps(result.written))  # worker outcomes cross processes
+    assert (log, log.total) == (result.written, result.written.total)  # type: ignore[attr-defined]
