@@ -32,7 +32,7 @@ PARTS = (
     ("reading archives (inflate + tar headers + manifest)", ("inspect_archive",)),
     ("README Markdown (cmark-gfm + nh3)", ("render_readme",)),
     ("package/version/file HTML pages (jinja, README included)", ("render_package_site", "package_page")),
-    ("front page, name-range pages and search shards", ("front_page", "browse_pages", "search_shard")),
+    ("front page, name-range pages and search shards", ("front_page", "browse_page", "search_shard")),
     ("package documents (JSON + gzip)", ("_write_documents",)),
     ("tarball copies", ("_write_tarballs",)),
     ("atomic file writes (all kinds, included above)", ("atomic_write_bytes", "atomic_copy")),

@@ -22,6 +22,7 @@ import stat as stat_module
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from registry_gen import __version__, site
 from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
+    WHOLE_STALE,
     ListingPlace,
     CACHE_FILE,
     LEGACY_STATE_FILE,
@@ -86,7 +88,6 @@ PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker pr
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
-WHOLE_STALE = "whole_documents_stale"  # state setting: a deferred build left -/all and -/search.json behind
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
 LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json", f"{site.WEB_ROOT}/search-index.json.gz")
 ProgressCallback = Callable[[str, int, int], None]
@@ -107,12 +108,29 @@ class BuildIssue:
         return f"{self.path}: {self.reason}"
 
 
+class PathLog(list):  # type: ignore[type-arg]
+    """Tree paths a build wrote or removed: all counted (`total`), the first KEPT named. A first
+    build of a million versions writes ~4M files; naming every one would hold ~400 MB."""
+
+    KEPT = 100_000
+    total = 0  # a class default, so an unpickled log (items appended before its state) counts too
+
+    def append(self, path: str) -> None:
+        self.total += 1
+        if len(self) < self.KEPT:
+            super().append(path)
+
+    def extend(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            self.append(path)
+
+
 @dataclass
 class BuildResult:
     packages: int = 0
     versions: int = 0
-    written: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=PathLog)  # the first PathLog.KEPT; .total counts all
+    removed: list[str] = field(default_factory=PathLog)
     skipped: int = 0
     rebuilt_packages: list[str] = field(default_factory=list)
     archives_read: int = 0
@@ -127,7 +145,7 @@ class BuildResult:
 
     def summary(self) -> str:
         return (
-            f"{self.packages} packages, {self.versions} versions, {len(self.written)} files written, "
+            f"{self.packages} packages, {self.versions} versions, {getattr(self.written, 'total', len(self.written))} files written, "
             f"{self.skipped} packages unchanged, {self.refused} archives refused, "
             f"{len(self.errors)} errors, {self.seconds:.2f}s"
         )
@@ -635,7 +653,7 @@ def _write_site(
     return [*rendered.pages, *rendered.kept], rendered.keys
 
 
-def _refresh_dependents(run: _Run, names: set[str], registry_names: set[str]) -> None:
+def _refresh_dependents(run: _Run, names: set[str], registry_names: AbstractSet[str]) -> None:
     """Renders again the package page of each of `names`, whose list of dependents changed (from
     its package document on disk: nothing else of the package changed), unless this build
     already rendered it with that very list."""
@@ -644,7 +662,7 @@ def _refresh_dependents(run: _Run, names: set[str], registry_names: set[str]) ->
         record = state.package(name)
         if not record or not record["present"]:
             continue
-        dependents = tuple(sorted(state.linking_to([name]) & registry_names))
+        dependents = tuple(sorted(n for n in state.linking_to([name]) if n in registry_names))
         if run.rendered_dependents.get(name) == dependents:
             continue
         try:
@@ -674,51 +692,110 @@ def listing_of(settings: Settings, summary: Mapping[str, Any]) -> ListingPlace:
     keywords = [str(k).lower() for k in summary.get("keywords") or [] if isinstance(k, str)]
     text = " ".join([name, str(summary.get("description") or ""), *keywords, *people]).lower()
     listed = bool(summary["versions"]) and settings.packages.is_public(name)
-    return ListingPlace(listed, str(summary.get("modified") or ""), site.browse_key(name), text, tuple(site.search_keys(summary)))
+    return ListingPlace(
+        listed, str(summary.get("modified") or ""), site.name_key(name), text, tuple(site.search_keys(summary)), site.search_entry(summary)
+    )
 
 
 def _write_listings(run: _Run) -> None:
-    """The front page, and the name ranges and search shards this build's changes touched (all of
-    them in a full build): a publish rewrites O(1) files here, whatever the registry's size."""
+    """The front page, and the browse pages and search shards this build's changes touched (all
+    of them in a full build; emptied ones removed): a publish rewrites O(1) files here, each of
+    bounded size, whatever the registry's size."""
     settings, state, result = run.settings, run.state, run.result
     changes = state.listing_changes
-    ranges, shards = set(changes.ranges), set(changes.shards)
+    roots, shards = {key[:2] for key in changes.ranges}, set(changes.shards)
     if run.full:
-        ranges |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
+        roots |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
         shards |= state.listed_shards() | _shards_on_disk(settings.out_dir)
-    for key in sorted(ranges):
-        state.recount_range(key)
-        _write_range(settings, key, state.range_summaries(key), result)
+    if run.full:
+        for root in sorted(roots):
+            _write_browse_tree(run, root)
+    else:
+        for key in sorted(changes.ranges):
+            _write_browse_path(run, key)
     for key in sorted(shards):
-        _write_shard(settings, key, state.shard_summaries(key), result)
+        _write_shard(settings, key, state.shard_entries(key), result)
     if changes.front or run.full:
         counts = state.ranges()
         page = site.front_page(state.recent_summaries(site.RECENT_COUNT), sum(c for _, c in counts), counts, settings)
         _write_files(settings.out_dir, page, result)
 
 
-def _write_range(settings: Settings, key: str, summaries: list[dict[str, Any]], result: BuildResult) -> None:
-    folder = site.browse_folder(key)
-    pages = site.browse_pages(key, summaries, settings)
-    _write_files(settings.out_dir, pages, result)
-    if not pages:
+def _write_browse_path(run: _Run, key: str) -> None:
+    """The browse pages from a changed package's two-character range down to the range that lists
+    it: O(depth) pages. A range that has just grown past PAGE_SIZE gets its sub-ranges written."""
+    prefix = key[:2]
+    while True:
+        children = _write_browse_page(run, prefix)
+        if children is None:
+            return
+        for child in children:
+            if key.startswith(child) or child in run.browse_pages:  # next on this path, or written already
+                continue
+            if not (run.settings.out_dir / site.browse_page_path(child)).is_file():
+                _write_browse_tree(run, child)
+        if len(prefix) >= len(key):
+            return
+        prefix = key[: len(prefix) + 1]
+
+
+def _write_browse_tree(run: _Run, prefix: str) -> None:
+    """The page of `prefix` and of every range under it (a full build, a range that split)."""
+    for child in _write_browse_page(run, prefix) or []:
+        _write_browse_tree(run, child)
+
+
+def _write_browse_page(run: _Run, prefix: str) -> list[str] | None:
+    """Writes (or, if nothing starts with it any more, removes) the page of `prefix`, once per
+    build; returns its sub-ranges when it lists them instead of packages, else None. Sub-range
+    folders that no longer belong go."""
+    if prefix not in run.browse_pages:
+        run.browse_pages[prefix] = _render_browse_page(run, prefix)
+    return run.browse_pages[prefix]
+
+
+def _render_browse_page(run: _Run, prefix: str) -> list[str] | None:
+    settings, state, result = run.settings, run.state, run.result
+    folder = site.browse_folder(prefix)
+    total = state.prefix_count(prefix)
+    if not total:
         if remove_tree(settings.out_dir, folder):
             result.removed.append(folder)
-        return
-    for number in _folders_in(settings.out_dir / folder):  # pages past the last one (the range shrank)
-        if f"{folder}/{number}/index.html" not in pages and remove_tree(settings.out_dir, f"{folder}/{number}"):
-            result.removed.append(f"{folder}/{number}")
+        return None
+    split = total > site.PAGE_SIZE
+    children = state.prefix_children(prefix) if split else []
+    packages = state.prefix_summaries(prefix, exact=split)
+    links = [(_past_single_narrowings(state, child, count), count) for child, count in children]
+    _write_files(settings.out_dir, site.browse_page(prefix, total, packages, links, settings), result)
+    wanted = {child[-1] for child, _ in children}
+    for stale in sorted(_folders_in(settings.out_dir / folder) - wanted):
+        if remove_tree(settings.out_dir, f"{folder}/{stale}"):
+            result.removed.append(f"{folder}/{stale}")
+    return [child for child, _ in children] if split else None
 
 
-def _write_shard(settings: Settings, key: str, summaries: list[dict[str, Any]], result: BuildResult) -> None:
+def _past_single_narrowings(state: BuildState, prefix: str, count: int) -> str:
+    """Where a sub-range's link should land: past ranges that only narrow to one sub-range and hold
+    no package of their own (`syn` -> `syn-` when every name goes on with a dash), so a reader is
+    not walked through pages offering a single link. Those pages still exist, for breadcrumbs."""
+    while count > site.PAGE_SIZE:
+        children = state.prefix_children(prefix)
+        if len(children) != 1 or children[0][1] != count:
+            break
+        prefix = children[0][0]
+    return prefix
+
+
+def _write_shard(settings: Settings, key: str, entries: list[bytes], result: BuildResult) -> None:
     relative = site.search_shard_path(key)
-    if not summaries:
+    if not entries:
         for path in (relative, relative + ".gz"):
             if remove_tree(settings.out_dir, path):
                 result.removed.append(path)
         return
-    data = site.search_shard(summaries)
-    files = {relative: data, relative + ".gz": gzip_bytes(data)} if settings.gzip else {relative: data}
+    data = site.join_search_shard(entries)
+    # Level 6, not 9: a publish rewrites up to SEARCH_KEY_LIMIT shards; 9 costs 2-3x for ~2 % smaller.
+    files = {relative: data, relative + ".gz": gzip_bytes(data, 6)} if settings.gzip else {relative: data}
     _write_files(settings.out_dir, files, result)
 
 
@@ -846,7 +923,7 @@ class PackageOutcome:
 class _WriterContext:
     settings: Settings
     cache: ManifestCache
-    registry_names: set[str]
+    registry_names: AbstractSet[str]
     signer: Signer | None = None
 
 
@@ -888,7 +965,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
 def _write_packages(
     settings: Settings,
     cache: ManifestCache,
-    registry_names: set[str],
+    registry_names: AbstractSet[str],
     jobs: Iterator[PackageJob],
     at_most: int,
     progress: ProgressCallback | None,
@@ -897,7 +974,7 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with worker_pool(workers, _init_writer, (settings, str(cache.path), registry_names)) as pool:
+        with worker_pool(workers, _init_writer, (settings, str(cache.path), set(registry_names))) as pool:
             for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                 if progress:
                     progress("write", index + 1, at_most)
@@ -1037,6 +1114,9 @@ class _Run:
     fingerprint: str = ""  # the settings and templates this build renders with (settings_fingerprint)
     # Each package page rendered by this build -> the Dependents list it was rendered with.
     rendered_dependents: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Each browse page written by this build -> what _write_browse_page returned for it: the
+    # changed keys' paths share their upper pages, rendered once however many keys walk them.
+    browse_pages: dict[str, list[str] | None] = field(default_factory=dict)
 
 
 def _build_in_transaction(
@@ -1180,8 +1260,7 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     for plan in plans.values():
         if plan.action is Action.REMOVE:
             dependents_changed.update(_remove(run, plan.name))
-    registry_names = {n for n in state.present_names() if n not in plans} if plans else set()
-    registry_names.update(n for n, p in plans.items() if p.present)
+    registry_names = PresentNames(state, {n: p.present for n, p in plans.items()})
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
@@ -1194,12 +1273,47 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
             dependents_changed.update(before ^ set(outcome.record["links"]))
         else:
             run.rendered_dependents.pop(outcome.name, None)  # not written: its page may be stale
-    for name, stamps in fresh_times.items():
-        kept = meta_times.get(name, {})
-        first_seen = {v: t for v, t in stamps.items() if v not in kept}
-        state.put_times(name, first_seen)
+        # Stored as each package lands, not all at the end: a first build holds one entry per
+        # version otherwise (~150 MB at 1M versions).
+        _store_times(state, outcome.name, fresh_times.pop(outcome.name, {}), meta_times.pop(outcome.name, {}))
+    for name, stamps in fresh_times.items():  # packages whose files were already current
+        _store_times(state, name, stamps, meta_times.get(name, {}))
+    _refresh_dependents(run, {n for n in dependents_changed if n in registry_names}, registry_names)
+
+
+def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dict[str, str]) -> None:
+    """First-seen times into the state (durably: nothing else records them), and the ones a
+    registry-meta.json already keeps (not durably)."""
+    if stamps:
+        state.put_times(name, {v: t for v, t in stamps.items() if v not in kept})
         state.put_times(name, kept, durable=False)
-    _refresh_dependents(run, dependents_changed & registry_names, registry_names)
+
+
+class PresentNames(AbstractSet[str]):
+    """The packages with a page after this build: the state's, with this build's plans applied.
+    Asked name by name (a page links a dependency only if it is here), so a build of one package
+    does not load every name; worker processes get it materialised."""
+
+    def __init__(self, state: BuildState, planned: dict[str, bool]):
+        self.state = state
+        self.planned = planned  # name -> present after this build, for the packages it plans
+        self._known: dict[str, bool] = {}
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        if name in self.planned:
+            return self.planned[name]
+        if name not in self._known:
+            self._known[name] = self.state.is_present(name)
+        return self._known[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (n for n in self.state.present_names() if n not in self.planned)
+        yield from (n for n, present in self.planned.items() if present)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _remove(run: _Run, name: str) -> list[str]:
@@ -1239,7 +1353,7 @@ def _jobs(
     names: list[str],
     relinked: set[str],
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
-    registry_names: set[str],
+    registry_names: AbstractSet[str],
     incoming: Mapping[str, set[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
@@ -1264,7 +1378,7 @@ def _jobs(
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
         linking = (state.linking_to([name]) - rewritten) | incoming.get(name, set())
-        dependents = tuple(sorted(linking & registry_names))
+        dependents = tuple(sorted(n for n in linking if n in registry_names))
         run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 

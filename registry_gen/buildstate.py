@@ -26,26 +26,32 @@ from typing import Any
 
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
+WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
+MIGRATED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
 
 # The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
-# the site search (served, with versions, readable by anyone); range_key: its front-page name range
-# (site.browse_key); search_text: what the API's search filters on (lower-case name, description,
-# keywords, maintainers). search_keys: the site-search shards a listed package sits in.
+# the site search (served, with versions, readable by anyone); range_key: its browse key
+# (site.name_key: the browse pages are ranges of its prefixes); search_text: what the API's search
+# filters on (lower-case name, description, keywords, maintainers). search_keys: the site-search shards a listed package sits in.
 _INDEX_COLUMNS = (
     ("listed", "INTEGER NOT NULL DEFAULT 0"),
     ("modified", "TEXT NOT NULL DEFAULT ''"),
     ("range_key", "TEXT NOT NULL DEFAULT ''"),
     ("search_text", "TEXT NOT NULL DEFAULT ''"),
+    ("search_entry", "BLOB NOT NULL DEFAULT x''"),
 )
 _INDEX_SCHEMA = """
 CREATE INDEX IF NOT EXISTS packages_listed_by_range ON packages (range_key, name) WHERE listed;
 CREATE INDEX IF NOT EXISTS packages_listed_by_modified ON packages (modified, name) WHERE listed;
 CREATE TABLE IF NOT EXISTS search_keys (key TEXT, name TEXT, PRIMARY KEY (key, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS search_keys_by_name ON search_keys (name);
-CREATE TABLE IF NOT EXISTS ranges (key TEXT PRIMARY KEY, count INTEGER NOT NULL) WITHOUT ROWID;
+-- Listed packages per browse-key prefix (every prefix of two characters or more), so a browse
+-- page's count and sub-ranges cost O(1) reads however many packages share the prefix.
+CREATE TABLE IF NOT EXISTS prefixes (prefix TEXT PRIMARY KEY, parent TEXT NOT NULL, count INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS prefixes_by_parent ON prefixes (parent, prefix);
 CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 """
 
@@ -122,6 +128,7 @@ class ListingPlace:
     range_key: str = ""
     search_text: str = ""
     search_keys: tuple[str, ...] = ()
+    search_entry: bytes = b""  # its record in the site's search shards (site.search_entry)
 
 
 @dataclass
@@ -153,13 +160,13 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA busy_timeout=30000")
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION and not (schema is _STATE_SCHEMA and version == 5):
+    if version != SCHEMA_VERSION and not (schema is _STATE_SCHEMA and version in MIGRATED_IN_PLACE):
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
             db.execute(f'DROP TABLE IF EXISTS "{table}"')
     db.executescript(schema)
     if schema is _STATE_SCHEMA:
-        _add_index_columns(db, migrated=version == 5)
+        _add_index_columns(db, migrated=version in MIGRATED_IN_PLACE)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
@@ -177,8 +184,27 @@ def _add_index_columns(db: sqlite3.Connection, *, migrated: bool) -> None:
             "INSERT INTO counters (key, value) SELECT 'packages', COUNT(*) FROM packages"
             " UNION ALL SELECT 'versions', COALESCE(SUM(versions), 0) FROM packages"
         )
-    if migrated:
+    if migrated:  # the full build that follows lists every package again, from nothing
+        db.execute("UPDATE packages SET listed = 0")
+        db.execute("DELETE FROM search_keys")
+        db.execute("DELETE FROM prefixes")
+        db.execute("DROP TABLE IF EXISTS ranges")
         db.execute("DELETE FROM settings WHERE key = 'fingerprint'")
+
+
+def whole_documents_stale(state_file: Path) -> bool:
+    """Whether a write left -/all and -/search.json for its server's refresher (read-only look)."""
+    if not state_file.is_file():
+        return False
+    try:
+        db = sqlite3.connect(f"{state_file.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT value FROM settings WHERE key = ?", (WHOLE_STALE,)).fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return False
+    return bool(row and row[0])
 
 
 def open_database(path: Path, schema: str) -> sqlite3.Connection:
@@ -386,7 +412,8 @@ class BuildState:
         self._forget_listing(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
-            " search_fragment, listed, modified, range_key, search_text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " search_fragment, listed, modified, range_key, search_text, search_entry)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 name,
                 record["digest"],
@@ -400,10 +427,12 @@ class BuildState:
                 listing.modified,
                 listing.range_key,
                 listing.search_text,
+                listing.search_entry,
             ),
         )
         if listing.listed:
             self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in listing.search_keys))
+            self._count_prefixes(listing.range_key, 1)
             self._touch_listing(listing.range_key, listing.search_keys)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
@@ -426,7 +455,18 @@ class BuildState:
         if row and row[1]:
             keys = [k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))]
             self.db.execute("DELETE FROM search_keys WHERE name = ?", (name,))
+            self._count_prefixes(row[2], -1)
             self._touch_listing(row[2], keys)
+
+    def _count_prefixes(self, key: str, delta: int) -> None:
+        rows = [(key[:n], key[: n - 1] if n > 2 else "", delta) for n in range(2, len(key) + 1)]
+        self.db.executemany(
+            "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
+            " ON CONFLICT (prefix) DO UPDATE SET count = count + excluded.count",
+            rows,
+        )
+        if delta < 0:
+            self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in rows])
 
     def _touch_listing(self, range_key: str, keys: Iterable[str]) -> None:
         self.listing_changes.front = True
@@ -442,6 +482,10 @@ class BuildState:
 
     def package_names(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT name FROM packages ORDER BY name")]
+
+    def is_present(self, name: str) -> bool:
+        row = self.db.execute("SELECT present FROM packages WHERE name = ?", (name,)).fetchone()
+        return bool(row and row[0])
 
     def present_names(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT name FROM packages WHERE present")}
@@ -465,32 +509,43 @@ class BuildState:
         rows = self.db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
         return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
 
-    def recount_range(self, key: str) -> int:
-        (count,) = self.db.execute("SELECT COUNT(*) FROM packages WHERE listed AND range_key = ?", (key,)).fetchone()
-        if count:
-            self.db.execute("INSERT OR REPLACE INTO ranges (key, count) VALUES (?, ?)", (key, count))
-        else:
-            self.db.execute("DELETE FROM ranges WHERE key = ?", (key,))
-        return int(count)
-
     def ranges(self) -> list[tuple[str, int]]:
-        return [(k, int(c)) for k, c in self.db.execute("SELECT key, count FROM ranges ORDER BY key")]
+        """The front page's two-character ranges with their package counts."""
+        return self.prefix_children("")
 
     def listed_ranges(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT DISTINCT range_key FROM packages WHERE listed")}
+        return {k for k, _ in self.prefix_children("")}
+
+    # Browse keys hold a-z, 0-9 and "-" only, all below U+007F: [prefix, prefix + U+007F) is
+    # exactly the keys starting with prefix, one range of the (range_key, name) index.
+
+    def prefix_count(self, prefix: str) -> int:
+        row = self.db.execute("SELECT count FROM prefixes WHERE prefix = ?", (prefix,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def prefix_summaries(self, prefix: str, *, exact: bool = False) -> list[dict[str, Any]]:
+        """Listed packages whose browse key starts with (`exact`: is) `prefix`, by key and name."""
+        if exact:
+            sql, args = "SELECT summary FROM packages WHERE listed AND range_key = ? ORDER BY name", (prefix,)
+        else:
+            sql = "SELECT summary FROM packages WHERE listed AND range_key >= ? AND range_key < ? ORDER BY range_key, name"
+            args = (prefix, prefix + "\x7f")
+        return [json.loads(summary) for (summary,) in self.db.execute(sql, args)]
+
+    def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
+        """The one-character-longer prefixes under `prefix` ("": the two-character roots), counted."""
+        rows = self.db.execute("SELECT prefix, count FROM prefixes WHERE parent = ? ORDER BY prefix", (prefix,))
+        return [(k, int(c)) for k, c in rows]
 
     def listed_shards(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_keys")}
 
-    def range_summaries(self, key: str) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT summary FROM packages WHERE listed AND range_key = ? ORDER BY name", (key,))
-        return [json.loads(summary) for (summary,) in rows]
-
-    def shard_summaries(self, key: str) -> list[dict[str, Any]]:
+    def shard_entries(self, key: str) -> list[bytes]:
+        """The site-search records of shard `key`'s packages, by name."""
         rows = self.db.execute(
-            "SELECT p.summary FROM search_keys k JOIN packages p ON p.name = k.name WHERE k.key = ? ORDER BY k.name", (key,)
+            "SELECT p.search_entry FROM search_keys k JOIN packages p ON p.name = k.name WHERE k.key = ? ORDER BY k.name", (key,)
         )
-        return [json.loads(summary) for (summary,) in rows]
+        return [entry for (entry,) in rows]
 
     def recent_summaries(self, count: int) -> list[dict[str, Any]]:
         rows = self.db.execute(

@@ -46,6 +46,7 @@ database_url: null            # e.g. postgresql://user@host/db to keep users in 
 signup: admin                 # open | closed | admin: who may create accounts (`registry-gen user add NAME --admin` makes the first admin)
 connection_limit: 1000        # open connections at most (idle ones included)
 idle_timeout: 10              # seconds a silent connection stays open
+index_refresh_seconds: 10     # serve/api/watch rewrite -/all and -/search.json this long after a write (0: in the write)
 
 check_profile: npm            # registry-gen check: npm | commonjs (the specification's rules too)
 check_ignore: []              # rule ids registry-gen check leaves out, e.g. [engines-array]

@@ -58,7 +58,8 @@ class IndexRefresher:
     def _run(self) -> None:
         try:
             run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
-        except (RegistryError, OSError) as exc:
-            log.warning("could not rewrite -/all and -/search.json (the next write retries): %s", exc)
+        except Exception as exc:  # noqa: BLE001 - a timer thread must not die with a traceback in the log
+            detail = str(exc) if isinstance(exc, (RegistryError, OSError)) else f"{type(exc).__name__}: {exc}"
+            log.warning("could not rewrite -/all and -/search.json (the next write or build retries): %s", detail)
             return
         self.refreshes += 1

@@ -207,11 +207,15 @@ _NOT_KEY_CHARACTER = re.compile(r"[^a-z0-9]")
 _TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
 
 
+def name_key(name: str) -> str:
+    """A name as the browse pages sort and split it: a scope's `@` skipped, lower-cased, anything
+    but a-z0-9 as `-`, at least two characters."""
+    return _NOT_KEY_CHARACTER.sub("-", name.lstrip("@").lower()).ljust(2, "-")
+
+
 def browse_key(name: str) -> str:
-    """The name range a package is listed under: its first two characters (a scope's `@` skipped,
-    lower-cased, anything but a-z0-9 as `-`). A new package changes only its own range's pages."""
-    head = name.lstrip("@").lower()[:2].ljust(2, "-")
-    return _NOT_KEY_CHARACTER.sub("-", head)
+    """The name range a package is listed under on the front page: its key's first two characters."""
+    return name_key(name)[:2]
 
 
 def search_tokens(summary: Mapping[str, Any]) -> list[str]:
@@ -235,8 +239,10 @@ def search_shard_path(key: str) -> str:
     return f"{SEARCH_SHARD_ROOT}/{key}.json"
 
 
-def browse_folder(key: str) -> str:
-    return f"{BROWSE_ROOT}/{key}"
+def browse_folder(prefix: str) -> str:
+    """Where the page of names starting with `prefix` lives: a folder per character after the
+    first two (-/web/browse/sy/n/-/), so a range's sub-ranges are its subfolders."""
+    return f"{BROWSE_ROOT}/{prefix[:2]}" + "".join(f"/{c}" for c in prefix[2:])
 
 
 def package_folder(name: str) -> str:
@@ -247,10 +253,8 @@ def package_page_path(name: str) -> str:
     return f"{package_folder(name)}/index.html"
 
 
-def browse_page_path(key: str, number: int) -> str:
-    """Page `number` (from 1) of a name range: -/web/browse/<key>/index.html, then <key>/<n>/index.html."""
-    folder = browse_folder(key)
-    return f"{folder}/index.html" if number <= 1 else f"{folder}/{number}/index.html"
+def browse_page_path(prefix: str) -> str:
+    return f"{browse_folder(prefix)}/index.html"
 
 
 def relative_root(page_path: str) -> str:
@@ -735,17 +739,6 @@ def web_href(root: str, path: str) -> str:
     return root + path[len(WEB_ROOT) + 1 :]
 
 
-def page_links(current: int, total: int, root: str, key: str) -> list[tuple[int | None, str]]:
-    """Page numbers of range `key` around the current one plus first and last; None stands for a gap."""
-    wanted = sorted({1, total, *range(max(1, current - 2), min(total, current + 2) + 1)})
-    links: list[tuple[int | None, str]] = []
-    for number in wanted:
-        if links and links[-1][0] is not None and number - (links[-1][0] or 0) > 1:
-            links.append((None, ""))
-        links.append((number, web_href(root, browse_page_path(key, number))))
-    return links
-
-
 def search_entries(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """What the search box filters on and shows: one small record per package."""
     return [
@@ -764,8 +757,19 @@ def search_entries(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any
 def search_shard(summaries: Sequence[Mapping[str, Any]]) -> bytes:
     """One search shard (`search_shard_path(key)`): its packages' records by name, compact JSON,
     the same bytes for the same members whatever order they come in."""
-    ordered = sorted(summaries, key=lambda s: s["name"])
-    return json.dumps({"packages": search_entries(ordered)}, ensure_ascii=False, separators=(",", ":")).encode()
+    return join_search_shard([search_entry(s) for s in sorted(summaries, key=lambda s: s["name"])])
+
+
+def search_entry(summary: Mapping[str, Any]) -> bytes:
+    """One package's record in the shards, serialised once when the package changes (the build
+    keeps it in its state) so that writing a shard is a join, not a parse and a dump."""
+    (entry,) = search_entries([summary])
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def join_search_shard(entries: Sequence[bytes]) -> bytes:
+    """The shard of `entries` (already by name): the same bytes as dumping their list."""
+    return b'{"packages":[' + b",".join(entries) + b"]}"
 
 
 def _row(summary: Mapping[str, Any], root: str) -> dict[str, Any]:
@@ -776,7 +780,7 @@ def range_groups(ranges: Sequence[tuple[str, int]], root: str) -> list[tuple[str
     """The name ranges by their first character, each with its package count and link."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for key, count in ranges:
-        href = web_href(root, browse_page_path(key, 1))
+        href = web_href(root, browse_page_path(key))
         groups.setdefault(key[0], []).append({"key": key, "count": count, "href": href})
     return list(groups.items())
 
@@ -797,29 +801,27 @@ def front_page(recent: Sequence[Mapping[str, Any]], total: int, ranges: Sequence
     return {FRONT_PAGE: page}
 
 
-def browse_pages(key: str, summaries: Sequence[Mapping[str, Any]], settings: Settings) -> dict[str, bytes]:
-    """Every page of name range `key` (PAGE_SIZE packages each, `summaries` sorted by name)."""
-    total_pages = -(-len(summaries) // PAGE_SIZE)
-    pages: dict[str, bytes] = {}
-    for number in range(1, total_pages + 1):
-        path = browse_page_path(key, number)
-        root = relative_root(path)
-        chunk = summaries[(number - 1) * PAGE_SIZE : number * PAGE_SIZE]
-        pages[path] = _render(
-            settings,
-            "browse.html",
-            root=root,
-            key=key,
-            packages=[_row(s, root) for s in chunk],
-            total=len(summaries),
-            page=number,
-            pages=total_pages,
-            first_index=(number - 1) * PAGE_SIZE + 1,
-            previous_href=web_href(root, browse_page_path(key, number - 1)) if number > 1 else None,
-            next_href=web_href(root, browse_page_path(key, number + 1)) if number < total_pages else None,
-            page_links=page_links(number, total_pages, root, key),
-        )
-    return pages
+def browse_page(
+    prefix: str, total: int, packages: Sequence[Mapping[str, Any]], children: Sequence[tuple[str, int]], settings: Settings
+) -> dict[str, bytes]:
+    """The page of names starting with `prefix` (`total` of them). A range of at most PAGE_SIZE
+    lists its packages; a bigger one lists its sub-ranges (`children`: one more character, with
+    counts) and only the packages whose key is the prefix itself. Either way at most PAGE_SIZE
+    rows plus 37 links, so the page stays small however many packages share a prefix."""
+    path = browse_page_path(prefix)
+    root = relative_root(path)
+    crumbs = [{"key": prefix[:n], "href": web_href(root, browse_page_path(prefix[:n]))} for n in range(2, len(prefix))]
+    page = _render(
+        settings,
+        "browse.html",
+        root=root,
+        key=prefix,
+        total=total,
+        crumbs=crumbs,
+        packages=[_row(s, root) for s in packages],
+        children=[{"key": k, "count": c, "href": web_href(root, browse_page_path(k))} for k, c in children],
+    )
+    return {path: page}
 
 
 def site_assets(settings: Settings) -> dict[str, bytes]:

@@ -94,9 +94,9 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     return True
 
 
-def gzip_bytes(data: bytes) -> bytes:
+def gzip_bytes(data: bytes, level: int = 9) -> bytes:
     """Deterministic gzip (no name, no mtime) for nginx's gzip_static siblings."""
-    return gzip.compress(data, compresslevel=9, mtime=0)
+    return gzip.compress(data, compresslevel=level, mtime=0)
 
 
 def atomic_copy(source: Path, target: Path, *, durable: bool = False) -> None:

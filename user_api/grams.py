@@ -5,12 +5,16 @@ Rows are (gram, field, user_pk), field one of: PREFIX, a gram the username start
 come first, from the username index: the ordered part of a search skips them without a join);
 NAME, any other gram of the username or the full name; EMAIL, a gram found only in the email (so
 non-admins, who never match on email, never read it). Each is one index range in user_pk order.
-Both stores fold case the same way, here in Python: each character by str.lower() when that gives
-one character (so 'É' matches 'é', as the trigram index of longer keywords folds), else unchanged.
+A second table, user_gram_counts, holds how many rows each (gram, field) has, so the capped total
+of a short search and its username-prefix count are one row read each, not a count of up to 10,000
+index entries. Both stores fold case the same way, here in Python: each character by str.lower()
+when that gives one character (so 'É' matches 'é', as the trigram index of longer keywords folds),
+else unchanged.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
@@ -52,3 +56,34 @@ def insert_statement(rows: list[tuple[str, int, int]]) -> tuple[str, list[Any]]:
     """One multi-row INSERT (`?` placeholders) for a single user's rows."""
     values = ", ".join("(?, ?, ?)" for _ in rows)
     return f"INSERT INTO user_grams (gram, field, user_pk) VALUES {values}", [v for row in rows for v in row]
+
+
+# Adds a batch of (gram, field, delta) to the counts; `?` placeholders (the PostgreSQL Tx maps them).
+UPSERT_COUNTS: Final = (
+    "INSERT INTO user_gram_counts (gram, field, n) VALUES (?, ?, ?)"
+    " ON CONFLICT (gram, field) DO UPDATE SET n = user_gram_counts.n + excluded.n"
+)
+# The whole count table from the gram table (the schema-4 migration of a database that has grams).
+RECOUNT: Final = (
+    "INSERT INTO user_gram_counts (gram, field, n) SELECT gram, field, count(*) FROM user_grams GROUP BY gram, field"
+)
+
+
+def counted(rows: Iterable[tuple[str, int, int]], counts: Counter[tuple[str, int]]) -> Iterator[tuple[str, int, int]]:
+    """Passes the rows through, counting them per (gram, field) on the way (a bulk load's counts)."""
+    for row in rows:
+        counts[row[0], row[1]] += 1
+        yield row
+
+
+def count_deltas(old: set[tuple[str, int]], new: set[tuple[str, int]]) -> list[tuple[str, int, int]]:
+    """(gram, field, +1/-1) taking a user's counts from `old` to `new`, in key order: two writers
+    then lock count rows in the same order, so PostgreSQL never deadlocks them against each other."""
+    return sorted([(gram, field, -1) for gram, field in old - new] + [(gram, field, 1) for gram, field in new - old])
+
+
+def upsert_counts_statement(deltas: list[tuple[str, int, int]]) -> tuple[str, list[Any]]:
+    """One multi-row upsert (`?` placeholders) of one user's count changes."""
+    values = ", ".join("(?, ?, ?)" for _ in deltas)
+    head, tail = UPSERT_COUNTS.split(" VALUES (?, ?, ?)")
+    return f"{head} VALUES {values}{tail}", [v for row in deltas for v in row]

@@ -4,7 +4,9 @@ Search ranking, shared by both dialects: rows whose username starts with the key
 ordered by username (so an exact match is first of all); then the other matches in sign-up order.
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
-Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too.
+Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too,
+and take both their counts from user_gram_counts (one row each). A longer keyword's match count is
+skipped when its username-prefix count already reaches the cap (every prefix match is a match).
 """
 
 from __future__ import annotations
@@ -31,7 +33,17 @@ from user_api.errors import (
     UsernameTaken,
     UserNotFound,
 )
-from user_api.grams import EMAIL, MAX_GRAM, NAME, PREFIX, fold, insert_statement, user_grams
+from user_api.grams import (
+    EMAIL,
+    MAX_GRAM,
+    NAME,
+    PREFIX,
+    count_deltas,
+    fold,
+    insert_statement,
+    upsert_counts_statement,
+    user_grams,
+)
 from user_api.models import (
     ImportedUser,
     NewUser,
@@ -98,7 +110,8 @@ class Dialect(Protocol):
     def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int: ...
 
     def page_matches(
-        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
+        matches: int,
     ) -> list[tuple[Any, ...]]: ...
 
     def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int: ...
@@ -196,11 +209,21 @@ def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> Non
     added = [(gram, field, pk) for gram, field in new - old]
     if added:
         tx.run(*insert_statement(added))
+    tx.run(*upsert_counts_statement(count_deltas(old, new)))
+
+
+def gram_count(tx: Tx, keyword: str, fields: Sequence[int]) -> int:
+    """Live users holding the keyword as a gram in one of `fields`: a user has at most one row per
+    gram (user_api/grams.py), so this is their number, read from the counts in O(1)."""
+    marks = ", ".join("?" for _ in fields)
+    row = tx.one(f"SELECT coalesce(sum(n), 0) FROM user_gram_counts WHERE gram = ? AND field IN ({marks})",
+                 (fold(keyword), *fields))
+    return int(row[0]) if row else 0
 
 
 def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
-    fields = f"({NAME}, {PREFIX}, {EMAIL})" if include_email else f"({NAME}, {PREFIX})"
-    return count_rows(tx, f"SELECT 1 FROM user_grams WHERE gram = ? AND field IN {fields}", (fold(keyword),), limit)
+    total = gram_count(tx, keyword, (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX))
+    return total if limit is None else min(total, limit)
 
 
 def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int, limit: int) -> list[tuple[Any, ...]]:
@@ -315,28 +338,35 @@ class SqlUserStore:
         O(matches); past what a client can page through, a bigger number tells it nothing.
         """
         keyword = keyword.strip()
+        short = 0 < len(keyword) <= MAX_GRAM  # one rule for every length: a case-insensitive substring
         low, high = prefix_range(keyword.lower())
         prefix_where = "u.username >= ? AND u.username < ? AND u.status <> 'deleted'"
         # The prefix part must be counted exactly up to the end of the page, to place the page.
         prefix_cap = None if count_limit is None else max(count_limit, offset + limit)
         with self._read() as tx:
-            prefix_total = count_rows(tx, f"SELECT 1 FROM users u WHERE {prefix_where}", (low, high), prefix_cap)
+            if short and fold(keyword) == low:
+                # Usernames are lower-case ASCII: "starts the username" is exactly the PREFIX gram.
+                prefix_total = gram_count(tx, keyword, (PREFIX,))
+            else:
+                prefix_total = count_rows(tx, f"SELECT 1 FROM users u WHERE {prefix_where}", (low, high), prefix_cap)
             rows: list[tuple[Any, ...]] = []
             if offset < prefix_total:
                 rows = tx.all(
                     f"{self._SELECT_USER} WHERE {prefix_where} ORDER BY u.username LIMIT ? OFFSET ?",
                     (low, high, limit, offset),
                 )
-            # One rule for every keyword length: a case-insensitive substring (prefix matches first).
-            short = 0 < len(keyword) <= MAX_GRAM
-            count = count_short_matches if short else self.dialect.count_matches
-            total = count(tx, keyword, include_email=include_email, limit=count_limit)
+            if count_limit is not None and prefix_total >= count_limit:
+                total = count_limit  # every prefix match is a match: the capped total is already known
+            else:
+                count = count_short_matches if short else self.dialect.count_matches
+                total = count(tx, keyword, include_email=include_email, limit=count_limit)
             wanted, rest = limit - len(rows), max(0, offset - prefix_total)
             if wanted > 0 and short:
                 rows += page_short_matches(tx, keyword, include_email=include_email, offset=rest, limit=wanted)
             elif wanted > 0:
                 rows += self.dialect.page_matches(
-                    tx, keyword, include_email=include_email, skip_prefix=(low, high), offset=rest, limit=wanted
+                    tx, keyword, include_email=include_email, skip_prefix=(low, high), offset=rest, limit=wanted,
+                    matches=total,
                 )
         return UserPage(items=tuple(user_from_row(r) for r in rows), total=total)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.grams import gram_rows
+from user_api.grams import RECOUNT, UPSERT_COUNTS, counted, gram_rows
 from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern
 
 try:
@@ -18,8 +19,27 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 3  # 2: user_tokens.expires_at; 3: user_grams
+SCHEMA_VERSION: Final = 4  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
+
+# Characters pg_trgm splits words at, each made the letter 'q' in the indexed text and in the keyword:
+# the same map on both sides keeps every substring a substring, so the index still finds every match
+# (an exact ILIKE keeps only real ones), and "s n" or "a_72" become words with trigrams of their own.
+WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
+WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
+SEARCH_FIELDS: Final = ("username", "full_name", "email")
+
+
+def word_text(expression: str) -> str:
+    """SQL for the lower-cased text of `expression` with its word breaks made letters."""
+    breaks = WORD_BREAKS.replace("'", "''")
+    return f"translate(lower({expression}), '{breaks}', '{WORD_BREAK_LETTERS}')"
+
+
+WORD_INDEXES: Final = "\n".join(
+    f"CREATE INDEX IF NOT EXISTS users_{field}_words_trgm ON users USING gin ({word_text(field)} gin_trgm_ops);"
+    for field in SEARCH_FIELDS
+)
 
 SCHEMA: Final = """
 SELECT pg_advisory_xact_lock(727274);
@@ -39,9 +59,13 @@ CREATE TABLE IF NOT EXISTS users (
     version integer NOT NULL
 );
 CREATE INDEX IF NOT EXISTS users_by_username_status ON users (username, status);
-CREATE INDEX IF NOT EXISTS users_username_trgm ON users USING gin (username gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS users_full_name_trgm ON users USING gin (full_name gin_trgm_ops);
-CREATE INDEX IF NOT EXISTS users_email_trgm ON users USING gin (email gin_trgm_ops);
+-- Schema 4: the trigram indexes cover each column's text with its word breaks made letters (see
+-- word_text): pg_trgm splits text into words at anything not a letter or digit, so a keyword that
+-- spans a space, '.', '-' or '_' found no trigram of its own and read a large part of the table.
+DROP INDEX IF EXISTS users_username_trgm;
+DROP INDEX IF EXISTS users_full_name_trgm;
+DROP INDEX IF EXISTS users_email_trgm;
+{word_indexes}
 CREATE TABLE IF NOT EXISTS user_tokens (
     key text PRIMARY KEY,
     user_pk bigint NOT NULL REFERENCES users (pk) ON DELETE CASCADE,
@@ -61,6 +85,13 @@ CREATE TABLE IF NOT EXISTS user_grams (
     user_pk bigint NOT NULL,
     PRIMARY KEY (gram, field, user_pk)
 );
+-- Schema 4: how many user_grams rows each (gram, field) has (a short search's counts in one read).
+CREATE TABLE IF NOT EXISTS user_gram_counts (
+    gram text COLLATE "C" NOT NULL,
+    field smallint NOT NULL,
+    n bigint NOT NULL,
+    PRIMARY KEY (gram, field)
+);
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
 CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
 INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
@@ -75,23 +106,44 @@ BEGIN
 END $$;
 CREATE OR REPLACE TRIGGER users_track_stats AFTER INSERT OR DELETE OR UPDATE OF status ON users
     FOR EACH ROW EXECUTE FUNCTION user_stats_track();
-"""
+""".replace("{word_indexes}", WORD_INDEXES)
 
 
-def match_condition(*, include_email: bool) -> str:
-    return like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
+def word_test_is_exact(keyword: str) -> bool:
+    """The word-text LIKE alone is the ILIKE test when the keyword holds no word break and no 'q'
+    (the map is then the identity on every character it must meet); only then may ILIKE be left out."""
+    return all(char.isalnum() for char in keyword) and "q" not in keyword.lower()
+
+
+def match_condition(keyword: str, *, include_email: bool) -> str:
+    """Rows holding the keyword (each `%s` = its LIKE pattern): the word indexes find candidates,
+    and where the word test may over-match (word_test_is_exact), ILIKE keeps exactly the rows that
+    match. The pattern is lowered in its column's collation, as ILIKE lowers both sides."""
+    fields = SEARCH_FIELDS if include_email else SEARCH_FIELDS[:2]
+    collations = {"username": ' COLLATE "C"'}
+    candidates = " OR ".join(
+        f"{word_text('u.' + field)} LIKE {word_text('%s' + collations.get(field, ''))} ESCAPE '\\'"
+        for field in fields
+    )
+    if word_test_is_exact(keyword):
+        return f"({candidates})"
+    return f"({candidates}) AND " + like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
 
 
 def fill_grams(conn: Any, after_pk: int) -> None:
-    """Indexes the grams of every live user past `after_pk` (a migration's backfill, a bulk load)."""
+    """Indexes the grams of every live user past `after_pk`, and adds them to the counts (a
+    migration's backfill, a bulk load)."""
+    counts: Counter[tuple[str, int]] = Counter()
     with conn.cursor() as cursor:
         users = cursor.execute(  # read whole: a connection cannot fetch while it copies
             "SELECT pk, username, full_name, email FROM users WHERE pk > %s AND status <> 'deleted' ORDER BY pk",
             (after_pk,),
         ).fetchall()
         with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
-            for row in gram_rows(users):
+            for row in counted(gram_rows(users), counts):
                 copy.write_row(row)
+        upsert = UPSERT_COUNTS.replace("?", "%s")
+        cursor.executemany(upsert, [(gram, field, n) for (gram, field), n in sorted(counts.items())])
 
 
 class _PgTx:
@@ -112,8 +164,12 @@ class _PgTx:
         return self._cursor.execute(self._sql(sql), params).rowcount
 
     def raw(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """For SQL that already uses %s (the ILIKE search, which has a literal '?'-free escape)."""
-        return self._cursor.execute(sql, params).fetchall()
+        """For SQL that already uses %s (the ILIKE search, which has a literal '?'-free escape).
+
+        Never prepared: a prepared search may run PostgreSQL's generic plan, made without the
+        pattern, which walks the whole primary key testing every row (1-2 s for a rare keyword
+        at 100k users); each search is planned for its own pattern instead (~0.3 ms)."""
+        return self._cursor.execute(sql, params, prepare=False).fetchall()
 
 
 class PostgresDialect:
@@ -136,6 +192,8 @@ class PostgresDialect:
     def _connect(self) -> Any:
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        # Requests read a few index pages: starting parallel workers cost ~15 ms more than they save.
+        conn.execute("SET max_parallel_workers_per_gather = 0")
         with self._lock:
             self._connections.append(conn)
         return conn
@@ -150,11 +208,17 @@ class PostgresDialect:
     def _init_schema(self) -> None:
         conn = self._connection()
         with conn.transaction():
+            # A migration (index builds, the gram backfill) is an operator's wait, not a request's.
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute(SCHEMA)
             row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
             if row[0] is not None and row[0] < 3:
                 conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
+                conn.execute("DELETE FROM user_gram_counts")
                 fill_grams(conn, 0)
+            elif row[0] is not None and row[0] < 4:
+                conn.execute("DELETE FROM user_gram_counts")
+                conn.execute(RECOUNT)
             if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
@@ -182,8 +246,11 @@ class PostgresDialect:
         return moment
 
     def count_matches(self, tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
+        # pg_trgm estimates a common trigram at ~20% of the table, so the planner scans the table,
+        # testing the pattern on every row until the cap; the word indexes test only candidates.
+        tx.run("SET LOCAL enable_seqscan = off")
         pattern = like_pattern(keyword)
-        condition = match_condition(include_email=include_email)
+        condition = match_condition(keyword, include_email=include_email)
         params: list[Any] = [pattern] * condition.count("%s")
         select = f"SELECT 1 FROM users u WHERE u.status <> 'deleted' AND {condition}"
         if limit is not None:
@@ -193,10 +260,20 @@ class PostgresDialect:
         return int(rows[0][0])
 
     def page_matches(
-        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
+        matches: int,
     ) -> list[tuple[Any, ...]]:
+        """The page in sign-up order. The indexes yield matches unordered, so there are two plans:
+        walk the primary key testing each row (about (offset + limit) * users / matches rows), or
+        read every match through the indexes and sort (about `matches` rows). The planner guesses
+        the match count from pg_trgm's estimate; the count just taken (`matches`, capped) is exact,
+        so the plan is chosen here."""
+        row = tx.one("SELECT live_users FROM user_stats WHERE id = 1")
+        walk = (offset + limit) * (int(row[0]) if row else 0)
+        tx.run("SET LOCAL enable_bitmapscan = off" if matches * matches > walk else "SET LOCAL enable_indexscan = off")
+        tx.run("SET LOCAL enable_seqscan = off")
         pattern = like_pattern(keyword)
-        condition = match_condition(include_email=include_email)
+        condition = match_condition(keyword, include_email=include_email)
         params: list[Any] = [pattern] * condition.count("%s")
         return tx.raw(  # type: ignore[attr-defined]
             f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.status <> 'deleted' AND {condition}"
@@ -223,9 +300,14 @@ class PostgresDialect:
             cursor.execute(
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"
             )
-        conn.execute("ANALYZE users")
         # Statistics, and the visibility map that index-only counts need (autovacuum completes it).
-        conn.execute("VACUUM (ANALYZE) user_grams")
+        # Past the request timeout: at 1M users the VACUUM alone reads ~60M gram rows.
+        conn.execute("SET statement_timeout = 0")
+        try:
+            conn.execute("ANALYZE users")
+            conn.execute("VACUUM (ANALYZE) user_grams")
+        finally:
+            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         return count
 
     def close(self) -> None:

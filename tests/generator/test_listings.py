@@ -8,19 +8,21 @@ which list every package under one URL, are left to an IndexRefresher by the lon
 from __future__ import annotations
 
 import json
+import pickle
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from registry_gen import site
-from registry_gen.build import run_build
+from registry_gen.build import PathLog, run_build
 from registry_gen.buildstate import SCHEMA_VERSION
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings, load_settings
+from registry_gen.verify import verify_tree
 from registry_gen.writes import WriteService
 from tests.support import make_tarball
 
@@ -84,18 +86,21 @@ def test_a_deferred_rewrite_is_done_by_the_next_plain_build(settings: Settings) 
     archive = make_tarball(settings.content_dir, "zz-late", "1.0.0")
     run_build(settings, changed=[archive], defer_whole=True)
     assert "zz-late" not in (settings.out_dir / "-/all/index.html").read_text()
+    report = verify_tree(settings.out_dir)  # a pending refresh is a note, not a broken tree
+    assert report.problems == [] and [n.rule for n in report.notes] == ["index-refresh-pending"]
     result = run_build(settings)
     assert "-/all/index.html" in result.written and "zz-late" in (settings.out_dir / "-/all/index.html").read_text()
     assert "-/all/index.html" not in run_build(settings).written  # and the mark is gone
+    assert verify_tree(settings.out_dir).notes == []
 
 
 def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settings) -> None:
     _registry(settings)
     with sqlite3.connect(settings.state_file) as db:
         db.execute("DROP TABLE search_keys")
-        db.execute("DROP TABLE ranges")
+        db.execute("DROP TABLE prefixes")
         db.execute("DROP TABLE counters")
-        for column in ("listed", "modified", "range_key", "search_text"):
+        for column in ("listed", "modified", "range_key", "search_text", "search_entry"):
             db.execute("DROP INDEX IF EXISTS packages_listed_by_range")
             db.execute("DROP INDEX IF EXISTS packages_listed_by_modified")
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
@@ -125,3 +130,44 @@ def test_a_bad_refresh_delay_is_one_line_naming_the_key(tmp_path: Path, value: o
     config.write_text(f"index_refresh_seconds: {json.dumps(value)}\n")
     with pytest.raises(ConfigError, match="index_refresh_seconds"):
         load_settings(config)
+
+
+def test_a_shard_is_the_same_bytes_as_dumping_its_records(settings: Settings) -> None:
+    """Shards are joined from records serialised when each package changed (no parse per write)."""
+    make_tarball(settings.content_dir, "shard-unicode", "1.0.0", keywords=["grüße"], description="Grüße <b>&</b> \u2028 ✓")
+    _registry(settings)
+    data = (settings.out_dir / site.search_shard_path("sh")).read_bytes()
+    packages = json.loads(data)["packages"]
+    assert [p["name"] for p in packages] == sorted(p["name"] for p in packages) and len(packages) == len(NAMES) + 1
+    assert data == json.dumps({"packages": packages}, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_a_failed_refresh_is_one_warning_and_leaves_the_mark(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    _registry(settings)
+    archive = make_tarball(settings.content_dir, "zz-owed", "1.0.0")
+    run_build(settings, changed=[archive], defer_whole=True)
+    refresher = IndexRefresher(settings.with_updates(content_dir=settings.content_dir / "gone"))
+    refresher.schedule()
+    refresher.flush()
+    assert refresher.refreshes == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"could not rewrite -/all and -/search.json (the next write or build retries): content folder {settings.content_dir / 'gone'} "
+        f"does not exist; nothing in {settings.out_dir} was changed (check the path, or create the folder first)"
+    ]
+    assert "zz-owed" not in (settings.out_dir / "-/all/index.html").read_text()  # the mark stays...
+    run_build(settings)
+    assert "zz-owed" in (settings.out_dir / "-/all/index.html").read_text()  # ...for the next build
+
+
+def test_a_build_counts_every_file_it_writes_but_names_a_bounded_number(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first build of a million versions must not hold millions of path strings."""
+    monkeypatch.setattr(PathLog, "KEPT", 10)
+    for name in NAMES:
+        make_tarball(settings.content_dir, name, "1.0.0")
+    result = run_build(settings)
+    assert len(result.written) == 10 and result.written.total > 40  # type: ignore[attr-defined]
+    assert f"{result.written.total} files written" in result.summary()  # type: ignore[attr-defined]
+    log = pickle.loads(pickle.dumps(result.written))  # worker outcomes cross processes
+    assert (log, log.total) == (result.written, result.written.total)  # type: ignore[attr-defined]

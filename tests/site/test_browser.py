@@ -31,7 +31,7 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PAGE_SIZE = 10  # small pages so that pagination shows with a lean tree
+PAGE_SIZE = 10  # small pages so that a range splits into sub-ranges with a lean tree
 FILLERS = 12
 
 RICH_README = """# Widget kit
@@ -220,7 +220,7 @@ def web_url(base: str, relative: str) -> str:
     return f"{base}-/web/{relative}"
 
 
-def test_front_page_shows_recent_packages_and_name_ranges_that_paginate(demo: tuple[Settings, str], page: Page) -> None:
+def test_front_page_shows_recent_packages_and_a_big_range_as_sub_ranges(demo: tuple[Settings, str], page: Page) -> None:
     settings, url = demo
     total = FILLERS + 4
     page.goto(web_url(url, "index.html"))
@@ -232,18 +232,36 @@ def test_front_page_shows_recent_packages_and_name_ranges_that_paginate(demo: tu
     expect(page.locator("#ranges li", has_text="fi")).to_contain_text(str(FILLERS))
     screenshot(page, "front-page")
     page.locator("#ranges").get_by_role("link", name="fi").click()
+    # FILLERS > PAGE_SIZE: the range lists its narrower ranges, never more than PAGE_SIZE rows.
+    # Every filler shares "filler-": the link jumps past the ranges that only narrow to it.
     expect(page).to_have_url(re.compile(r"/-/web/browse/fi/index\.html$"))
+    chips = page.locator(".subranges a")
     listed = page.locator("#package-list .package-name")
+    expect(page.locator("#range-heading")).to_contain_text(f"({FILLERS})")
+    expect(chips).to_have_text([f"filler- {FILLERS}"])
+    expect(listed).to_have_count(0)
+    chips.first.click()
+    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/l/l/e/r/-/index\.html$"))
+    expect(page.locator(".crumbs a")).to_have_text(["All packages", "fi", "fil", "fill", "fille", "filler"])
+    expect(chips).to_have_text([f"filler-0 {PAGE_SIZE}", f"filler-1 {FILLERS - PAGE_SIZE}"])
+    screenshot(page, "range-page")
+    page.locator(".subranges").get_by_role("link", name=f"filler-1 {FILLERS - PAGE_SIZE}").click()
+    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/l/l/e/r/-/1/index\.html$"))
+    expect(chips).to_have_count(0)
+    expect(listed).to_have_text([f"filler-{n}" for n in range(PAGE_SIZE, FILLERS)])
+    expect(page.locator("#package-list")).to_contain_text(f"Filler package number {FILLERS - 1}")
+    screenshot(page, "sub-range-page")
+    page.locator(".crumbs").get_by_role("link", name="filler-", exact=True).click()  # one level up
+    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/l/l/e/r/-/index\.html$"))
+    page.locator(".subranges").get_by_role("link", name=f"filler-0 {PAGE_SIZE}").click()
     expect(listed).to_have_count(PAGE_SIZE)
     assert listed.first.inner_text() == "filler-00"
-    expect(page.locator("#package-list")).to_contain_text("Filler package number 0")
-    screenshot(page, "range-page")
-    page.get_by_role("link", name="Next →").click()
-    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/2/index\.html$"))
-    expect(listed).to_have_count(FILLERS - PAGE_SIZE)
-    expect(page.locator("#package-list")).to_contain_text("filler-11")
-    page.get_by_role("link", name="filler-11").click()
-    expect(page.locator("#package-name")).to_have_text("filler-11")
+    page.locator(".crumbs").get_by_role("link", name="fi", exact=True).click()  # back to the two-character range
+    expect(page).to_have_url(re.compile(r"/-/web/browse/fi/index\.html$"))
+    expect(chips).to_have_text([f"filler- {FILLERS}"])
+    page.goto(web_url(url, "browse/fi/l/l/e/r/-/1/index.html"))
+    page.get_by_role("link", name=f"filler-{FILLERS - 1}").click()
+    expect(page.locator("#package-name")).to_have_text(f"filler-{FILLERS - 1}")
     page.get_by_role("link", name="All packages").click()  # the breadcrumb, back to the front page
     expect(page.locator("#package-count")).to_have_text(str(total))
     assert page.problems == []  # type: ignore[attr-defined]
@@ -319,17 +337,29 @@ def test_a_word_without_a_shard_shows_no_results(demo: tuple[Settings, str], pag
     assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined]
 
 
-def test_the_front_page_and_a_range_page_fit_a_phone(demo: tuple[Settings, str], browser: Browser) -> None:
+def test_the_front_page_and_range_pages_fit_a_phone(demo: tuple[Settings, str], browser: Browser) -> None:
     settings, url = demo
     context = browser.new_context(viewport={"width": 360, "height": 740}, service_workers="block")
     try:
         page = context.new_page()
-        for relative in ("index.html", "browse/fi/index.html", "browse/lo/index.html", "index.html?q=long"):
-            page.goto(web_url(url, relative))
+        pages = {  # page: what it shows (a range of sub-range chips, a sub-range's list under a long breadcrumb)
+            "index.html": "#ranges .ranges a",
+            "browse/fi/index.html": ".subranges a",
+            "browse/fi/l/l/e/r/-/index.html": ".subranges a",
+            "browse/fi/l/l/e/r/-/0/index.html": "#package-list .package-name",
+            "browse/lo/index.html": "#package-list .package-name",
+            "index.html?q=long": "#search-list .package-name",
+        }
+        for relative, shown in pages.items():
+            response = page.goto(web_url(url, relative))
+            assert response is not None and response.ok, relative
             page.wait_for_load_state("networkidle")
+            expect(page.locator(shown).first).to_be_visible()
             if "q=" in relative:
                 expect(page.locator("#search-list .package-name")).to_have_text(["long-readme-pkg"])
             assert page.evaluate("document.documentElement.scrollWidth") <= 360, relative
+            if relative == "browse/fi/l/l/e/r/-/0/index.html":
+                screenshot(page, "sub-range-phone")
         screenshot(page, "search-phone")
     finally:
         context.close()

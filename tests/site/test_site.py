@@ -1,4 +1,4 @@
-"""The HTML site as the build writes it: paths, links, escaping, pagination, incremental pages."""
+"""The HTML site as the build writes it: paths, links, escaping, the name-range tree, incremental pages."""
 
 from __future__ import annotations
 
@@ -66,11 +66,37 @@ def resolve(page: Path, href: str, out: Path) -> Path:
     return landed / "index.html" if landed.is_dir() else landed
 
 
+def rows_of(html: str) -> list[str]:
+    """The package names in a browse page's list (none when it lists only sub-ranges)."""
+    section = re.search(r'<ol id="package-list".*?</ol>', html, re.S)
+    return re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', section.group(0)) if section else []
+
+
 def listed(range_page: Path) -> list[str]:
     """The package names in a name-range page's list."""
-    section = re.search(r'<ol id="package-list".*?</ol>', range_page.read_text(), re.S)
-    assert section, range_page
-    return re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', section.group(0))
+    names = rows_of(range_page.read_text())
+    assert names, range_page
+    return names
+
+
+def chips_of(html: str) -> list[tuple[str, int, str]]:
+    """A big range page's sub-ranges: (prefix, count, href) of each chip."""
+    section = re.search(r'<ul class="subranges".*?</ul>', html, re.S)
+    chip = r'<li><a href="([^"]+)"><code>([^<]+)</code> <span class="muted">(\d+)</span></a></li>'
+    return [(key, int(count), href) for href, key, count in re.findall(chip, section.group(0))] if section else []
+
+
+def crumbs_of(html: str) -> list[tuple[str, str]]:
+    """The breadcrumb's links: (text, href), the front page first."""
+    section = re.search(r'<nav class="crumbs".*?</nav>', html, re.S)
+    assert section, html[:200]
+    return [(text, href) for href, text in re.findall(r'<a href="([^"]+)">([^<]+)</a>', section.group(0))]
+
+
+def browse_pages_on_disk(settings: Settings) -> dict[str, bytes]:
+    """Every browse page of the built tree, by its path in the tree."""
+    root = settings.out_dir / site.BROWSE_ROOT
+    return {p.relative_to(settings.out_dir).as_posix(): p.read_bytes() for p in sorted(root.rglob("index.html"))}
 
 
 def shard(settings: Settings, key: str) -> list[str]:
@@ -198,36 +224,50 @@ def test_text_from_archives_is_escaped_everywhere(settings: Settings) -> None:
     assert entry["description"] == evil  # the JSON keeps it as data; the page script inserts it as text
 
 
-def test_range_pages_paginate_and_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(site, "PAGE_SIZE", 2)
-    for index in range(5):
-        make_tarball(settings.content_dir, f"pkg-{index}", "1.0.0")
-    make_tarball(settings.content_dir, "other", "1.0.0")
+def test_a_growing_range_splits_into_sub_ranges_and_shrinking_merges_them_back(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 3)
+    archives = {name: make_tarball(settings.content_dir, name, "1.0.0") for name in ("pkg-0", "pkg-1", "other")}
     build(settings)
-    first, second, third = (web(settings, f"browse/pk/{n}index.html") for n in ("", "2/", "3/"))
-    assert all(p.is_file() for p in (first, second, third)) and not web(settings, "browse/pk/4").exists()
-    assert listed(first) == ["pkg-0", "pkg-1"]
-    assert listed(second) == ["pkg-2", "pkg-3"] and listed(third) == ["pkg-4"]
-    second_links = [href for href, _ in parse(second).links]
-    assert "../../../browse/pk/index.html" in second_links and "../../../browse/pk/3/index.html" in second_links
-    assert "../../../package/pkg-2/index.html" in second_links
-    front_links = [href for href, _ in parse(web(settings, "index.html")).links]
-    assert "browse/pk/index.html" in front_links and "browse/ot/index.html" in front_links
-    for index in (2, 3, 4):
-        next(settings.content_dir.glob(f"pkg-{index}-*.tgz")).unlink()
-    next(settings.content_dir.glob("other-*.tgz")).unlink()
-    build(settings.with_updates(prune=True))  # 4 of 6 packages go: more than half
-    assert first.is_file() and not web(settings, "browse/pk/2").exists() and listed(first) == ["pkg-0", "pkg-1"]
-    assert not web(settings, "browse/ot").exists()  # a range with no package left goes
+    assert list(browse_pages_on_disk(settings)) == ["-/web/browse/ot/index.html", "-/web/browse/pk/index.html"]
+    assert listed(web(settings, "browse/pk/index.html")) == ["pkg-0", "pkg-1"]
+    for name in ("pk", "pkg-2", "pkg-3", "pkx"):  # 6 names under "pk": past PAGE_SIZE
+        archives[name] = make_tarball(settings.content_dir, name, "1.0.0")
+    build(settings)
+    assert sorted(browse_pages_on_disk(settings)) == [
+        "-/web/browse/ot/index.html",
+        "-/web/browse/pk/g/-/0/index.html",
+        "-/web/browse/pk/g/-/1/index.html",
+        "-/web/browse/pk/g/-/2/index.html",
+        "-/web/browse/pk/g/-/3/index.html",
+        "-/web/browse/pk/g/-/index.html",
+        "-/web/browse/pk/g/index.html",
+        "-/web/browse/pk/index.html",
+        "-/web/browse/pk/x/index.html",
+    ]
+    top = web(settings, "browse/pk/index.html").read_text()
+    assert chips_of(top) == [("pkg-", 4, "../../browse/pk/g/-/index.html"), ("pkx", 1, "../../browse/pk/x/index.html")]
+    assert rows_of(top) == ["pk"]  # the one name whose key is the prefix itself
+    assert '<span class="muted">(6)</span>' in top
+    assert chips_of(web(settings, "browse/pk/g/-/index.html").read_text())[1] == ("pkg-1", 1, "../../../../browse/pk/g/-/1/index.html")
+    assert listed(web(settings, "browse/pk/g/-/1/index.html")) == ["pkg-1"] and listed(web(settings, "browse/pk/x/index.html")) == ["pkx"]
+    grown = browse_pages_on_disk(settings)
+    assert not run_build(settings, full=True).errors
+    assert browse_pages_on_disk(settings) == grown  # the incremental build wrote what a full one writes
+    archives.pop("pkg-3").unlink()  # "pkg" is back to PAGE_SIZE: its page lists them, its sub-folders go
+    result = run_build(settings)
+    assert [p for p in result.removed if p.startswith(site.BROWSE_ROOT)] == ["-/web/browse/pk/g/-"] and not web(settings, "browse/pk/g/-").exists()
+    assert listed(web(settings, "browse/pk/g/index.html")) == ["pkg-0", "pkg-1", "pkg-2"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/pk/index.html").read_text())] == ["pkg", "pkx"]
+    for name in ("pkg-2", "pkx", "other"):
+        archives.pop(name).unlink()
+    build(settings.with_updates(prune=True))  # 3 of 6 packages go
+    assert list(browse_pages_on_disk(settings)) == ["-/web/browse/pk/index.html"]  # sub-ranges and "ot" gone
+    page = web(settings, "browse/pk/index.html").read_text()
+    assert rows_of(page) == ["pk", "pkg-0", "pkg-1"] and chips_of(page) == []
     front = web(settings, "index.html").read_text()
-    assert "pkg-4" not in front and "browse/ot/" not in front and '<strong id="package-count">2</strong>' in front
-
-
-def test_page_links_mark_gaps() -> None:
-    links = site.page_links(50, 100, "../../../", "ab")
-    numbers = [n for n, _ in links]
-    assert numbers == [1, None, 48, 49, 50, 51, 52, None, 100]
-    assert dict(links)[1] == "../../../browse/ab/index.html" and dict(links)[49] == "../../../browse/ab/49/index.html"
+    assert "browse/ot/" not in front and '<strong id="package-count">3</strong>' in front
 
 
 # ---------------------------------------------------------------- front page, ranges, shards (pure)
@@ -258,28 +298,65 @@ def landing(page_path: str, href: str) -> str:
     return landed
 
 
+def browse_tree(prefix: str, members: list[tuple[str, Mapping[str, object]]], settings: Settings) -> dict[str, bytes]:
+    """The page of `prefix` and the pages under it, as the build's walk writes them: `members` are
+    (key, summary) of the packages whose key starts with `prefix`, sorted by key and name."""
+    if len(members) <= site.PAGE_SIZE:
+        return site.browse_page(prefix, len(members), [s for _, s in members], [], settings)
+    own = [s for key, s in members if key == prefix]
+    children: dict[str, list[tuple[str, Mapping[str, object]]]] = {}
+    for key, s in members:
+        if key != prefix:
+            children.setdefault(key[: len(prefix) + 1], []).append((key, s))
+    files = site.browse_page(prefix, len(members), own, [(c, len(m)) for c, m in children.items()], settings)
+    for child, below in children.items():
+        files.update(browse_tree(child, below, settings))
+    return files
+
+
 def site_of(summaries: list[dict[str, object]], settings: Settings) -> dict[str, bytes]:
-    """Front page, every range's pages and the assets, as the build would call them."""
-    by_key: dict[str, list[Mapping[str, object]]] = {}
-    for s in sorted(summaries, key=lambda s: str(s["name"])):
-        by_key.setdefault(site.browse_key(str(s["name"])), []).append(s)
+    """Front page, every range's page tree and the assets, as the build would call them."""
+    by_root: dict[str, list[tuple[str, Mapping[str, object]]]] = {}
+    keyed = sorted(((site.name_key(str(s["name"])), s) for s in summaries), key=lambda ks: (ks[0], str(ks[1]["name"])))
+    for key, s in keyed:
+        by_root.setdefault(key[:2], []).append((key, s))
     recent = sorted(summaries, key=lambda s: (str(s["modified"]), str(s["name"])), reverse=True)[: site.RECENT_COUNT]
-    files = site.front_page(recent, len(summaries), sorted((k, len(v)) for k, v in by_key.items()), settings)
-    for key, members in by_key.items():
-        files.update(site.browse_pages(key, members, settings))
+    files = site.front_page(recent, len(summaries), [(k, len(v)) for k, v in by_root.items()], settings)
+    for root, members in by_root.items():
+        files.update(browse_tree(root, members, settings))
     files.update(site.site_assets(settings))
     return files
 
 
+def through_the_range_tree(files: Mapping[str, bytes]) -> set[str]:
+    """What a reader reaches from the front page by following links down the browse pages: the
+    browse pages opened and everything they link to."""
+    opened: set[str] = set()
+    reached: set[str] = set()
+    todo = [landing(site.FRONT_PAGE, h) for h in page_hrefs(files[site.FRONT_PAGE])]
+    while todo:
+        path = todo.pop()
+        if path in opened or not path.startswith(site.BROWSE_ROOT):
+            continue
+        opened.add(path)
+        reached |= {landing(path, href) for href in page_hrefs(files[path])}
+        todo.extend(reached - opened)
+    return opened | reached
+
+
 def test_front_page_and_range_pages_link_only_to_files_the_site_has(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 3)
-    names = ["@scope/ab-x", "ab", "abc", "abd", "abe", "a", "a.b", "zed", "0day", "~tilde", "-dash"]
+    names = ["@scope/ab-x", "ab", "abc", "abd", "abe", "abe-1", "abe.2", "abe_3", "a", "a.b", "a-c", "a_d", "zed", "0day", "~tilde", "-dash"]
     summaries = [summary(n, f"2024-01-{i + 1:02d}T00:00:00.000Z") for i, n in enumerate(names)]
     files = site_of(summaries, settings)
     packages = {site.package_page_path(n) for n in names}
     assert sorted(p for p in files if p.startswith(site.BROWSE_ROOT)) == [
-        "-/web/browse/-d/index.html", "-/web/browse/-t/index.html", "-/web/browse/0d/index.html", "-/web/browse/a-/index.html",
-        "-/web/browse/ab/2/index.html", "-/web/browse/ab/index.html", "-/web/browse/sc/index.html", "-/web/browse/ze/index.html",
+        "-/web/browse/-d/index.html", "-/web/browse/-t/index.html", "-/web/browse/0d/index.html",
+        "-/web/browse/a-/b/index.html", "-/web/browse/a-/c/index.html", "-/web/browse/a-/d/index.html", "-/web/browse/a-/index.html",
+        "-/web/browse/ab/c/index.html", "-/web/browse/ab/d/index.html",
+        "-/web/browse/ab/e/-/index.html",  # abe-1, abe.2, abe_3: under "abe", which lists "abe" itself
+        "-/web/browse/ab/e/index.html", "-/web/browse/ab/index.html",
+        "-/web/browse/sc/index.html", "-/web/browse/ze/index.html",
     ]
     checked = 0
     for path, data in files.items():
@@ -289,30 +366,43 @@ def test_front_page_and_range_pages_link_only_to_files_the_site_has(settings: Se
             target = landing(path, href)
             assert target in files or target in packages, f"{href} on {path} leads nowhere"
             checked += 1
-    assert checked > 60
+    assert checked > 100
     front = files[site.FRONT_PAGE].decode()
     shards = re.search(r'data-shards="([^"]+)"', front)
     assert shards and landing(site.FRONT_PAGE, shards.group(1) + "ab.json") == site.search_shard_path("ab")
-    # Every package is reachable from the front page through its range's pages.
-    reached = {landing(p, h) for p, d in files.items() if p.startswith(site.BROWSE_ROOT) for h in page_hrefs(d)}
-    assert packages <= reached
+    # Every package, and every browse page, is reachable from the front page down the range tree.
+    reached = through_the_range_tree(files)
+    assert packages <= reached and {p for p in files if p.startswith(site.BROWSE_ROOT)} <= reached
+    # Each page of the tree is bounded: at most PAGE_SIZE rows, or sub-ranges and the prefix's own names.
+    for path, data in files.items():
+        if path.startswith(site.BROWSE_ROOT):
+            assert len(rows_of(data.decode())) <= site.PAGE_SIZE, path
 
 
-def test_range_pages_paginate_inside_the_range(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_range_over_page_size_lists_its_sub_ranges_and_its_own_names(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 2)
-    members = [summary(f"ab-{n}") for n in range(5)]
-    pages = site.browse_pages("ab", members, settings)
-    assert list(pages) == ["-/web/browse/ab/index.html", "-/web/browse/ab/2/index.html", "-/web/browse/ab/3/index.html"]
-    rows = {path: re.findall(r'class="package-name" href="[^"]+">([^<]+)</a>', html.decode()) for path, html in pages.items()}
-    assert list(rows.values()) == [["ab-0", "ab-1"], ["ab-2", "ab-3"], ["ab-4"]]
-    second = page_hrefs(pages["-/web/browse/ab/2/index.html"])
-    assert {"../../../browse/ab/index.html", "../../../browse/ab/3/index.html", "../../../index.html#ranges"} <= set(second)
-    assert "../../../package/ab-2/index.html" in second
-    assert '<ol id="package-list" class="packages" start="3">' in pages["-/web/browse/ab/2/index.html"].decode()
-    assert "(3–4 of 5)" in pages["-/web/browse/ab/2/index.html"].decode()
-    assert site.browse_pages("ab", [], settings) == {}
-    single = site.browse_pages("cd", [summary("cd")], settings)
-    assert list(single) == ["-/web/browse/cd/index.html"] and 'class="pagination"' not in single["-/web/browse/cd/index.html"].decode()
+    big = site.browse_page("ab", 5, [summary("ab")], [("ab-", 2), ("abc", 2)], settings)
+    assert list(big) == ["-/web/browse/ab/index.html"]
+    html = big["-/web/browse/ab/index.html"].decode()
+    assert chips_of(html) == [("ab-", 2, "../../browse/ab/-/index.html"), ("abc", 2, "../../browse/ab/c/index.html")]
+    assert rows_of(html) == ["ab"] and "../../package/ab/index.html" in page_hrefs(big["-/web/browse/ab/index.html"])
+    assert '<span class="muted">(5)</span>' in html and crumbs_of(html) == [("All packages", "../../index.html")]
+    split_only = site.browse_page("abc", 2, [], [("abcd", 1), ("abce", 1)], settings)["-/web/browse/ab/c/index.html"].decode()
+    assert rows_of(split_only) == [] and 'id="package-list"' not in split_only and len(chips_of(split_only)) == 2
+    # A range of at most PAGE_SIZE lists its packages, with a breadcrumb up through every ancestor.
+    small = site.browse_page("abcd", 2, [summary("abcd"), summary("abcd-x")], [], settings)
+    assert list(small) == ["-/web/browse/ab/c/d/index.html"]
+    html = small["-/web/browse/ab/c/d/index.html"].decode()
+    assert rows_of(html) == ["abcd", "abcd-x"] and chips_of(html) == [] and 'class="subranges"' not in html
+    assert crumbs_of(html) == [
+        ("All packages", "../../../../index.html"),
+        ("ab", "../../../../browse/ab/index.html"),
+        ("abc", "../../../../browse/ab/c/index.html"),
+    ]
+    assert "<span>abcd</span></nav>" in html and "../../../../index.html#ranges" in page_hrefs(small["-/web/browse/ab/c/d/index.html"])
+    for path, data in (*big.items(), *small.items()):
+        assert all(landing(path, href) for href in page_hrefs(data))  # none climbs above the tree
+    assert 'class="pagination"' not in html
 
 
 def test_front_page_size_does_not_grow_with_the_registry(settings: Settings) -> None:
@@ -334,7 +424,8 @@ def test_hostile_text_is_escaped_on_the_front_page_and_range_pages(settings: Set
     hostile = summary("evil", description=EVIL, license=EVIL, keywords=[EVIL], version=EVIL)
     pages = {
         **site.front_page([hostile], 1, [("ev", 1)], settings),
-        **site.browse_pages("ev", [hostile], settings),
+        **site.browse_page("ev", 1, [hostile], [], settings),
+        **site.browse_page("evil", 3, [hostile], [("evil-", 2)], settings),  # a split range lists its own names too
         site.NOT_FOUND_PAGE: site.site_assets(settings)[site.NOT_FOUND_PAGE],
     }
     for path, data in pages.items():
@@ -406,7 +497,7 @@ def test_a_new_package_rewrites_the_front_page_its_range_and_its_shards_only(set
     for name in ("aaa", "bbb", "ccc"):
         make_tarball(settings.content_dir, name, "1.0.0", keywords=["shared"])
     build(settings)
-    untouched = [site.browse_page_path("aa", 1), site.browse_page_path("cc", 1), site.search_shard_path("aa")]
+    untouched = [site.browse_page_path("aa"), site.browse_page_path("cc"), site.search_shard_path("aa")]
     before = {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched}
     make_tarball(settings.content_dir, "bbx", "1.0.0", keywords=["shared"])
     result = run_build(settings)
@@ -420,6 +511,101 @@ def test_a_new_package_rewrites_the_front_page_its_range_and_its_shards_only(set
     ]
     assert {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched} == before
     assert shard(settings, "sh") == ["aaa", "bbb", "bbx", "ccc"] and listed(web(settings, "browse/bb/index.html")) == ["bbb", "bbx"]
+
+
+def test_a_new_package_renders_only_the_browse_pages_on_its_key_path(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    for name in ("aaa", "bb", "bbx-1", "bbx-2", "bby", "bbz"):
+        make_tarball(settings.content_dir, name, "1.0.0")
+    build(settings)
+    assert sorted(browse_pages_on_disk(settings)) == [
+        "-/web/browse/aa/index.html", "-/web/browse/bb/index.html", "-/web/browse/bb/x/index.html",
+        "-/web/browse/bb/y/index.html", "-/web/browse/bb/z/index.html",
+    ]
+    rendered: list[str] = []
+    real = site.browse_page
+    monkeypatch.setattr(site, "browse_page", lambda prefix, *rest: rendered.append(prefix) or real(prefix, *rest))
+    before = {p: (settings.out_dir / p).stat().st_mtime_ns for p in browse_pages_on_disk(settings)}
+    make_tarball(settings.content_dir, "bbz-1", "1.0.0")  # "bbz" grows to 2: no split
+    result = run_build(settings)
+    assert rendered == ["bb", "bbz"]  # its range and the sub-range that lists it, nothing beside them
+    assert sorted(p for p in result.written if p.startswith(site.BROWSE_ROOT)) == ["-/web/browse/bb/index.html", "-/web/browse/bb/z/index.html"]
+    after = {p: (settings.out_dir / p).stat().st_mtime_ns for p in before}
+    assert {p for p in before if after[p] != before[p]} == {"-/web/browse/bb/index.html", "-/web/browse/bb/z/index.html"}
+    assert listed(web(settings, "browse/bb/z/index.html")) == ["bbz", "bbz-1"]
+    assert ("bbz", 2) in [(key, count) for key, count, _ in chips_of(web(settings, "browse/bb/index.html").read_text())]
+    rendered.clear()
+    make_tarball(settings.content_dir, "bbx-3", "1.0.0")  # "bbx" grows to 3 and splits: its new sub-tree is written
+    result = run_build(settings)
+    assert rendered == ["bb", "bbx", "bbx-", "bbx-1", "bbx-2", "bbx-3"]
+    assert sorted(p for p in result.written if p.startswith(site.BROWSE_ROOT)) == [
+        "-/web/browse/bb/index.html", "-/web/browse/bb/x/-/1/index.html", "-/web/browse/bb/x/-/2/index.html",
+        "-/web/browse/bb/x/-/3/index.html", "-/web/browse/bb/x/-/index.html", "-/web/browse/bb/x/index.html",
+    ]
+    assert listed(web(settings, "browse/bb/x/-/2/index.html")) == ["bbx-2"]
+    for path in ("-/web/browse/aa/index.html", "-/web/browse/bb/y/index.html"):
+        assert (settings.out_dir / path).stat().st_mtime_ns == before[path]
+    rendered.clear()
+    next(settings.content_dir.glob("bby-*.tgz")).unlink()  # a sub-range empties: its folder goes, its parent is rewritten
+    result = run_build(settings)
+    assert rendered == ["bb"] and [p for p in result.removed if p.startswith(site.BROWSE_ROOT)] == ["-/web/browse/bb/y"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/bb/index.html").read_text())] == ["bbx-", "bbz"]  # past "bbx", which only narrows to "bbx-"
+    assert (settings.out_dir / "-/web/browse/aa/index.html").stat().st_mtime_ns == before["-/web/browse/aa/index.html"]
+
+
+def test_a_build_of_many_changes_renders_each_browse_page_once(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import of many packages under one prefix: every changed key walks its path, and the pages
+    the paths share are rendered once, not once per package (which made a batch of k packages
+    under one range cost k renders and k scans of that range)."""
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    make_tarball(settings.content_dir, "syn", "1.0.0")
+    build(settings)
+    rendered: list[str] = []
+    real = site.browse_page
+    monkeypatch.setattr(site, "browse_page", lambda prefix, *rest: rendered.append(prefix) or real(prefix, *rest))
+    for index in range(12):
+        make_tarball(settings.content_dir, f"syn-{index:02d}", "1.0.0")
+    build(settings)
+    pages = ["".join(PurePosixPath(path).parts[3:-1]) for path in browse_pages_on_disk(settings)]  # their prefixes
+    assert {"sy", "syn", "syn-", "syn-0", "syn-1"} <= set(pages)
+    assert sorted(rendered) == sorted(pages)  # every page of the grown range once (all of them are under "sy")
+
+
+def browse_tree_on_disk(settings: Settings) -> dict[str, tuple[list[tuple[str, int]], list[str]]]:
+    """Every browse page of the tree as what it shows: its sub-ranges with counts, its rows."""
+    return {
+        path: ([(key, count) for key, count, _ in chips_of(html.decode())], rows_of(html.decode()))
+        for path, html in browse_pages_on_disk(settings).items()
+    }
+
+
+def test_incremental_builds_keep_the_tree_a_fresh_build_makes(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random publishes and removals, built one after the other, against a fresh full build of the
+    same content/ after each step: the same pages, sub-ranges, counts and rows."""
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    rng = random.Random(15)
+    # Few letters, so that names pile up under shared prefixes and the tree splits and merges at several depths.
+    pool = sorted({"".join(rng.choice("ab-") for _ in range(rng.randint(1, 5))).strip("-") or "a" for _ in range(200)} | {"@ab/a", "ab.b", "ab_b"})
+    settings = settings.with_updates(prune=True)
+    archives: dict[str, Path] = {}
+    merged: list[str] = []  # sub-range folders removed by the incremental builds
+    depth = 0
+    for step in range(8):
+        for name in rng.sample(sorted(archives), k=min(len(archives), rng.randint(0, 3))):
+            archives.pop(name).unlink()
+        for name in rng.sample([n for n in pool if n not in archives], k=min(len(pool) - len(archives), rng.randint(1, 6))):
+            # @ab/a and ab-a would share make_tarball's default file name
+            archives[name] = make_tarball(settings.content_dir, name, "1.0.0", filename=f"{pool.index(name)}.tgz")
+        result = run_build(settings)
+        assert not result.errors, result.errors
+        merged += [path for path in result.removed if path.startswith(site.BROWSE_ROOT + "/") and path.count("/") > 3]
+        fresh = dataclasses.replace(settings, out_dir=tmp_path / f"fresh-{step}", data_dir=tmp_path / f"fresh-data-{step}")
+        build(fresh)
+        tree = browse_tree_on_disk(settings)
+        assert tree == browse_tree_on_disk(fresh), f"step {step}: {sorted(archives)}"
+        assert sorted(n for _, rows in tree.values() for n in rows) == sorted(archives)  # each package listed once
+        depth = max(depth, *(path.count("/") - 4 for path in tree))
+    assert merged and depth >= 3  # the walk was tested on ranges that split several levels deep, and merged back
 
 
 def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: Settings) -> None:

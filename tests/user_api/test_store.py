@@ -412,6 +412,18 @@ def _gram_table(store: UserStore) -> set[tuple[str, int, int]]:
         return {(g, int(f), int(pk)) for g, f, pk in tx.all("SELECT gram, field, user_pk FROM user_grams")}
 
 
+def _gram_counts(store: UserStore) -> dict[tuple[str, int], int]:
+    """The count table, rows of 0 (every holder of a gram gone) left out."""
+    with store.dialect.read() as tx:  # type: ignore[attr-defined]
+        return {(g, int(f)): int(n) for g, f, n in tx.all("SELECT gram, field, n FROM user_gram_counts") if n}
+
+
+def _counts_recomputed(store: UserStore) -> dict[tuple[str, int], int]:
+    from collections import Counter
+
+    return dict(Counter((gram, field) for gram, field, _ in _grams_recomputed(store)))
+
+
 def _grams_recomputed(store: UserStore) -> set[tuple[str, int, int]]:
     """What the index must hold: the grams of every live user, recomputed from the users table."""
     from user_api.grams import gram_rows
@@ -469,6 +481,7 @@ def test_the_gram_index_follows_creates_updates_deletes_and_imports(store: UserS
     store.update_user(kate.id, email=None, full_name=None, username="kg")
     assert store.search_users("qz", offset=0, limit=10, include_email=True).total == 0
     assert _names(store.search_users("g", offset=0, limit=10, include_email=False)) == ["kg"]
+    assert _gram_counts(store) == _counts_recomputed(store)
     store.update_user(kate.id, status="disabled")  # disabled users are still found, as by long keywords
     assert _names(store.search_users("kg", offset=0, limit=10, include_email=False)) == ["kg"]
     assert _gram_table(store) == _grams_recomputed(store)
@@ -477,6 +490,7 @@ def test_the_gram_index_follows_creates_updates_deletes_and_imports(store: UserS
     store.import_users([ImportedUser("imported", FAST_HASHER.hash("password-1"), "im@wq.example", "Ima Port")])
     assert _names(store.search_users("wq", offset=0, limit=10, include_email=True)) == ["imported"]
     assert _gram_table(store) == _grams_recomputed(store)
+    assert _gram_counts(store) == _counts_recomputed(store)
     assert len({pk for _, _, pk in _gram_table(store)}) == 2 and other.username == "root"  # the tombstone holds none
 
 
@@ -497,5 +511,84 @@ def test_a_schema_2_database_gets_its_gram_index_on_opening(store_settings: Sett
         assert _names(again.search_users("qv", offset=0, limit=10, include_email=True)) == ["bob"]
         assert again.search_users("qv", offset=0, limit=10, include_email=False).total == 0
         assert _gram_table(again) and _gram_table(again) == _grams_recomputed(again)
+        assert _gram_counts(again) == _counts_recomputed(again)
     finally:
         again.close()
+
+
+def _downgrade_to_schema_3(store: UserStore) -> None:
+    """Before the gram counts (and, on PostgreSQL, with the plain column trigram indexes)."""
+    _downgrade(store, "DROP TABLE user_gram_counts", 3)
+    if store.dialect.name == "postgresql":  # type: ignore[attr-defined]
+        with store.dialect.write() as tx:  # type: ignore[attr-defined]
+            tx.run("DROP INDEX users_username_words_trgm")
+            tx.run("CREATE INDEX users_username_trgm ON users USING gin (username gin_trgm_ops)")
+
+
+def _trigram_indexes(store: UserStore) -> set[str]:
+    with store.dialect.read() as tx:  # type: ignore[attr-defined]
+        rows = tx.all("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'users'"
+                       " AND indexdef LIKE ?", ("%gin_trgm_ops%",))
+    return {row[0] for row in rows}
+
+
+def test_a_schema_3_database_gets_its_gram_counts_on_opening(store_settings: Settings) -> None:
+    first = open_user_store(store_settings, hasher=FAST_HASHER)
+    for name in ("qa", "qb", "bq"):
+        first.create_user(name, "password-1", f"{name}@zx.example", "Quinn")
+    gone = first.create_user("qgone", "password-1", None, "Gone Q")
+    first.delete_user(gone.id)
+    _downgrade_to_schema_3(first)
+    first.close()
+    again = open_user_store(store_settings, hasher=FAST_HASHER)
+    try:
+        assert _gram_counts(again) and _gram_counts(again) == _counts_recomputed(again)
+        if again.dialect.name == "postgresql":  # type: ignore[attr-defined]
+            assert _trigram_indexes(again) == {f"users_{f}_words_trgm" for f in ("username", "full_name", "email")}
+        page = again.search_users("q", offset=0, limit=2, include_email=False)
+        assert page.total == 3 and _names(page) == ["qa", "qb"]  # prefix matches first, counted from the table
+        assert again.search_users("q", offset=0, limit=10, include_email=False, count_limit=1).total == 1
+        assert again.search_users("zx", offset=0, limit=10, include_email=True).total == 3
+        again.create_user("zq", "password-1")
+        assert again.search_users("q", offset=0, limit=10, include_email=False).total == 4
+        assert _gram_counts(again) == _counts_recomputed(again)
+    finally:
+        again.close()
+
+
+def test_keywords_across_word_breaks_match_exactly(store: UserStore) -> None:
+    """PostgreSQL's trigram indexes read text with its word breaks made 'q' (store_postgres.word_text):
+    keywords spanning a space, '.', '-', '_' or holding a 'q' find exactly what a substring test finds."""
+    people = {
+        "kas-nor": ("Kas Nor", "kas.nor@example.org"),
+        "kasqnor": ("Kasqnor Q", "kasqnor@example.org"),
+        "ann_72": ("Ann Seventy", "ann72@example.org"),
+        "annq72": ("Ann Q", "a.n.n@example.org"),
+        "rosa": ("Rosa O'Neil", None),
+    }
+    for name, (full_name, email) in people.items():
+        store.create_user(name, "password-1", email, full_name)
+
+    def found(keyword: str, include_email: bool = True) -> list[str]:
+        return _names(store.search_users(keyword, offset=0, limit=10, include_email=include_email))
+
+    assert found("s n") == ["kas-nor"]
+    assert found("s-n") == ["kas-nor"] and found("s.n") == ["kas-nor"]
+    assert found("sqn") == ["kasqnor"]
+    assert found("N_7") == ["ann_72"] and found("nq7") == ["annq72"]
+    assert found("n.n") == ["annq72"] and found("n.n", include_email=False) == []
+    assert found("o'n") == ["rosa"] and found("O'NEIL") == ["rosa"]
+    assert found("nor") == ["kas-nor", "kasqnor"]  # no break, no 'q': the word test alone decides
+
+
+def test_long_keyword_pages_are_the_same_dense_or_sparse(store: UserStore) -> None:
+    """PostgreSQL picks the page's plan from the count (walk the primary key when matches are
+    dense, read them all and sort when sparse): both give the sign-up order and the same pages."""
+    filler = FAST_HASHER.hash("password-1")
+    store.import_users(ImportedUser(f"user{n}", filler, None, f"Common Name {n}") for n in range(300))
+    dense = store.search_users("mmon", offset=0, limit=3, include_email=False)
+    assert dense.total == 300 and _names(dense) == ["user0", "user1", "user2"]
+    deep = store.search_users("mmon", offset=297, limit=10, include_email=False)
+    assert _names(deep) == ["user297", "user298", "user299"]
+    sparse = store.search_users("name 29", offset=1, limit=5, include_email=False)
+    assert sparse.total == 11 and _names(sparse) == ["user290", "user291", "user292", "user293", "user294"]
