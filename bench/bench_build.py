@@ -216,7 +216,7 @@ def child_main(content: str, out: str) -> int:
                 "cpu_seconds": own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime,
                 "packages": result.packages,
                 "versions": result.versions,
-                "written": len(result.written),
+                "written": getattr(result.written, "total", len(result.written)),
                 "errors": [str(e) for e in result.errors[:5]],
             }
         )
