@@ -869,11 +869,11 @@ def _refuse_mass_removal(settings: Settings, state: BuildState, plans: dict[str,
     A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
         return
-    present = state.present_names()
-    going = [name for name, (_, stays) in plans.items() if name in present and not stays and not _unpublished(settings, state, name)]
-    if len(going) > 1 and 2 * len(going) > len(present):
+    going = [n for n, (_, stays) in plans.items() if not stays and state.is_present(n) and not _unpublished(settings, state, n)]
+    present = state.present_count() if len(going) > 1 else 0  # counted only when it can matter
+    if len(going) > 1 and 2 * len(going) > present:
         raise PruneRefused(
-            f"this build would remove {len(going)} of the {len(present)} packages in {settings.out_dir} because "
+            f"this build would remove {len(going)} of the {present} packages in {settings.out_dir} because "
             f"{settings.content_dir} no longer holds their archives; nothing was changed. If that is intended, "
             "run again with --prune"
         )

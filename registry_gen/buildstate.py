@@ -487,6 +487,9 @@ class BuildState:
         row = self.db.execute("SELECT present FROM packages WHERE name = ?", (name,)).fetchone()
         return bool(row and row[0])
 
+    def present_count(self) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM packages WHERE present").fetchone()[0])
+
     def present_names(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT name FROM packages WHERE present")}
 
