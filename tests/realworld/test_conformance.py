@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from registry_gen import site
 from tests.hosts.clients import CLIENTS, ClientRun, clean_env, install_client
 from tests.support import static_server
 from tests.realworld.corpus import LOCKFILE, MANIFEST, Corpus, ensure_corpus, odd_packages, package_name, split_spec
@@ -385,6 +386,32 @@ def test_build_publishes_every_real_tarball(registry: Registry, corpus: Corpus) 
     assert versions is not None and int(versions.group(1)) == len(corpus.entries), summary
     absent = [e.spec for e in corpus.entries if not (registry.tree / tarball_path(e.name, e.version).lstrip("/")).is_file()]
     assert absent == []
+
+
+def test_every_real_package_is_browsable_and_searchable(registry: Registry) -> None:
+    """The listings on ~1,100 real names (scopes, dots, legacy upper case): each listed package is
+    reached from the front page through the browse pages, and sits in its name's search shard."""
+    assert registry.build.returncode == 0
+    web = registry.tree / "-" / "web"
+    listed = {name for name in json.loads((registry.tree / "-/all/index.html").read_bytes()) if name != "_updated"}
+    reached: set[str] = set()
+    pages, seen = [web / "index.html"], set()
+    while pages:
+        page = pages.pop()
+        for href in re.findall(r'href="([^"#?]+)"', page.read_text()):
+            target = Path(posixpath.normpath(posixpath.join(str(page.parent), urllib.parse.unquote(href))))
+            if "/-/web/browse/" in str(target) and target not in seen:
+                seen.add(target)
+                pages.append(target)
+            elif "/-/web/package/" in str(target) and "/v/" not in str(target):
+                reached.add(str(target.parent.relative_to(web / "package")))
+    assert len(listed) > 1000 and listed - reached == set()
+    assert all(len(p.read_bytes()) < 200_000 for p in seen)  # no browse page grows with the registry
+    for name in sorted(listed):
+        keys = site.search_keys({"name": name})
+        if keys:  # names with a word of two characters or more
+            shard = json.loads((web / "search" / f"{keys[0]}.json").read_bytes())
+            assert name in {entry["name"] for entry in shard["packages"]}, name
 
 
 def test_npm_ci_installs_exactly_the_lockfile(npm_install: Install) -> None:
