@@ -707,7 +707,6 @@ def _write_listings(run: _Run) -> None:
     if run.full:
         roots |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
         shards |= state.listed_shards() | _shards_on_disk(settings.out_dir)
-    if run.full:
         for root in sorted(roots):
             _write_browse_tree(run, root)
     else:
@@ -830,7 +829,7 @@ def _write_fixed_files(settings: Settings, result: BuildResult) -> None:
     (settings.state_folder / LEGACY_FULL_SEARCH_FILE).unlink(missing_ok=True)
 
 
-def write_whole_documents(settings: Settings, state: BuildState, result: BuildResult) -> None:
+def _write_whole_documents(settings: Settings, state: BuildState, result: BuildResult) -> None:
     """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
     The long-running writers defer them (Settings.index_refresh_seconds; see IndexRefresher)."""
     out = settings.out_dir
@@ -917,6 +916,7 @@ class PackageOutcome:
     fragments: tuple[bytes, bytes] = (b"", b"")  # the package's -/all and -/v1/search pieces
     new: bool = False  # the package was not in the tree before
     releases: dict[str, ArchiveRecord] = field(default_factory=dict)  # what it now serves
+    listing: ListingPlace | None = None  # where it shows in the listings (computed with its pieces, in the worker)
 
 
 @dataclass
@@ -958,7 +958,8 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
     }
     fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
     return PackageOutcome(
-        job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous, releases=job.releases
+        job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous, releases=job.releases,
+        listing=listing_of(context.settings, summary),
     )
 
 
@@ -1155,7 +1156,7 @@ def _write_indexes(run: _Run, defer_whole: bool) -> None:
     if defer_whole:
         state.set_setting(WHOLE_STALE, "1")
     else:
-        write_whole_documents(settings, state, run.result)
+        _write_whole_documents(settings, state, run.result)
 
 
 def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -> ContentChanges:
@@ -1390,8 +1391,8 @@ def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:
         run.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
         return
     run.package_set_changed = run.package_set_changed or outcome.new
-    listing = listing_of(run.settings, outcome.record["summary"])
-    run.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments, listing=listing)
+    assert outcome.listing is not None  # set with every record
+    run.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments, listing=outcome.listing)
     run.state.put_live(outcome.name, outcome.releases)
     run.result.rebuilt_packages.append(outcome.name)
 

@@ -46,12 +46,11 @@ from registry_gen.layout import (
     LEGACY_STATE_FOLDER,
     PACKAGE_DOCUMENT,
     SEARCH_DOCUMENT,
-    STATE_DATABASE,
-    STATE_SUFFIX,
 )
 from registry_gen.names import package_dir, tarball_path, url_spellings, validate_name
 from registry_gen.packument import abbreviate
 from registry_gen.ranges import INVALID, parse_spec, resolves
+from registry_gen.settings import Settings
 from registry_gen.site import package_folder
 from registry_gen.versions import validate_version
 
@@ -105,7 +104,7 @@ def verify_tree(out_dir: Path, *, allow_external: bool = False, state_file: Path
     report.packages = len(names)
     # Open entries (version-less on purpose) have no page and are not listed in the indexes.
     listed = [name for name in names if not is_open_entry_document(out_dir, name)]
-    state_file = state_file or out_dir.with_name(out_dir.name + STATE_SUFFIX) / STATE_DATABASE
+    state_file = state_file or Settings(out_dir=out_dir).state_file
     for problem in check_indexes(out_dir, listed):
         if problem.rule == "index-mismatch" and whole_documents_stale(state_file):
             pending = f"{problem.message}; a write left it to its server's refresh (index_refresh_seconds)"
