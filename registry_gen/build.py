@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from registry_gen import __version__, site
 from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
+    SHARDS_STALE,
     WHOLE_STALE,
     ListingPlace,
     CACHE_FILE,
@@ -703,17 +704,21 @@ def _write_listings(run: _Run) -> None:
     bounded size, whatever the registry's size."""
     settings, state, result = run.settings, run.state, run.result
     changes = state.listing_changes
-    roots, shards = {key[:2] for key in changes.ranges}, set(changes.shards)
     if run.full:
-        roots |= state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
-        shards |= state.listed_shards() | _shards_on_disk(settings.out_dir)
+        roots = state.listed_ranges() | _folders_in(settings.out_dir / site.BROWSE_ROOT)
         for root in sorted(roots):
             _write_browse_tree(run, root)
     else:
         for key in sorted(changes.ranges):
             _write_browse_path(run, key)
-    for key in sorted(shards):
-        _write_shard(settings, key, state.shard_entries(key), result)
+    every_shard = run.full or bool(state.get_setting(SHARDS_STALE))
+    shards = state.listed_shards() | _shards_on_disk(settings.out_dir) if every_shard else set(changes.shards)
+    changed_leaves: dict[str, set[str]] = defaultdict(set)
+    for key, bound in changes.leaves:
+        changed_leaves[key].add(bound)
+    for key in sorted(shards | set(changed_leaves)):
+        _write_shard(run, key, recut=key in shards, changed=None if every_shard else changed_leaves[key])
+    state.set_setting(SHARDS_STALE, "")
     if changes.front or run.full:
         counts = state.ranges()
         page = site.front_page(state.recent_summaries(site.RECENT_COUNT), sum(c for _, c in counts), counts, settings)
@@ -785,15 +790,34 @@ def _past_single_narrowings(state: BuildState, prefix: str, count: int) -> str:
     return prefix
 
 
-def _write_shard(settings: Settings, key: str, entries: list[bytes], result: BuildResult) -> None:
-    relative = site.search_shard_path(key)
-    if not entries:
-        for path in (relative, relative + ".gz"):
+def _write_shard(run: _Run, key: str, *, recut: bool, changed: set[str] | None) -> None:
+    """One search shard: its records in `<key>.json` while it is one leaf; else that file lists its
+    leaves, each in `<key>/<id>.json`. `recut`: its leaves were cut or joined (the list is written
+    again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all)."""
+    settings, state, result = run.settings, run.state, run.result
+    bounds = state.shard_leaves(key)
+    relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
+    if len(bounds) <= 1:
+        for path in (folder,) if bounds else (folder, relative, relative + ".gz"):
             if remove_tree(settings.out_dir, path):
                 result.removed.append(path)
+        if bounds:
+            _write_search_json(settings, relative, site.join_search_shard(state.leaf_entries(key, bounds[0])), result)
         return
-    data = site.join_search_shard(entries)
-    # Level 6, not 9: a publish rewrites up to SEARCH_KEY_LIMIT shards; 9 costs 2-3x for ~2 % smaller.
+    if recut:
+        _write_search_json(settings, relative, site.search_shard_index(bounds), result)
+        kept = {site.search_leaf_id(bound) for bound in bounds}
+        for stale in sorted(name for name in _names_in(settings.out_dir / folder) if name.split(".", 1)[0] not in kept):
+            if remove_tree(settings.out_dir, f"{folder}/{stale}"):
+                result.removed.append(f"{folder}/{stale}")
+    for bound in bounds:
+        path = site.search_leaf_path(key, bound)
+        if changed is None or bound in changed or (recut and not (settings.out_dir / path).is_file()):
+            _write_search_json(settings, path, site.join_search_shard(state.leaf_entries(key, bound)), result)
+
+
+def _write_search_json(settings: Settings, relative: str, data: bytes, result: BuildResult) -> None:
+    # Level 6, not 9: a publish rewrites up to SEARCH_KEY_LIMIT leaves; 9 costs 2-3x for ~2 % smaller.
     files = {relative: data, relative + ".gz": gzip_bytes(data, 6)} if settings.gzip else {relative: data}
     _write_files(settings.out_dir, files, result)
 
@@ -811,12 +835,19 @@ def _folders_in(folder: Path) -> set[str]:
         return set()
 
 
-def _shards_on_disk(out: Path) -> set[str]:
+def _names_in(folder: Path) -> list[str]:
     try:
-        names = os.listdir(out / site.SEARCH_SHARD_ROOT)
-    except FileNotFoundError:
-        return set()
-    return {name.split(".", 1)[0] for name in names if name.endswith((".json", ".json.gz"))}
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _shards_on_disk(out: Path) -> set[str]:
+    """The shards the tree holds: `<key>.json` files and the leaf folders of `<key>`."""
+    root = out / site.SEARCH_SHARD_ROOT
+    names = _names_in(root)
+    keys = {name.split(".", 1)[0] for name in names if name.endswith((".json", ".json.gz"))}
+    return {key for key in keys | {name for name in names if (root / name).is_dir()} if key}
 
 
 def _write_fixed_files(settings: Settings, result: BuildResult) -> None:
@@ -1148,7 +1179,7 @@ def _write_indexes(run: _Run, defer_whole: bool) -> None:
     settings, state = run.settings, run.state
     if run.full:
         _write_fixed_files(settings, run.result)
-    if state.listing_changes.front or run.full:
+    if state.listing_changes.front or run.full or state.get_setting(SHARDS_STALE):
         _write_listings(run)
     changed = bool(run.result.rebuilt_packages or run.package_set_changed or run.full)
     if not (changed or state.get_setting(WHOLE_STALE)):

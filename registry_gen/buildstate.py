@@ -17,6 +17,7 @@ rewrite 100,000 records; here it touches only the rows of what changed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -26,9 +27,12 @@ from typing import Any
 
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
-MIGRATED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
+SHARDS_STALE = "search_shards_stale"  # setting: every search shard is to be written again (a schema-7 state's)
+RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
+MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7)  # schema 7 gains the shard leaves and the duplicate-meta table
+SEARCH_LEAF_MAX = 400  # records in one leaf of a search shard; a fuller leaf splits in two
 CACHE_FILE = "cache.sqlite3"
 LEGACY_STATE_FILE = "state.json"
 
@@ -53,6 +57,10 @@ CREATE INDEX IF NOT EXISTS search_keys_by_name ON search_keys (name);
 CREATE TABLE IF NOT EXISTS prefixes (prefix TEXT PRIMARY KEY, parent TEXT NOT NULL, count INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS prefixes_by_parent ON prefixes (parent, prefix);
 CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+-- Schema 8: each search shard cut into leaves of consecutive names, so that a publish rewrites one
+-- leaf of at most SEARCH_LEAF_MAX records however many packages share a word. bound: the first name
+-- the leaf may hold ('' for the first leaf); it holds the names up to the next leaf's bound.
+CREATE TABLE IF NOT EXISTS search_leaves (key TEXT, bound TEXT, count INTEGER NOT NULL, PRIMARY KEY (key, bound)) WITHOUT ROWID;
 """
 
 _STATE_SCHEMA = """
@@ -69,6 +77,10 @@ CREATE INDEX IF NOT EXISTS archives_with_errors ON archives (path) WHERE error I
 CREATE INDEX IF NOT EXISTS archives_by_shasum ON archives (shasum);
 CREATE TABLE IF NOT EXISTS metas (path TEXT PRIMARY KEY, name TEXT, error TEXT);
 CREATE INDEX IF NOT EXISTS metas_by_name ON metas (name);
+CREATE INDEX IF NOT EXISTS metas_with_errors ON metas (path) WHERE error IS NOT NULL;
+-- Schema 8: every valid meta file after the first (by path) for its name, kept per write, so a
+-- build reports them in O(duplicates), not by a self-join over every meta file.
+CREATE TABLE IF NOT EXISTS meta_duplicates (path TEXT PRIMARY KEY, name TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS times (name TEXT, version TEXT, stamp TEXT NOT NULL, PRIMARY KEY (name, version)) WITHOUT ROWID;
 -- all_fragment/search_fragment: the package's serialised piece of -/all and of -/v1/search.
 CREATE TABLE IF NOT EXISTS packages (
@@ -137,7 +149,8 @@ class ListingChanges:
 
     front: bool = False
     ranges: set[str] = field(default_factory=set)
-    shards: set[str] = field(default_factory=set)
+    shards: set[str] = field(default_factory=set)  # shards whose leaves were cut or joined
+    leaves: set[tuple[str, str]] = field(default_factory=set)  # (shard, bound) whose records changed
 
 
 _ARCHIVE_FIELDS = tuple(f.name for f in fields(ArchiveRecord))
@@ -160,18 +173,40 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA busy_timeout=30000")
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION and not (schema is _STATE_SCHEMA and version in MIGRATED_IN_PLACE):
+    # The cache's tables have not changed since schema 7: a state migration keeps its manifests.
+    kept = MIGRATED_IN_PLACE if schema is _STATE_SCHEMA else (7,)
+    if version != SCHEMA_VERSION and version not in kept:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
             db.execute(f'DROP TABLE IF EXISTS "{table}"')
     db.executescript(schema)
     if schema is _STATE_SCHEMA:
-        _add_index_columns(db, migrated=version in MIGRATED_IN_PLACE)
+        _add_index_columns(db, relisted=version in RELISTED_IN_PLACE)
+        if version in MIGRATED_IN_PLACE:
+            _fill_schema_8_tables(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
 
-def _add_index_columns(db: sqlite3.Connection, *, migrated: bool) -> None:
+def _fill_schema_8_tables(db: sqlite3.Connection) -> None:
+    """An older state gains its duplicate-meta rows and its shards' leaves in place; the next build
+    writes every shard again (as leaves where a shard has outgrown one), nothing else."""
+    db.execute("DELETE FROM meta_duplicates")
+    db.execute(
+        "INSERT INTO meta_duplicates (path, name) SELECT m.path, m.name FROM metas m WHERE m.error IS NULL"
+        " AND m.name IS NOT NULL AND EXISTS (SELECT 1 FROM metas o WHERE o.name = m.name AND o.error IS NULL AND o.path < m.path)"
+    )
+    db.execute("DELETE FROM search_leaves")
+    leaves: list[tuple[str, str, int]] = []
+    for key, names in itertools.groupby(db.execute("SELECT key, name FROM search_keys ORDER BY key, name"), lambda row: row[0]):
+        members = [name for _, name in names]
+        half = SEARCH_LEAF_MAX // 2
+        leaves.extend((key, "" if i == 0 else members[i], len(members[i : i + half])) for i in range(0, len(members), half))
+    db.executemany("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", leaves)
+    db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (SHARDS_STALE,))
+
+
+def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
     """Schema 6's listing columns and tables; a schema-5 state gains them in place (its times and
     pinned versions kept) and the next build is a full one, which fills them."""
     have = {row[1] for row in db.execute("PRAGMA table_info(packages)")}
@@ -184,9 +219,10 @@ def _add_index_columns(db: sqlite3.Connection, *, migrated: bool) -> None:
             "INSERT INTO counters (key, value) SELECT 'packages', COUNT(*) FROM packages"
             " UNION ALL SELECT 'versions', COALESCE(SUM(versions), 0) FROM packages"
         )
-    if migrated:  # the full build that follows lists every package again, from nothing
+    if relisted:  # the full build that follows lists every package again, from nothing
         db.execute("UPDATE packages SET listed = 0")
         db.execute("DELETE FROM search_keys")
+        db.execute("DELETE FROM search_leaves")
         db.execute("DELETE FROM prefixes")
         db.execute("DROP TABLE IF EXISTS ranges")
         db.execute("DELETE FROM settings WHERE key = 'fingerprint'")
@@ -286,6 +322,7 @@ class BuildState:
         self.db.execute("DELETE FROM folders")
         self.db.execute("DELETE FROM archives")
         self.db.execute("DELETE FROM metas")
+        self.db.execute("DELETE FROM meta_duplicates")
         self.db.execute("DELETE FROM issues")
 
     def is_empty(self) -> bool:
@@ -341,10 +378,24 @@ class BuildState:
         return (row[0], row[1]) if row else None
 
     def put_meta(self, path: str, name: str | None, error: str | None) -> None:
+        before = self.meta(path)
         self.db.execute("INSERT OR REPLACE INTO metas (path, name, error) VALUES (?, ?, ?)", (path, name, error))
+        self._find_duplicate_metas({name, before[0] if before else None})
 
     def delete_meta(self, path: str) -> None:
+        before = self.meta(path)
         self.db.execute("DELETE FROM metas WHERE path = ?", (path,))
+        self._find_duplicate_metas({before[0] if before else None})
+
+    def _find_duplicate_metas(self, names: set[str | None]) -> None:
+        """The valid meta files of `names` after the first by path: O(that name's meta files)."""
+        for name in names - {None}:
+            self.db.execute("DELETE FROM meta_duplicates WHERE name = ?", (name,))
+            self.db.execute(
+                "INSERT INTO meta_duplicates (path, name) SELECT path, name FROM metas"
+                " WHERE name = ? AND error IS NULL ORDER BY path LIMIT -1 OFFSET 1",
+                (name,),
+            )
 
     def metas_of(self, name: str) -> list[tuple[str, str | None]]:
         """(path, error) of every meta file naming `name` (or that named it before turning invalid)."""
@@ -356,12 +407,7 @@ class BuildState:
 
     def duplicate_metas(self) -> list[tuple[str, str]]:
         """(name, path) of every valid meta file after the first (by path) for the same name."""
-        return list(
-            self.db.execute(
-                "SELECT m.name, m.path FROM metas m WHERE m.error IS NULL AND m.name IS NOT NULL AND EXISTS "
-                "(SELECT 1 FROM metas o WHERE o.name = m.name AND o.error IS NULL AND o.path < m.path) ORDER BY m.path"
-            )
-        )
+        return list(self.db.execute("SELECT name, path FROM meta_duplicates ORDER BY path"))
 
     def meta_names(self) -> Iterator[str]:
         return (row[0] for row in self.db.execute("SELECT DISTINCT name FROM metas WHERE name IS NOT NULL"))
@@ -433,7 +479,9 @@ class BuildState:
         if listing.listed:
             self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in listing.search_keys))
             self._count_prefixes(listing.range_key, 1)
-            self._touch_listing(listing.range_key, listing.search_keys)
+            self._touch_listing(listing.range_key)
+            for key in dict.fromkeys(listing.search_keys):
+                self._enter_leaf(key, name)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
             "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
@@ -456,7 +504,9 @@ class BuildState:
             keys = [k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))]
             self.db.execute("DELETE FROM search_keys WHERE name = ?", (name,))
             self._count_prefixes(row[2], -1)
-            self._touch_listing(row[2], keys)
+            self._touch_listing(row[2])
+            for key in keys:
+                self._leave_leaf(key, name)
 
     def _count_prefixes(self, key: str, delta: int) -> None:
         rows = [(key[:n], key[: n - 1] if n > 2 else "", delta) for n in range(2, len(key) + 1)]
@@ -468,10 +518,55 @@ class BuildState:
         if delta < 0:
             self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in rows])
 
-    def _touch_listing(self, range_key: str, keys: Iterable[str]) -> None:
+    def _touch_listing(self, range_key: str) -> None:
         self.listing_changes.front = True
         self.listing_changes.ranges.add(range_key)
-        self.listing_changes.shards.update(keys)
+
+    # A shard's leaves work as the leaves of a B-tree with one level: a name goes to the leaf with
+    # the greatest bound not after it; a leaf past SEARCH_LEAF_MAX splits at its middle name; an
+    # emptied leaf goes. Each costs O(log) index reads plus O(SEARCH_LEAF_MAX) for a split.
+
+    def _leaf_of(self, key: str, name: str) -> tuple[str, int] | None:
+        row = self.db.execute(
+            "SELECT bound, count FROM search_leaves WHERE key = ? AND bound <= ? ORDER BY bound DESC LIMIT 1", (key, name)
+        ).fetchone()
+        return (row[0], int(row[1])) if row else None
+
+    def _enter_leaf(self, key: str, name: str) -> None:
+        leaf = self._leaf_of(key, name)
+        if leaf is None:  # the shard's first name, or one before its first leaf's bound
+            bound, count = name if self._has_leaves(key) else "", 1
+            self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, 1)", (key, bound))
+            self.listing_changes.shards.add(key)
+        else:
+            bound, count = leaf[0], leaf[1] + 1
+            self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (count, key, bound))
+        self.listing_changes.leaves.add((key, bound))
+        if count > SEARCH_LEAF_MAX:
+            self._split_leaf(key, bound)
+
+    def _split_leaf(self, key: str, bound: str) -> None:
+        names = self.leaf_names(key, bound)
+        middle = names[len(names) // 2]
+        self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (len(names) // 2, key, bound))
+        self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (key, middle, len(names) - len(names) // 2))
+        self.listing_changes.shards.add(key)
+        self.listing_changes.leaves.add((key, middle))
+
+    def _leave_leaf(self, key: str, name: str) -> None:
+        leaf = self._leaf_of(key, name)
+        if leaf is None:
+            return
+        bound, count = leaf
+        if count > 1:
+            self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (count - 1, key, bound))
+            self.listing_changes.leaves.add((key, bound))
+        else:
+            self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, bound))
+            self.listing_changes.shards.add(key)
+
+    def _has_leaves(self, key: str) -> bool:
+        return self.db.execute("SELECT 1 FROM search_leaves WHERE key = ? LIMIT 1", (key,)).fetchone() is not None
 
     def _add_counter(self, key: str, delta: int) -> None:
         if delta:
@@ -541,12 +636,28 @@ class BuildState:
         return [(k, int(c)) for k, c in rows]
 
     def listed_shards(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_keys")}
+        return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_leaves")}
 
-    def shard_entries(self, key: str) -> list[bytes]:
-        """The site-search records of shard `key`'s packages, by name."""
+    def shard_leaves(self, key: str) -> list[str]:
+        """The bounds of shard `key`'s leaves, in name order."""
+        return [bound for (bound,) in self.db.execute("SELECT bound FROM search_leaves WHERE key = ? ORDER BY bound", (key,))]
+
+    def _leaf_range(self, key: str, bound: str) -> tuple[str, tuple[str, ...]]:
+        """The WHERE clause (on search_keys as k) and its arguments for the names of one leaf."""
+        row = self.db.execute("SELECT MIN(bound) FROM search_leaves WHERE key = ? AND bound > ?", (key, bound)).fetchone()
+        if row[0] is None:
+            return "k.key = ? AND k.name >= ?", (key, bound)
+        return "k.key = ? AND k.name >= ? AND k.name < ?", (key, bound, row[0])
+
+    def leaf_names(self, key: str, bound: str) -> list[str]:
+        where, args = self._leaf_range(key, bound)
+        return [name for (name,) in self.db.execute(f"SELECT k.name FROM search_keys k WHERE {where} ORDER BY k.name", args)]
+
+    def leaf_entries(self, key: str, bound: str) -> list[bytes]:
+        """The site-search records of one leaf of shard `key` (`bound`: its first name), by name."""
+        where, args = self._leaf_range(key, bound)
         rows = self.db.execute(
-            "SELECT p.search_entry FROM search_keys k JOIN packages p ON p.name = k.name WHERE k.key = ? ORDER BY k.name", (key,)
+            f"SELECT p.search_entry FROM search_keys k JOIN packages p ON p.name = k.name WHERE {where} ORDER BY k.name", args
         )
         return [entry for (entry,) in rows]
 

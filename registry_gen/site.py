@@ -239,6 +239,17 @@ def search_shard_path(key: str) -> str:
     return f"{SEARCH_SHARD_ROOT}/{key}.json"
 
 
+def search_leaf_id(bound: str) -> str:
+    """The file name of a shard's leaf (`bound`: the first name it may hold): a digest, since
+    names may hold `@`, `/` and any letter."""
+    return hashlib.blake2s(bound.encode(), digest_size=6).hexdigest()
+
+
+def search_leaf_path(key: str, bound: str) -> str:
+    """A leaf of a shard that has outgrown one file: -/web/search/<key>/<id>.json."""
+    return f"{SEARCH_SHARD_ROOT}/{key}/{search_leaf_id(bound)}.json"
+
+
 def browse_folder(prefix: str) -> str:
     """Where the page of names starting with `prefix` lives: a folder per character after the
     first two (-/web/browse/sy/n/-/), so a range's sub-ranges are its subfolders."""
@@ -770,6 +781,13 @@ def search_entry(summary: Mapping[str, Any]) -> bytes:
 def join_search_shard(entries: Sequence[bytes]) -> bytes:
     """The shard of `entries` (already by name): the same bytes as dumping their list."""
     return b'{"packages":[' + b",".join(entries) + b"]}"
+
+
+def search_shard_index(bounds: Sequence[str]) -> bytes:
+    """A shard cut into leaves (more packages share its words than one file should hold): the
+    ids of its leaves, in name order, which the search box fetches and joins. A shard of one leaf
+    is that leaf's records instead (`join_search_shard`): one fetch, as most shards are."""
+    return json.dumps({"leaves": [search_leaf_id(bound) for bound in bounds]}, separators=(",", ":")).encode()
 
 
 def _row(summary: Mapping[str, Any], root: str) -> dict[str, Any]:

@@ -78,16 +78,29 @@
     return p;
   }
 
-  // Only the shard of one two-character key is fetched: -/web/search/<key>.json.
+  function getJson(url) {
+    return fetch(url).then(function (response) {
+      if (response.status === 404) return { packages: [] }; // no package has a word starting so
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      return response.json();
+    });
+  }
+
+  // Only the shard of one two-character key is fetched: -/web/search/<key>.json. A shard that
+  // more packages share than one file should hold lists its leaves instead: <key>/<id>.json each.
   function loadShard(key) {
     if (!shards[key]) {
-      shards[key] = fetch(form.getAttribute("data-shards") + key + ".json")
-        .then(function (response) {
-          if (response.status === 404) return { packages: [] }; // no package has a word starting so
-          if (!response.ok) throw new Error("HTTP " + response.status);
-          return response.json();
+      var base = form.getAttribute("data-shards");
+      shards[key] = getJson(base + key + ".json")
+        .then(function (data) {
+          if (!data.leaves) return data.packages;
+          return Promise.all(data.leaves.map(function (id) {
+            return getJson(base + key + "/" + encodeURIComponent(id) + ".json");
+          })).then(function (leaves) {
+            return [].concat.apply([], leaves.map(function (leaf) { return leaf.packages; }));
+          });
         })
-        .then(function (data) { return data.packages.map(prepare); });
+        .then(function (packages) { return packages.map(prepare); });
       shards[key].catch(function () { delete shards[key]; });
     }
     return shards[key];

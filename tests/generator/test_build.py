@@ -277,6 +277,16 @@ def test_two_meta_files_for_one_package_are_reported(settings: Settings) -> None
     result = run_build(settings)
     assert [e.path for e in result.errors] == ["b/registry-meta.json"]
     assert "second registry-meta.json" in result.errors[0].reason
+    assert [e.path for e in run_build(settings).errors] == ["b/registry-meta.json"]  # every build reports it
+    (settings.content_dir / "a" / "registry-meta.json").write_text('{"name": "demo-a", "dist-tags": [')
+    assert [e.path for e in run_build(settings).errors] == ["a/registry-meta.json"]  # b is now the valid one
+    (settings.content_dir / "a" / "registry-meta.json").write_text(json.dumps({"name": "demo-b"}))
+    assert run_build(settings).errors == []  # renamed: one meta file per name again
+    (settings.content_dir / "c").mkdir()
+    (settings.content_dir / "c" / "registry-meta.json").write_text(json.dumps({"name": "demo-a"}))
+    assert [e.path for e in run_build(settings).errors] == ["c/registry-meta.json"]
+    (settings.content_dir / "b" / "registry-meta.json").unlink()
+    assert run_build(settings).errors == []
 
 
 def test_hidden_and_temporary_files_are_ignored(settings: Settings) -> None:

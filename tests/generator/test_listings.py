@@ -7,6 +7,7 @@ which list every package under one URL, are left to an IndexRefresher by the lon
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import sqlite3
@@ -171,3 +172,78 @@ def test_a_build_counts_every_file_it_writes_but_names_a_bounded_number(
     assert f"{result.written.total} files written" in result.summary()  # type: ignore[attr-defined]
     log = pickle.loads(pickle.dumps(result.written))  # worker outcomes cross processes
     assert (log, log.total) == (result.written, result.written.total)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------- search shards cut into leaves
+
+
+def _shard_names(settings: Settings, key: str) -> list[list[str]]:
+    """The names of shard `key`, leaf by leaf (one list when the shard is a single file)."""
+    data = json.loads((settings.out_dir / site.search_shard_path(key)).read_bytes())
+    if "packages" in data:
+        return [[p["name"] for p in data["packages"]]]
+    folder = settings.out_dir / site.SEARCH_SHARD_ROOT / key
+    return [[p["name"] for p in json.loads((folder / f"{leaf}.json").read_bytes())["packages"]] for leaf in data["leaves"]]
+
+
+def _crowd(settings: Settings, count: int) -> list[str]:
+    names = [f"crowd-{i:02d}" for i in range(count)]
+    for name in names:
+        make_tarball(settings.content_dir, name, "1.0.0")
+    assert not run_build(settings).errors
+    return names
+
+
+def test_a_shard_too_big_for_one_file_is_cut_into_leaves_of_bounded_size(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    names = _crowd(settings, 11)
+    leaves = _shard_names(settings, "cr")
+    assert len(leaves) > 1 and all(1 <= len(leaf) <= 4 for leaf in leaves)
+    assert [name for leaf in leaves for name in leaf] == names  # every member once, in name order
+    assert (settings.out_dir / site.search_shard_path("cr")).with_suffix(".json.gz").is_file()
+
+
+def test_a_publish_into_a_cut_shard_rewrites_one_leaf_and_not_the_list(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    _crowd(settings, 11)
+    before = _shard_names(settings, "cr")
+    archive = make_tarball(settings.content_dir, "crowd-05a", "1.0.0")
+    written = [p for p in run_build(settings, changed=[archive]).written if p.startswith(f"{site.SEARCH_SHARD_ROOT}/cr")]
+    after = _shard_names(settings, "cr")
+    assert len(after) == len(before)  # a leaf with room took it: no cut, the list untouched
+    assert sorted(written) == sorted({p for p in written if p.startswith(f"{site.SEARCH_SHARD_ROOT}/cr/")}) and len(written) == 2
+    assert sum("crowd-05a" in leaf for leaf in after) == 1
+
+
+def test_a_full_leaf_splits_and_an_emptied_shard_becomes_one_file_again(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    names = _crowd(settings, 11)
+    for extra in ("crowd-00a", "crowd-00b", "crowd-00c"):  # all land in the first leaf: it must split
+        run_build(settings, changed=[make_tarball(settings.content_dir, extra, "1.0.0")])
+    leaves = _shard_names(settings, "cr")
+    assert all(len(leaf) <= 4 for leaf in leaves)
+    assert [n for leaf in leaves for n in leaf] == sorted([*names, "crowd-00a", "crowd-00b", "crowd-00c"])
+    for archive in sorted(settings.content_dir.glob("crowd-*.tgz"))[2:]:
+        archive.unlink()
+    run_build(dataclasses.replace(settings, prune=True))
+    assert _shard_names(settings, "cr") == [["crowd-00", "crowd-00a"]]
+    assert not (settings.out_dir / site.SEARCH_SHARD_ROOT / "cr").exists()  # its leaves went with the cut
+
+
+def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = _crowd(settings, 11)
+    for folder in ("a", "b"):  # two meta files for one name: the second is reported by every build
+        (settings.content_dir / folder).mkdir()
+        (settings.content_dir / folder / "registry-meta.json").write_text(json.dumps({"name": "crowd-00"}))
+    assert [e.path for e in run_build(settings).errors] == ["b/registry-meta.json"]
+    with sqlite3.connect(settings.state_file) as db:
+        db.execute("DROP TABLE search_leaves")
+        db.execute("DROP TABLE meta_duplicates")
+        db.execute("PRAGMA user_version=7")
+    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    result = run_build(settings)
+    assert result.rebuilt_packages == []  # no package read or rendered again
+    assert [e.path for e in result.errors] == ["b/registry-meta.json"]  # the duplicate found in place
+    leaves = _shard_names(settings, "cr")
+    assert len(leaves) > 1 and [n for leaf in leaves for n in leaf] == names
+    assert not any(p.startswith("-/web/search/") for p in run_build(settings).written)  # written once

@@ -50,6 +50,7 @@ DOCS = "public, max-age=0, must-revalidate"
         ("-/web/index.html", ObjectKind.WEB, "text/html; charset=utf-8", DOCS),
         ("-/web/static/site.css", ObjectKind.WEB, "text/css; charset=utf-8", DOCS),
         ("-/web/search/ab.json", ObjectKind.WEB, "application/json", DOCS),
+        ("-/web/search/sy/0f1e2d3c4b5a.json", ObjectKind.WEB, "application/json", DOCS),  # a leaf of a cut shard
         ("robots.txt", ObjectKind.OTHER, "text/plain; charset=utf-8", DOCS),
     ],
 )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
-from registry_gen import site
+from registry_gen import buildstate, site
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.support import make_tarball, static_server
@@ -32,6 +32,7 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PAGE_SIZE = 10  # small pages so that a range splits into sub-ranges with a lean tree
+LEAF_MAX = 5  # small search leaves so that the fillers' shard is cut into several
 FILLERS = 12
 
 RICH_README = """# Widget kit
@@ -153,8 +154,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, s
     content.mkdir()
     out.mkdir()
     build_demo_tree(content)
-    saved = site.PAGE_SIZE
-    site.PAGE_SIZE = PAGE_SIZE
+    saved = site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX
+    site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX = PAGE_SIZE, LEAF_MAX
     try:
         with static_server(out) as url:
             settings = Settings(content_dir=content, out_dir=out, base_url=url, site_title="Acme packages")
@@ -162,7 +163,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, s
             assert not result.errors, result.errors
             yield settings, url
     finally:
-        site.PAGE_SIZE = saved
+        site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX = saved
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +302,8 @@ def test_search_box_fetches_only_the_shard_of_the_typed_word(demo: tuple[Setting
     expect(results).to_have_text(["@acme/widget.kit_core-x"])
     search.fill("pads")  # a word of the description only (the shard of "pa" holds left.pad_x for "pad")
     expect(page.locator("#search-status")).to_contain_text("No package matches")
-    assert fetched == ["search/wi.json", "search/fi.json", "search/wa.json", "search/st.json", "search/ac.json", "search/pa.json"]
+    shards = [path for path in fetched if path.count("/") == 1]  # leaves of a cut shard: see the next test
+    assert shards == ["search/wi.json", "search/fi.json", "search/wa.json", "search/st.json", "search/ac.json", "search/pa.json"]
     search.fill("")
     expect(page.locator("#browse")).to_be_visible()
     expect(page.locator("#search-results")).to_be_hidden()
@@ -309,6 +311,24 @@ def test_search_box_fetches_only_the_shard_of_the_typed_word(demo: tuple[Setting
     page.goto(web_url(url, "index.html?q=strings"))
     expect(results).to_have_text(["left.pad_x"])
     expect(page.locator("#q")).to_have_value("strings")
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_a_shard_cut_into_leaves_is_fetched_whole_and_searched_as_one(demo: tuple[Settings, str], page: Page) -> None:
+    """More fillers share the word "filler" than one leaf holds: the search box fetches the
+    shard's list of leaves, then each leaf once, and finds every filler in name order."""
+    settings, url = demo
+    listing = json.loads((settings.out_dir / site.search_shard_path("fi")).read_bytes())
+    assert len(listing["leaves"]) > 1
+    fetched = shard_requests(page)
+    page.goto(web_url(url, "index.html"))
+    page.locator("#q").fill("filler")
+    results = page.locator("#search-list .package-name")
+    expect(results).to_have_text([f"filler-{n:02d}" for n in range(FILLERS)])
+    assert sorted(fetched) == sorted(["search/fi.json", *(f"search/fi/{leaf}.json" for leaf in listing["leaves"])])
+    page.locator("#q").fill("filler number 3")  # narrowing reuses the leaves: nothing fetched again
+    expect(results).to_have_text(["filler-03"])
+    assert len(fetched) == 1 + len(listing["leaves"])
     assert page.problems == []  # type: ignore[attr-defined]
 
 
