@@ -83,7 +83,7 @@ with servers.registry_gen_serve(command, content, scratch / "serve") as (serve_u
                 "g2b2": ["--workers", "2", "--blocking-threads", "2"],
                 "ghello": ["--workers", "1"],
                 "ghello2": ["--workers", "2"],
-                "gmin2": ["--workers", "2"], "graw1": ["--workers", "1"], "graw2": ["--workers", "2"], "glean1": ["--workers", "1"], "glean2": ["--workers", "2"], "gcache2": ["--workers", "2"], "gmin1": ["--workers", "1"],
+                "gmin2": ["--workers", "2"], "graw1": ["--workers", "1"], "graw2": ["--workers", "2"], "glean1": ["--workers", "1"], "glean2": ["--workers", "2"], "glean1rt2": ["--workers", "1", "--runtime-threads", "2"], "glean1b2": ["--workers", "1", "--blocking-threads", "2"], "gcache2": ["--workers", "2"], "gmin1": ["--workers", "1"],
                 "gstatic": ["--workers", "1", "--static-path-route", "/", "--static-path-mount", str(out), "--static-path-dir-to-file", "index.html"],
             }
             target = "apps:hello" if w.startswith("ghello") else "apps:make"
