@@ -7,9 +7,12 @@ that same tree, so both answer the same bytes for the same URL.
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import shutil
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ P99_GOAL_MS = 10.0
 CONNECTIONS = 32
 IDLE_CONNECTIONS = 300  # issue 15, goal 5: the same figure while 300 idle keep-alive clients are held
 IDLE_DEADLINE = 30.0  # seconds to open them and get their first answers: bounded, whatever the server does
+SERVE_THREADS = 8  # `registry-gen serve`'s default --threads: the hello-world ceiling is measured with the same
+APP_CALLS = 5000  # package-document GETs called in-process to measure the app's own CPU time per request
 
 
 def _row(figure: str, note: str) -> dict[str, Any]:
@@ -69,6 +74,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                 servers.wrk(nginx_url + name, seconds=1, connections=CONNECTIONS)
                 static = servers.wrk(nginx_url + name, seconds=seconds, connections=CONNECTIONS)
                 static_idle = _with_idle(nginx_url + name, seconds)
+        bounds = _bounds(scratch, name, seconds)
         shutil.rmtree(scratch / "serve", ignore_errors=True)
     rps = served["rps"]
     errors = served["non_2xx"] + served["socket_errors"]
@@ -84,9 +90,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     if not met:
         note += (
             f"; issue 15's goal (≥ {NGINX_SHARE_GOAL}× nginx's requests/s, p99 ≤ {P99_GOAL_MS:.0f} ms, also with 300 idle "
-            "connections held: see the next row) is not met: every request runs Python (bottle routing, the "
-            "access rules, a file read) in waitress's threads under one GIL while nginx answers from C with sendfile; "
-            "the floor is waitress's own per-request cost (a hello-world app: see the GET /user row's baseline)"
+            "connections held: see the next row) is not met: " + _bound_note(bounds, static["rps"])
         )
     if rps < GOAL_RPS:
         load = os.getloadavg()[0]
@@ -96,6 +100,61 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "for read-heavy use put nginx in front (registry-gen host-config)"
         )
     return [*_plain_row(figure, rps, static, ratio, met, note), _idle_row(name, seconds, served_idle, static_idle, served)]
+
+
+def _bounds(scratch: Path, name: str, seconds: int) -> dict[str, float]:
+    """The two costs every request pays in `serve`, measured in this run: waitress's own (a
+    hello-world app, same threads, same wrk) and the app's (CPU time per call, no server)."""
+    with servers.waitress_hello(SERVE_THREADS, connection_limit=1000) as hello_url:
+        servers.wrk(hello_url, seconds=1, connections=CONNECTIONS)
+        hello = servers.wrk(hello_url, seconds=seconds, connections=CONNECTIONS)
+    return {"hello_rps": hello["rps"], "app_us": _app_cpu_us(scratch / "serve" / "registry.yaml", scratch / "app-data", name)}
+
+
+def _app_cpu_us(config: Path, data: Path, name: str) -> float:
+    """CPU microseconds one package-document GET costs `serve`'s own WSGI app (access log line
+    included), called in this process on the tree the server built, without any server."""
+    from registry_gen.settings import load_settings
+    from user_api.access_log import ACCESS_LOGGER, AccessLog
+    from user_api.server import create_server_app
+    from user_api.store import open_user_store
+
+    settings = load_settings(config).with_updates(data_dir=data)
+    store = open_user_store(settings)
+    app = AccessLog(create_server_app(settings, store, static=True))
+    statuses: list[str] = []
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/" + name, "QUERY_STRING": "", "SERVER_PROTOCOL": "HTTP/1.1",
+               "REMOTE_ADDR": "127.0.0.1", "HTTP_USER_AGENT": "wrk"}
+    access = logging.getLogger(ACCESS_LOGGER)
+    level = access.level
+    access.setLevel(logging.WARNING)  # the line is built, not written: `serve` hands it to a writer thread
+    try:
+        started = time.process_time()
+        for _ in range(APP_CALLS):
+            body = app({**environ, "wsgi.input": io.BytesIO()}, lambda status, headers, exc_info=None: statuses.append(status))
+            for _chunk in body:
+                pass
+            body.close()  # type: ignore[attr-defined]
+        elapsed = time.process_time() - started
+    finally:
+        access.setLevel(level)
+        store.close()
+    if set(statuses) != {"200 OK"}:
+        raise RuntimeError(f"in-process GET /{name} answered {sorted(set(statuses))}")
+    return elapsed / APP_CALLS * 1e6
+
+
+def _bound_note(bounds: dict[str, float], nginx_rps: float) -> str:
+    hello, app_us = bounds["hello_rps"], bounds["app_us"]
+    return (
+        "every request pays two Python costs, one after the other under one GIL, while nginx answers from C with "
+        f"sendfile: waitress's own (its hello-world app, {SERVE_THREADS} threads, same wrk, did {hello:,.0f} req/s in this "
+        f"run, {hello / nginx_rps if nginx_rps else 0:.2f}× nginx: no app under waitress can do more) and the app's "
+        f"(one package-document GET costs {app_us:.0f} µs of CPU called in-process without a server: at most "
+        f"{1e6 / app_us if app_us else 0:,.0f} req/s on one core, the GIL allowing one). Reaching the goal needs both a "
+        "server whose per-request work is outside the GIL and a leaner static path in the app: bench/SERVE_SERVERS.md "
+        "has the figures of the options (granian, in-memory cache) and what keeps each from `serve` today"
+    )
 
 
 def _plain_row(

@@ -239,3 +239,30 @@ def _read_status_lines(connections: list[socket.socket], end: float) -> int:
                     selector.unregister(connection)
                     del received[connection]
     return answered
+
+
+HELLO_WSGI = """
+import sys, waitress
+def app(environ, start_response):
+    body = b'{"hello":"world"}'
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+waitress.serve(app, host="127.0.0.1", port=int(sys.argv[1]), threads=int(sys.argv[2]), connection_limit=int(sys.argv[3]), _quiet=True)
+"""
+
+
+@contextlib.contextmanager
+def waitress_hello(threads: int, connection_limit: int, port: int | None = None) -> Iterator[str]:
+    """waitress answering a constant 17-byte body from a one-line WSGI app, in its own process:
+    the ceiling of the server itself (what any app under it can reach at most)."""
+    port = port or free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-c", HELLO_WSGI, str(port), str(threads), str(connection_limit)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop(process)
