@@ -41,7 +41,7 @@ WALK_GOAL_MS = 50.0  # issue 7: stat-walk build at 10k
 FLAT_GOAL = 1.2
 MEMORY_FLAT_GOAL = 1.1  # issue 15: peak RSS of a full build, 10k to 1M
 FULL_GOAL = 1.5
-MEMORY_GOAL_MB = 200.0
+MEMORY_GOAL_MB = 150.0  # issue 15, goal 4 (issue 7 had asked 200 MB)
 _sections: dict[str, str] = {}
 
 

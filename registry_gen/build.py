@@ -793,27 +793,39 @@ def _past_single_narrowings(state: BuildState, prefix: str, count: int) -> str:
 def _write_shard(run: _Run, key: str, *, recut: bool, changed: set[str] | None) -> None:
     """One search shard: its records in `<key>.json` while it is one leaf; else that file lists its
     leaves, each in `<key>/<id>.json`. `recut`: its leaves were cut or joined (the list is written
-    again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all)."""
+    again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all).
+    Without a cut, only the changed leaves are looked at: O(1) however many leaves the shard has."""
     settings, state, result = run.settings, run.state, run.result
-    bounds = state.shard_leaves(key)
     relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
-    if len(bounds) <= 1:
+    if state.leaf_count(key, at_most=2) <= 1:
+        bounds = state.shard_leaves(key)
         for path in (folder,) if bounds else (folder, relative, relative + ".gz"):
             if remove_tree(settings.out_dir, path):
                 result.removed.append(path)
         if bounds:
             _write_search_json(settings, relative, site.join_search_shard(state.leaf_entries(key, bounds[0])), result)
         return
-    if recut:
-        _write_search_json(settings, relative, site.search_shard_index(bounds), result)
-        kept = {site.search_leaf_id(bound) for bound in bounds}
-        for stale in sorted(name for name in _names_in(settings.out_dir / folder) if name.split(".", 1)[0] not in kept):
-            if remove_tree(settings.out_dir, f"{folder}/{stale}"):
-                result.removed.append(f"{folder}/{stale}")
-    for bound in bounds:
-        path = site.search_leaf_path(key, bound)
-        if changed is None or bound in changed or (recut and not (settings.out_dir / path).is_file()):
-            _write_search_json(settings, path, site.join_search_shard(state.leaf_entries(key, bound)), result)
+    if recut or changed is None:
+        targets = _recut_shard(run, key, changed)
+    else:
+        targets = sorted(bound for bound in changed if state.has_leaf(key, bound))
+    for bound in targets:
+        _write_search_json(settings, site.search_leaf_path(key, bound), site.join_search_shard(state.leaf_entries(key, bound)), result)
+
+
+def _recut_shard(run: _Run, key: str, changed: set[str] | None) -> list[str]:
+    """Writes the list of a shard's leaves and removes the leaf files it no longer lists; returns
+    the leaves to write: the changed ones (None: all) and any whose file is missing."""
+    settings, result = run.settings, run.result
+    bounds = run.state.shard_leaves(key)
+    _write_search_json(settings, site.search_shard_path(key), site.search_shard_index(bounds), result)
+    folder = f"{site.SEARCH_SHARD_ROOT}/{key}"
+    ids = {site.search_leaf_id(bound): bound for bound in bounds}
+    for stale in sorted(name for name in _names_in(settings.out_dir / folder) if name.split(".", 1)[0] not in ids):
+        if remove_tree(settings.out_dir, f"{folder}/{stale}"):
+            result.removed.append(f"{folder}/{stale}")
+    on_disk = {name.split(".", 1)[0] for name in _names_in(settings.out_dir / folder) if name.endswith(".json")}
+    return [bound for leaf, bound in ids.items() if changed is None or bound in changed or leaf not in on_disk]
 
 
 def _write_search_json(settings: Settings, relative: str, data: bytes, result: BuildResult) -> None:
