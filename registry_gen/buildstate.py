@@ -285,6 +285,7 @@ class BuildState:
 
     def begin(self) -> None:
         self.db.execute("BEGIN IMMEDIATE")
+        self.ledger.discard()  # what a crashed build buffered was never committed
         self._recover_times()
 
     def commit(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -24,33 +25,52 @@ LEDGER_FILE: Final = "first-seen.jsonl"
 
 
 class FirstSeenLedger:
-    """Buffered appends (`record`, `forget`), written by `flush`; `load` replays the file."""
+    """Buffered appends (`record`, `forget`), written by `flush`; `load` replays the file.
+
+    A first build records a line per package (a million versions: ~100k lines): past SPILL_LINES
+    the buffered lines go to a spill file beside the ledger, so memory stays flat; `flush` appends
+    the spill to the ledger; `discard` drops it (the build calls it as it begins, under its lock:
+    a crashed build's spill holds lines that were never committed)."""
+
+    SPILL_LINES: Final = 1000
 
     def __init__(self, path: Path):
         self.path = path
-        self._pending: list[dict[str, Any]] = []
+        self.spill = path.with_name(path.name + ".pending")
+        self._pending: list[str] = []
 
     def record(self, name: str, stamps: Mapping[str, str]) -> None:
         if stamps:
-            self._pending.append({"name": name, "time": dict(stamps)})
+            self._add({"name": name, "time": dict(stamps)})
 
     def forget(self, name: str) -> None:
-        self._pending.append({"name": name, "forget": True})
+        self._add({"name": name, "forget": True})
+
+    def _add(self, entry: dict[str, Any]) -> None:
+        self._pending.append(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n")
+        if len(self._pending) >= self.SPILL_LINES:
+            self._spill()
+
+    def _spill(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.spill, "a", encoding="utf-8") as spill:
+            spill.writelines(self._pending)
+        self._pending.clear()
 
     def discard(self) -> None:
         self._pending.clear()
+        self.spill.unlink(missing_ok=True)
 
     def flush(self) -> None:
         """Appends what was recorded since the last flush, durably (before the state commits)."""
-        if not self._pending:
+        if not self._pending and not self.spill.exists():
             return
-        lines = "".join(json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n" for entry in self._pending)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as ledger:
-            ledger.write(lines)
+        self._spill()
+        with open(self.spill, "rb") as spill, open(self.path, "ab") as ledger:
+            shutil.copyfileobj(spill, ledger)
             ledger.flush()
             os.fsync(ledger.fileno())
-        self._pending.clear()
+        self.spill.unlink()
 
     def load(self) -> dict[str, dict[str, str]]:
         """Every package's first-seen times as the file says now (later lines win)."""
