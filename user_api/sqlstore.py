@@ -5,8 +5,9 @@ ordered by username (so an exact match is first of all); then the other matches 
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
 Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too,
-and take both their counts from user_gram_counts (one row each). A longer keyword's match count is
-skipped when its username-prefix count already reaches the cap (every prefix match is a match).
+and take both their counts from user_gram_counts (one row each); on PostgreSQL, which counts grams up
+to 5 characters (Dialect.counted_gram), so do keywords of 3-5 characters. A longer keyword's match
+count is skipped when its username-prefix count already reaches the cap (every prefix match is a match).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class Tx(Protocol):
 class Dialect(Protocol):
     name: str
     for_update: str  # row-lock suffix for SELECT in a write transaction ("" where writers are serial)
+    counted_gram: int  # keywords this long or shorter take their totals from user_gram_counts
 
     def read(self) -> AbstractContextManager[Tx]: ...
 
@@ -189,24 +191,26 @@ def count_rows(tx: Tx, select: str, params: Sequence[Any], limit: int | None) ->
     return int(row[0]) if row else 0
 
 
-def gram_source(user: User | None) -> set[tuple[str, int]]:
-    """(gram, field) pairs the gram index holds for a user as stored (none once deleted)."""
+def gram_source(user: User | None, longest: int) -> set[tuple[str, int]]:
+    """(gram, field) pairs the gram index counts for a user as stored (none once deleted); those
+    of at most MAX_GRAM characters are also its user_grams rows."""
     if user is None or user.status == "deleted":
         return set()
-    return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email)}
+    return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email, longest)}
 
 
-def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> None:
+def sync_grams(tx: Tx, key: str, before: User | None, after: User | None, longest: int) -> None:
     """Brings the gram index of one user from `before` to `after`, in the caller's transaction."""
-    old, new = gram_source(before), gram_source(after)
+    old, new = gram_source(before, longest), gram_source(after, longest)
     if old == new:
         return
     row = tx.one("SELECT pk FROM users WHERE id = ?", (key,))
     assert row is not None
     pk = int(row[0])
     for gram, field in old - new:
-        tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
-    added = [(gram, field, pk) for gram, field in new - old]
+        if len(gram) <= MAX_GRAM:
+            tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
+    added = [(gram, field, pk) for gram, field in new - old if len(gram) <= MAX_GRAM]
     if added:
         tx.run(*insert_statement(added))
     tx.run(*upsert_counts_statement(count_deltas(old, new)))
@@ -339,12 +343,13 @@ class SqlUserStore:
         """
         keyword = keyword.strip()
         short = 0 < len(keyword) <= MAX_GRAM  # one rule for every length: a case-insensitive substring
+        counted = 0 < len(keyword) <= self.dialect.counted_gram  # its totals are rows of user_gram_counts
         low, high = prefix_range(keyword.lower())
         prefix_where = "u.username >= ? AND u.username < ? AND u.status <> 'deleted'"
         # The prefix part must be counted exactly up to the end of the page, to place the page.
         prefix_cap = None if count_limit is None else max(count_limit, offset + limit)
         with self._read() as tx:
-            if short and fold(keyword) == low:
+            if counted and fold(keyword) == low:
                 # Usernames are lower-case ASCII: "starts the username" is exactly the PREFIX gram.
                 prefix_total = gram_count(tx, keyword, (PREFIX,))
             else:
@@ -358,7 +363,7 @@ class SqlUserStore:
             if count_limit is not None and prefix_total >= count_limit:
                 total = count_limit  # every prefix match is a match: the capped total is already known
             else:
-                count = count_short_matches if short else self.dialect.count_matches
+                count = count_short_matches if counted else self.dialect.count_matches
                 total = count(tx, keyword, include_email=include_email, limit=count_limit)
             wanted, rest = limit - len(rows), max(0, offset - prefix_total)
             if wanted > 0 and short:
@@ -403,7 +408,7 @@ class SqlUserStore:
             )
             assert row is not None
             user = user_from_row(row)
-            sync_grams(tx, user.id, None, user)
+            sync_grams(tx, user.id, None, user, self.dialect.counted_gram)
         log.info("user created: id=%s username=%s role=%s", user.id, user.username, user.role)
         return user
 
@@ -441,7 +446,7 @@ class SqlUserStore:
                 tx.run("DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
             assert row is not None
             user = user_from_row(row)
-            sync_grams(tx, key, current, user)
+            sync_grams(tx, key, current, user, self.dialect.counted_gram)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
 
@@ -530,7 +535,7 @@ class SqlUserStore:
                 " updated_at = ?, version = version + 1 WHERE id = ?",
                 (DELETED_HASH, self.dialect.encode_time(utcnow()), key),
             )
-            sync_grams(tx, key, current, None)
+            sync_grams(tx, key, current, None, self.dialect.counted_gram)
         log.info("user deleted: id=%s", key)
         return True
 

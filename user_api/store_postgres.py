@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import math
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -10,7 +12,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.grams import RECOUNT, UPSERT_COUNTS, counted, gram_rows
+from user_api.grams import COUNTED_GRAM, EMAIL, NAME, PREFIX, counted, fold, gram_rows
 from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern
 
 try:
@@ -19,7 +21,8 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION: Final = 4  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts
+# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: counts of 3-5 character grams too
+SCHEMA_VERSION: Final = 5
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 # Characters pg_trgm splits words at, each made the letter 'q' in the indexed text and in the keyword:
@@ -28,6 +31,11 @@ STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for
 WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
 WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
 SEARCH_FIELDS: Final = ("username", "full_name", "email")
+# A 3-5 character page walks the user_grams rows of the keyword's rarest pair, this many at first
+# (doubling up to WALK_BATCH_MAX), when that reads fewer rows than WALK_OVER_READ x its matches.
+WALK_BATCH: Final = 32
+WALK_BATCH_MAX: Final = 4096
+WALK_OVER_READ: Final = 2
 
 
 def word_text(expression: str) -> str:
@@ -86,6 +94,7 @@ CREATE TABLE IF NOT EXISTS user_grams (
     PRIMARY KEY (gram, field, user_pk)
 );
 -- Schema 4: how many user_grams rows each (gram, field) has (a short search's counts in one read).
+-- Schema 5: also how many live users hold each 3-5 character gram (user_api/grams.py, COUNTED_GRAM).
 CREATE TABLE IF NOT EXISTS user_gram_counts (
     gram text COLLATE "C" NOT NULL,
     field smallint NOT NULL,
@@ -130,20 +139,103 @@ def match_condition(keyword: str, *, include_email: bool) -> str:
     return f"({candidates}) AND " + like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
 
 
-def fill_grams(conn: Any, after_pk: int) -> None:
-    """Indexes the grams of every live user past `after_pk`, and adds them to the counts (a
-    migration's backfill, a bulk load)."""
+def fill_grams(conn: Any, after_pk: int, *, rows: bool = True) -> None:
+    """Indexes the grams of every live user past `after_pk` (unless `rows` is false: the schema-5
+    migration, whose rows are there), and adds them to the counts (a migration's backfill, a bulk load)."""
     counts: Counter[tuple[str, int]] = Counter()
     with conn.cursor() as cursor:
         users = cursor.execute(  # read whole: a connection cannot fetch while it copies
             "SELECT pk, username, full_name, email FROM users WHERE pk > %s AND status <> 'deleted' ORDER BY pk",
             (after_pk,),
         ).fetchall()
-        with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
-            for row in counted(gram_rows(users), counts):
-                copy.write_row(row)
-        upsert = UPSERT_COUNTS.replace("?", "%s")
-        cursor.executemany(upsert, [(gram, field, n) for (gram, field), n in sorted(counts.items())])
+        indexed = counted(gram_rows(users, COUNTED_GRAM), counts)
+        if not rows:
+            collections.deque(indexed, maxlen=0)  # counted only
+        else:
+            with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
+                for row in indexed:
+                    copy.write_row(row)
+        add_counts(cursor, counts)
+
+
+def add_counts(cursor: Any, counts: Counter[tuple[str, int]]) -> None:
+    """Adds a bulk load's counts (at 100k users ~300k (gram, field) pairs): copied into a scratch
+    table, then one upsert in key order (the order every writer locks count rows in)."""
+    cursor.execute("CREATE TEMP TABLE gram_count_delta (gram text, field smallint, n bigint) ON COMMIT DROP")
+    with cursor.copy("COPY gram_count_delta (gram, field, n) FROM STDIN") as copy:
+        for (gram, field), n in counts.items():
+            copy.write_row((gram, field, n))
+    cursor.execute(
+        "INSERT INTO user_gram_counts (gram, field, n) SELECT gram, field, n FROM gram_count_delta"
+        " ORDER BY gram COLLATE \"C\", field ON CONFLICT (gram, field) DO UPDATE SET n = user_gram_counts.n + excluded.n"
+    )
+    cursor.execute("DROP TABLE gram_count_delta")
+
+
+def holds(row: tuple[Any, ...], folded: str, *, include_email: bool) -> bool:
+    """A USER_COLUMNS row holds the folded keyword, folded as the gram counts fold (grams.fold)."""
+    texts = (row[1], row[3], row[2]) if include_email else (row[1], row[3])
+    return any(text and folded in fold(text) for text in texts)
+
+
+def walk_plan(tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: int, limit: int) -> tuple[str, int] | None:
+    """(pair, first batch) for a page walk over the rows of the keyword's rarest 2-character gram,
+    batch 0 when no page can hold a match; None when the walk would read more than
+    WALK_OVER_READ x the matches (the pattern plan reads each match once: cheaper then)."""
+    folded = fold(keyword)
+    pairs = sorted({folded[i:i + 2] for i in range(len(folded) - 1)})
+    marks = ", ".join("?" for _ in fields)
+    sizes: Counter[tuple[str, int]] = Counter()
+    for gram, field, n in tx.all(
+        f"SELECT gram, field, n FROM user_gram_counts WHERE gram IN ({', '.join('?' for _ in pairs)}, ?)"
+        f" AND field IN ({marks})", (*pairs, folded, *fields),
+    ):
+        sizes[gram, int(field)] += int(n)
+    matches = sum(sizes[folded, field] for field in fields)
+    others = matches - (sizes[folded, PREFIX] if folded == low else 0)  # users the page may show
+    pair = min(pairs, key=lambda gram: sum(sizes[gram, field] for field in fields))
+    size = sum(sizes[pair, field] for field in fields)
+    if others <= offset:
+        return pair, 0
+    wanted = offset + limit
+    expected = size if wanted >= others else math.ceil(wanted * size / others)
+    if expected > WALK_OVER_READ * matches:
+        return None
+    return pair, max(WALK_BATCH, math.ceil(expected * 1.25))
+
+
+def walk_pair(
+    tx: Tx, keyword: str, pair: str, batch: int, fields: tuple[int, ...], *, include_email: bool,
+    skip_prefix: tuple[str, str], offset: int, limit: int,
+) -> list[tuple[Any, ...]]:
+    """The page read along the pair's user_grams rows in key order (each field's range limited,
+    their union cut to one batch: no sort of more than a batch), each candidate tested in Python
+    as the counts were made, until the page is full or the rows end."""
+    folded = fold(keyword)
+    page: list[tuple[Any, ...]] = []
+    skipped, after = 0, 0
+    while True:
+        arms = " UNION ALL ".join(
+            f"(SELECT user_pk FROM user_grams WHERE gram = %s AND field = {int(field)} AND user_pk > %s"
+            f" ORDER BY user_pk LIMIT {int(batch)})" for field in fields
+        )
+        rows = tx.raw(  # type: ignore[attr-defined]
+            f"SELECT {columns(USER_COLUMNS, 'u')}, u.pk FROM (SELECT user_pk FROM ({arms}) AS arms"
+            f" ORDER BY user_pk LIMIT {int(batch)}) AS c JOIN users u ON u.pk = c.user_pk ORDER BY u.pk",
+            [value for _ in fields for value in (pair, after)],
+        )
+        for row in rows:
+            if skip_prefix[0] <= row[1] < skip_prefix[1] or not holds(row, folded, include_email=include_email):
+                continue
+            if skipped < offset:
+                skipped += 1
+                continue
+            page.append(row[:-1])
+            if len(page) == limit:
+                return page
+        if len(rows) < batch:
+            return page
+        after, batch = rows[-1][-1], min(2 * batch, WALK_BATCH_MAX)
 
 
 class _PgTx:
@@ -175,6 +267,7 @@ class _PgTx:
 class PostgresDialect:
     name = "postgresql"
     for_update = " FOR UPDATE"
+    counted_gram = COUNTED_GRAM  # a 3-5 character total is a row read, not a heap recheck per match
 
     def __init__(self, url: str):
         if psycopg is None:
@@ -216,9 +309,9 @@ class PostgresDialect:
                 conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
                 conn.execute("DELETE FROM user_gram_counts")
                 fill_grams(conn, 0)
-            elif row[0] is not None and row[0] < 4:
-                conn.execute("DELETE FROM user_gram_counts")
-                conn.execute(RECOUNT)
+            elif row[0] is not None and row[0] < 5:
+                conn.execute("DELETE FROM user_gram_counts")  # recounted from the users: 3-5 grams have no rows
+                fill_grams(conn, 0, rows=False)
             if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
@@ -263,7 +356,27 @@ class PostgresDialect:
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
         matches: int,
     ) -> list[tuple[Any, ...]]:
-        """The page in sign-up order. The indexes yield matches unordered, so there are two plans:
+        """The page in sign-up order: a counted keyword (3-5 characters) walks its rarest pair's
+        user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
+        if len(keyword) <= self.counted_gram:
+            fields = (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX)
+            plan = walk_plan(tx, keyword, fields, skip_prefix[0], offset, limit)
+            if plan is not None:
+                pair, batch = plan
+                return [] if batch == 0 else walk_pair(
+                    tx, keyword, pair, batch, fields, include_email=include_email, skip_prefix=skip_prefix,
+                    offset=offset, limit=limit,
+                )
+        return self.page_by_pattern(
+            tx, keyword, include_email=include_email, skip_prefix=skip_prefix, offset=offset, limit=limit,
+            matches=matches,
+        )
+
+    def page_by_pattern(
+        self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
+        matches: int,
+    ) -> list[tuple[Any, ...]]:
+        """The page in sign-up order, by the pattern. The indexes yield matches unordered, so there are two plans:
         walk the primary key testing each row (about (offset + limit) * users / matches rows), or
         read every match through the indexes and sort (about `matches` rows). The planner guesses
         the match count from pg_trgm's estimate; the count just taken (`matches`, capped) is exact,

@@ -419,18 +419,21 @@ def _gram_counts(store: UserStore) -> dict[tuple[str, int], int]:
 
 
 def _counts_recomputed(store: UserStore) -> dict[tuple[str, int], int]:
+    """What the count table must hold: every gram the store counts (up to its counted_gram
+    characters: longer than the rows on PostgreSQL), per field, of every live user."""
     from collections import Counter
 
-    return dict(Counter((gram, field) for gram, field, _ in _grams_recomputed(store)))
+    longest = store.dialect.counted_gram  # type: ignore[attr-defined]
+    return dict(Counter((gram, field) for gram, field, _ in _grams_recomputed(store, longest)))
 
 
-def _grams_recomputed(store: UserStore) -> set[tuple[str, int, int]]:
+def _grams_recomputed(store: UserStore, longest: int | None = None) -> set[tuple[str, int, int]]:
     """What the index must hold: the grams of every live user, recomputed from the users table."""
-    from user_api.grams import gram_rows
+    from user_api.grams import MAX_GRAM, gram_rows
 
     with store.dialect.read() as tx:  # type: ignore[attr-defined]
         users = tx.all("SELECT pk, username, full_name, email FROM users WHERE status <> 'deleted'")
-    return set(gram_rows(users))
+    return set(gram_rows(users, longest or MAX_GRAM))
 
 
 def test_rare_short_keywords_are_found_in_order_among_many(store: UserStore) -> None:
