@@ -216,18 +216,19 @@ def sync_grams(tx: Tx, key: str, before: User | None, after: User | None, longes
     tx.run(*upsert_counts_statement(count_deltas(old, new)))
 
 
-def gram_count(tx: Tx, keyword: str, fields: Sequence[int]) -> int:
-    """Live users holding the keyword as a gram in one of `fields`: a user has at most one row per
-    gram (user_api/grams.py), so this is their number, read from the counts in O(1)."""
-    marks = ", ".join("?" for _ in fields)
-    row = tx.one(f"SELECT coalesce(sum(n), 0) FROM user_gram_counts WHERE gram = ? AND field IN ({marks})",
-                 (fold(keyword), *fields))
-    return int(row[0]) if row else 0
+def gram_holders(tx: Tx, keyword: str) -> dict[int, int]:
+    """Live users holding the keyword as a gram, per field (0 where none): a user has at most one row
+    per gram (user_api/grams.py), so these are their numbers, its prefix count and its totals, in one
+    read of the counts."""
+    held = dict.fromkeys((NAME, PREFIX, EMAIL), 0)
+    held.update((int(field), int(n)) for field, n in tx.all(
+        "SELECT field, n FROM user_gram_counts WHERE gram = ?", (fold(keyword),)))
+    return held
 
 
-def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
-    total = gram_count(tx, keyword, (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX))
-    return total if limit is None else min(total, limit)
+def match_fields(*, include_email: bool) -> tuple[int, ...]:
+    """The gram fields a search matches in: names always, emails for admins."""
+    return (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX)
 
 
 def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int, limit: int) -> list[tuple[Any, ...]]:
@@ -349,9 +350,10 @@ class SqlUserStore:
         # The prefix part must be counted exactly up to the end of the page, to place the page.
         prefix_cap = None if count_limit is None else max(count_limit, offset + limit)
         with self._read() as tx:
+            held = gram_holders(tx, keyword) if counted else {}
             if counted and fold(keyword) == low:
                 # Usernames are lower-case ASCII: "starts the username" is exactly the PREFIX gram.
-                prefix_total = gram_count(tx, keyword, (PREFIX,))
+                prefix_total = held[PREFIX]
             else:
                 prefix_total = count_rows(tx, f"SELECT 1 FROM users u WHERE {prefix_where}", (low, high), prefix_cap)
             rows: list[tuple[Any, ...]] = []
@@ -360,11 +362,13 @@ class SqlUserStore:
                     f"{self._SELECT_USER} WHERE {prefix_where} ORDER BY u.username LIMIT ? OFFSET ?",
                     (low, high, limit, offset),
                 )
-            if count_limit is not None and prefix_total >= count_limit:
+            if counted:
+                total = sum(held[field] for field in match_fields(include_email=include_email))
+                total = total if count_limit is None else min(total, count_limit)
+            elif count_limit is not None and prefix_total >= count_limit:
                 total = count_limit  # every prefix match is a match: the capped total is already known
             else:
-                count = count_short_matches if counted else self.dialect.count_matches
-                total = count(tx, keyword, include_email=include_email, limit=count_limit)
+                total = self.dialect.count_matches(tx, keyword, include_email=include_email, limit=count_limit)
             wanted, rest = limit - len(rows), max(0, offset - prefix_total)
             if wanted > 0 and short:
                 rows += page_short_matches(tx, keyword, include_email=include_email, offset=rest, limit=wanted)

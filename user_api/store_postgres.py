@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.grams import COUNTED_GRAM, EMAIL, NAME, PREFIX, counted, fold, gram_rows
-from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern
+from user_api.grams import COUNTED_GRAM, PREFIX, counted, fold, gram_rows
+from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern, match_fields
 
 try:
     import psycopg
@@ -201,7 +201,7 @@ def walk_plan(tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: i
     expected = size if wanted >= others else math.ceil(wanted * size / others)
     if expected > WALK_OVER_READ * matches:
         return None
-    return pair, max(WALK_BATCH, math.ceil(expected * 1.25))
+    return pair, min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(expected, 1) * 1.25))))
 
 
 def walk_pair(
@@ -216,10 +216,12 @@ def walk_pair(
     skipped, after = 0, 0
     while True:
         arms = " UNION ALL ".join(
-            f"(SELECT user_pk FROM user_grams WHERE gram = %s AND field = {int(field)} AND user_pk > %s"
+            f"(SELECT user_pk FROM user_grams WHERE gram = ? AND field = {int(field)} AND user_pk > ?"
             f" ORDER BY user_pk LIMIT {int(batch)})" for field in fields
         )
-        rows = tx.raw(  # type: ignore[attr-defined]
+        # The batch is written in (a power of two: a few statements, prepared once each), so the
+        # plan is made for it: a Merge Append of the limited ranges, then users by primary key.
+        rows = tx.all(
             f"SELECT {columns(USER_COLUMNS, 'u')}, u.pk FROM (SELECT user_pk FROM ({arms}) AS arms"
             f" ORDER BY user_pk LIMIT {int(batch)}) AS c JOIN users u ON u.pk = c.user_pk ORDER BY u.pk",
             [value for _ in fields for value in (pair, after)],
@@ -359,7 +361,7 @@ class PostgresDialect:
         """The page in sign-up order: a counted keyword (3-5 characters) walks its rarest pair's
         user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
         if len(keyword) <= self.counted_gram:
-            fields = (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX)
+            fields = match_fields(include_email=include_email)
             plan = walk_plan(tx, keyword, fields, skip_prefix[0], offset, limit)
             if plan is not None:
                 pair, batch = plan
