@@ -11,10 +11,10 @@ index entries. Both stores fold case the same way, here in Python: each characte
 when that gives one character (so 'É' matches 'é', as the trigram index of longer keywords folds),
 else unchanged.
 
-A store may count longer grams than it indexes (`longest`: PostgreSQL counts up to COUNTED_GRAM, see
-store_postgres.py): user_gram_counts then also holds how many live users hold each 3-5 character
-gram per field, while user_grams keeps rows of 1-2 characters only (3-5 character rows would triple
-it). Such a keyword's total is then one read too, and its page walks the rows of its rarest pair.
+A store may index and count longer grams (PostgreSQL: rows up to INDEXED_GRAM, counts up to
+COUNTED_GRAM, see store_postgres.py): a 3-character keyword is then one range and one count row as
+a short one is, and a 4-5 character one takes its total from its count row and walks the rows of
+its rarest 3-character gram for its page (4-5 character rows would double the table again).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ NAME: Final = 0
 EMAIL: Final = 1
 PREFIX: Final = 2
 MAX_GRAM: Final = 2  # keywords of this length or shorter read the gram index (user_grams rows)
+INDEXED_GRAM: Final = 3  # the longest gram a store may index as rows (PostgreSQL does; SQLite MAX_GRAM)
 COUNTED_GRAM: Final = 5  # the longest gram a store may count (PostgreSQL does; SQLite counts MAX_GRAM)
 
 
@@ -78,12 +79,14 @@ RECOUNT: Final = (
 )
 
 
-def counted(rows: Iterable[tuple[str, int, int]], counts: Counter[tuple[str, int]]) -> Iterator[tuple[str, int, int]]:
-    """Counts every row per (gram, field) (a bulk load's counts) and passes on those user_grams
-    holds (grams of at most MAX_GRAM characters: longer ones are counted only)."""
+def counted(
+    rows: Iterable[tuple[str, int, int]], counts: Counter[tuple[str, int]], indexed: range
+) -> Iterator[tuple[str, int, int]]:
+    """Counts every row per (gram, field) (a bulk load's counts) and passes on those whose gram's
+    length is in `indexed` (user_grams rows to write: longer grams are counted only)."""
     for row in rows:
         counts[row[0], row[1]] += 1
-        if len(row[0]) <= MAX_GRAM:
+        if len(row[0]) in indexed:
             yield row
 
 

@@ -5,9 +5,10 @@ ordered by username (so an exact match is first of all); then the other matches 
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
 Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too,
-and take both their counts from user_gram_counts (one row each); on PostgreSQL, which counts grams up
-to 5 characters (Dialect.counted_gram), so do keywords of 3-5 characters. A longer keyword's match
-count is skipped when its username-prefix count already reaches the cap (every prefix match is a match).
+and take both their counts from user_gram_counts (one row each). PostgreSQL also indexes 3-character
+grams and counts grams up to 5 characters (Dialect.indexed_gram, counted_gram): a 3-character
+keyword is read as a short one, and a 4-5 character one takes its counts from the table too. A longer
+keyword's match count is skipped when its username-prefix count already reaches the cap.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from user_api.errors import (
 )
 from user_api.grams import (
     EMAIL,
-    MAX_GRAM,
     NAME,
     PREFIX,
     count_deltas,
@@ -97,6 +97,7 @@ class Tx(Protocol):
 class Dialect(Protocol):
     name: str
     for_update: str  # row-lock suffix for SELECT in a write transaction ("" where writers are serial)
+    indexed_gram: int  # keywords this long or shorter are one user_grams range (at least MAX_GRAM)
     counted_gram: int  # keywords this long or shorter take their totals from user_gram_counts
 
     def read(self) -> AbstractContextManager[Tx]: ...
@@ -192,25 +193,25 @@ def count_rows(tx: Tx, select: str, params: Sequence[Any], limit: int | None) ->
 
 
 def gram_source(user: User | None, longest: int) -> set[tuple[str, int]]:
-    """(gram, field) pairs the gram index counts for a user as stored (none once deleted); those
-    of at most MAX_GRAM characters are also its user_grams rows."""
+    """(gram, field) pairs the gram index counts for a user as stored (none once deleted); the
+    shorter ones (Dialect.indexed_gram) are also its user_grams rows."""
     if user is None or user.status == "deleted":
         return set()
     return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email, longest)}
 
 
-def sync_grams(tx: Tx, key: str, before: User | None, after: User | None, longest: int) -> None:
+def sync_grams(tx: Tx, key: str, before: User | None, after: User | None, dialect: Dialect) -> None:
     """Brings the gram index of one user from `before` to `after`, in the caller's transaction."""
-    old, new = gram_source(before, longest), gram_source(after, longest)
+    old, new = gram_source(before, dialect.counted_gram), gram_source(after, dialect.counted_gram)
     if old == new:
         return
     row = tx.one("SELECT pk FROM users WHERE id = ?", (key,))
     assert row is not None
     pk = int(row[0])
     for gram, field in old - new:
-        if len(gram) <= MAX_GRAM:
+        if len(gram) <= dialect.indexed_gram:
             tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
-    added = [(gram, field, pk) for gram, field in new - old if len(gram) <= MAX_GRAM]
+    added = [(gram, field, pk) for gram, field in new - old if len(gram) <= dialect.indexed_gram]
     if added:
         tx.run(*insert_statement(added))
     tx.run(*upsert_counts_statement(count_deltas(old, new)))
@@ -343,7 +344,7 @@ class SqlUserStore:
         O(matches); past what a client can page through, a bigger number tells it nothing.
         """
         keyword = keyword.strip()
-        short = 0 < len(keyword) <= MAX_GRAM  # one rule for every length: a case-insensitive substring
+        short = 0 < len(keyword) <= self.dialect.indexed_gram  # one rule for every length: a substring
         counted = 0 < len(keyword) <= self.dialect.counted_gram  # its totals are rows of user_gram_counts
         low, high = prefix_range(keyword.lower())
         prefix_where = "u.username >= ? AND u.username < ? AND u.status <> 'deleted'"
@@ -412,7 +413,7 @@ class SqlUserStore:
             )
             assert row is not None
             user = user_from_row(row)
-            sync_grams(tx, user.id, None, user, self.dialect.counted_gram)
+            sync_grams(tx, user.id, None, user, self.dialect)
         log.info("user created: id=%s username=%s role=%s", user.id, user.username, user.role)
         return user
 
@@ -450,7 +451,7 @@ class SqlUserStore:
                 tx.run("DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
             assert row is not None
             user = user_from_row(row)
-            sync_grams(tx, key, current, user, self.dialect.counted_gram)
+            sync_grams(tx, key, current, user, self.dialect)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
 
@@ -539,7 +540,7 @@ class SqlUserStore:
                 " updated_at = ?, version = version + 1 WHERE id = ?",
                 (DELETED_HASH, self.dialect.encode_time(utcnow()), key),
             )
-            sync_grams(tx, key, current, None, self.dialect.counted_gram)
+            sync_grams(tx, key, current, None, self.dialect)
         log.info("user deleted: id=%s", key)
         return True
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import math
 import threading
 from collections import Counter
@@ -12,7 +11,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
-from user_api.grams import COUNTED_GRAM, PREFIX, counted, fold, gram_rows
+from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
 from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern, match_fields
 
 try:
@@ -21,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: counts of 3-5 character grams too
+# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: 3-character gram rows, 3-5 counts
 SCHEMA_VERSION: Final = 5
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
@@ -31,8 +30,9 @@ STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for
 WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
 WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
 SEARCH_FIELDS: Final = ("username", "full_name", "email")
-# A 3-5 character page walks the user_grams rows of the keyword's rarest pair, this many at first
-# (doubling up to WALK_BATCH_MAX), when that reads fewer rows than WALK_OVER_READ x its matches.
+# A 4-5 character page walks the user_grams rows of the keyword's rarest 3-character gram, this
+# many at first (doubling up to WALK_BATCH_MAX), when that reads fewer rows than WALK_OVER_READ x
+# its matches.
 WALK_BATCH: Final = 32
 WALK_BATCH_MAX: Final = 4096
 WALK_OVER_READ: Final = 2
@@ -94,7 +94,7 @@ CREATE TABLE IF NOT EXISTS user_grams (
     PRIMARY KEY (gram, field, user_pk)
 );
 -- Schema 4: how many user_grams rows each (gram, field) has (a short search's counts in one read).
--- Schema 5: also how many live users hold each 3-5 character gram (user_api/grams.py, COUNTED_GRAM).
+-- Schema 5: user_grams also holds 3-character grams, the counts 3-5 character ones (user_api/grams.py).
 CREATE TABLE IF NOT EXISTS user_gram_counts (
     gram text COLLATE "C" NOT NULL,
     field smallint NOT NULL,
@@ -139,27 +139,24 @@ def match_condition(keyword: str, *, include_email: bool) -> str:
     return f"({candidates}) AND " + like_condition(include_email=include_email, placeholder="%s", operator="ILIKE")
 
 
-def fill_grams(conn: Any, after_pk: int, *, rows: bool = True) -> None:
-    """Indexes the grams of every live user past `after_pk` (unless `rows` is false: the schema-5
-    migration, whose rows are there), and adds them to the counts (a migration's backfill, a bulk load)."""
+def fill_grams(conn: Any, after_pk: int, *, rows: range = range(1, INDEXED_GRAM + 1)) -> None:
+    """Indexes the grams of every live user past `after_pk` (those whose length is in `rows`: the
+    schema-5 migration adds the 3-character ones), and adds every gram to the counts (a migration's
+    backfill, a bulk load)."""
     counts: Counter[tuple[str, int]] = Counter()
     with conn.cursor() as cursor:
         users = cursor.execute(  # read whole: a connection cannot fetch while it copies
             "SELECT pk, username, full_name, email FROM users WHERE pk > %s AND status <> 'deleted' ORDER BY pk",
             (after_pk,),
         ).fetchall()
-        indexed = counted(gram_rows(users, COUNTED_GRAM), counts)
-        if not rows:
-            collections.deque(indexed, maxlen=0)  # counted only
-        else:
-            with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
-                for row in indexed:
-                    copy.write_row(row)
+        with cursor.copy("COPY user_grams (gram, field, user_pk) FROM STDIN") as copy:
+            for row in counted(gram_rows(users, COUNTED_GRAM), counts, rows):
+                copy.write_row(row)
         add_counts(cursor, counts)
 
 
 def add_counts(cursor: Any, counts: Counter[tuple[str, int]]) -> None:
-    """Adds a bulk load's counts (at 100k users ~300k (gram, field) pairs): copied into a scratch
+    """Adds a bulk load's counts (at 100k users ~500k (gram, field) pairs): copied into a scratch
     table, then one upsert in key order (the order every writer locks count rows in)."""
     cursor.execute("CREATE TEMP TABLE gram_count_delta (gram text, field smallint, n bigint) ON COMMIT DROP")
     with cursor.copy("COPY gram_count_delta (gram, field, n) FROM STDIN") as copy:
@@ -179,36 +176,36 @@ def holds(row: tuple[Any, ...], folded: str, *, include_email: bool) -> bool:
 
 
 def walk_plan(tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: int, limit: int) -> tuple[str, int] | None:
-    """(pair, first batch) for a page walk over the rows of the keyword's rarest 2-character gram,
-    batch 0 when no page can hold a match; None when the walk would read more than
+    """(gram, first batch) for a page walk over the rows of the keyword's rarest indexed gram (3
+    characters), batch 0 when no page can hold a match; None when the walk would read more than
     WALK_OVER_READ x the matches (the pattern plan reads each match once: cheaper then)."""
     folded = fold(keyword)
-    pairs = sorted({folded[i:i + 2] for i in range(len(folded) - 1)})
+    parts = sorted({folded[i:i + INDEXED_GRAM] for i in range(len(folded) - INDEXED_GRAM + 1)})
     marks = ", ".join("?" for _ in fields)
     sizes: Counter[tuple[str, int]] = Counter()
     for gram, field, n in tx.all(
-        f"SELECT gram, field, n FROM user_gram_counts WHERE gram IN ({', '.join('?' for _ in pairs)}, ?)"
-        f" AND field IN ({marks})", (*pairs, folded, *fields),
+        f"SELECT gram, field, n FROM user_gram_counts WHERE gram IN ({', '.join('?' for _ in parts)}, ?)"
+        f" AND field IN ({marks})", (*parts, folded, *fields),
     ):
         sizes[gram, int(field)] += int(n)
     matches = sum(sizes[folded, field] for field in fields)
     others = matches - (sizes[folded, PREFIX] if folded == low else 0)  # users the page may show
-    pair = min(pairs, key=lambda gram: sum(sizes[gram, field] for field in fields))
-    size = sum(sizes[pair, field] for field in fields)
+    part = min(parts, key=lambda gram: sum(sizes[gram, field] for field in fields))
+    size = sum(sizes[part, field] for field in fields)
     if others <= offset:
-        return pair, 0
+        return part, 0
     wanted = offset + limit
     expected = size if wanted >= others else math.ceil(wanted * size / others)
     if expected > WALK_OVER_READ * matches:
         return None
-    return pair, min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(expected, 1) * 1.25))))
+    return part, min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(expected, 1) * 1.25))))
 
 
-def walk_pair(
-    tx: Tx, keyword: str, pair: str, batch: int, fields: tuple[int, ...], *, include_email: bool,
+def walk_gram(
+    tx: Tx, keyword: str, part: str, batch: int, fields: tuple[int, ...], *, include_email: bool,
     skip_prefix: tuple[str, str], offset: int, limit: int,
 ) -> list[tuple[Any, ...]]:
-    """The page read along the pair's user_grams rows in key order (each field's range limited,
+    """The page read along the gram's user_grams rows in key order (each field's range limited,
     their union cut to one batch: no sort of more than a batch), each candidate tested in Python
     as the counts were made, until the page is full or the rows end."""
     folded = fold(keyword)
@@ -224,7 +221,7 @@ def walk_pair(
         rows = tx.all(
             f"SELECT {columns(USER_COLUMNS, 'u')}, u.pk FROM (SELECT user_pk FROM ({arms}) AS arms"
             f" ORDER BY user_pk LIMIT {int(batch)}) AS c JOIN users u ON u.pk = c.user_pk ORDER BY u.pk",
-            [value for _ in fields for value in (pair, after)],
+            [value for _ in fields for value in (part, after)],
         )
         for row in rows:
             if skip_prefix[0] <= row[1] < skip_prefix[1] or not holds(row, folded, include_email=include_email):
@@ -269,7 +266,8 @@ class _PgTx:
 class PostgresDialect:
     name = "postgresql"
     for_update = " FOR UPDATE"
-    counted_gram = COUNTED_GRAM  # a 3-5 character total is a row read, not a heap recheck per match
+    indexed_gram = INDEXED_GRAM  # a 3-character keyword is one range, as a short one
+    counted_gram = COUNTED_GRAM  # a 4-5 character total is a row read, not a heap recheck per match
 
     def __init__(self, url: str):
         if psycopg is None:
@@ -312,8 +310,9 @@ class PostgresDialect:
                 conn.execute("DELETE FROM user_gram_counts")
                 fill_grams(conn, 0)
             elif row[0] is not None and row[0] < 5:
-                conn.execute("DELETE FROM user_gram_counts")  # recounted from the users: 3-5 grams have no rows
-                fill_grams(conn, 0, rows=False)
+                conn.execute("DELETE FROM user_gram_counts")  # recounted whole, 3-5 character grams added
+                conn.execute("DELETE FROM user_grams WHERE length(gram) > 2")  # none before schema 5
+                fill_grams(conn, 0, rows=range(3, INDEXED_GRAM + 1))
             if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
@@ -358,15 +357,15 @@ class PostgresDialect:
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
         matches: int,
     ) -> list[tuple[Any, ...]]:
-        """The page in sign-up order: a counted keyword (3-5 characters) walks its rarest pair's
+        """The page in sign-up order: a counted keyword (4-5 characters) walks its rarest 3-gram's
         user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
         if len(keyword) <= self.counted_gram:
             fields = match_fields(include_email=include_email)
             plan = walk_plan(tx, keyword, fields, skip_prefix[0], offset, limit)
             if plan is not None:
-                pair, batch = plan
-                return [] if batch == 0 else walk_pair(
-                    tx, keyword, pair, batch, fields, include_email=include_email, skip_prefix=skip_prefix,
+                part, batch = plan
+                return [] if batch == 0 else walk_gram(
+                    tx, keyword, part, batch, fields, include_email=include_email, skip_prefix=skip_prefix,
                     offset=offset, limit=limit,
                 )
         return self.page_by_pattern(

@@ -429,11 +429,11 @@ def _counts_recomputed(store: UserStore) -> dict[tuple[str, int], int]:
 
 def _grams_recomputed(store: UserStore, longest: int | None = None) -> set[tuple[str, int, int]]:
     """What the index must hold: the grams of every live user, recomputed from the users table."""
-    from user_api.grams import MAX_GRAM, gram_rows
+    from user_api.grams import gram_rows
 
     with store.dialect.read() as tx:  # type: ignore[attr-defined]
         users = tx.all("SELECT pk, username, full_name, email FROM users WHERE status <> 'deleted'")
-    return set(gram_rows(users, longest or MAX_GRAM))
+    return set(gram_rows(users, longest or store.dialect.indexed_gram))  # type: ignore[attr-defined]
 
 
 def test_rare_short_keywords_are_found_in_order_among_many(store: UserStore) -> None:
