@@ -313,6 +313,7 @@ class PostgresDialect:
                 conn.execute("DELETE FROM user_gram_counts")  # recounted whole, 3-5 character grams added
                 conn.execute("DELETE FROM user_grams WHERE length(gram) > 2")  # none before schema 5
                 fill_grams(conn, 0, rows=range(3, INDEXED_GRAM + 1))
+                conn.execute("ANALYZE user_grams, user_gram_counts")  # plans for their new sizes
             if row[0] is None or row[0] < SCHEMA_VERSION:
                 conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] > SCHEMA_VERSION:
