@@ -30,12 +30,14 @@ STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for
 WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
 WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
 SEARCH_FIELDS: Final = ("username", "full_name", "email")
-# A 4-5 character page walks the user_grams rows of the keyword's rarest 3-character gram, this
-# many at first (doubling up to WALK_BATCH_MAX), when that reads fewer rows than WALK_OVER_READ x
-# its matches.
+# A 4-5 character page walks the user_grams rows of the keyword's two rarest 3-character grams,
+# this many keys of the rarest at first (doubling up to WALK_BATCH_MAX), when that reads fewer rows
+# than WALK_OVER_READ per match plus WALK_FREE_ROWS (walk_plan).
 WALK_BATCH: Final = 32
 WALK_BATCH_MAX: Final = 4096
-WALK_OVER_READ: Final = 2
+WALK_OVER_READ: Final = 10
+WALK_FREE_ROWS: Final = 2000
+PREFIX_MARK: Final = "\x00"  # gram_sizes: keys of the PREFIX share of a gram (no gram holds NUL)
 
 
 def word_text(expression: str) -> str:
@@ -175,66 +177,98 @@ def holds(row: tuple[Any, ...], folded: str, *, include_email: bool) -> bool:
     return any(text and folded in fold(text) for text in texts)
 
 
-def walk_plan(tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: int, limit: int) -> tuple[str, int] | None:
-    """(gram, first batch) for a page walk over the rows of the keyword's rarest indexed gram (3
-    characters), batch 0 when no page can hold a match; None when the walk would read more than
-    WALK_OVER_READ x the matches (the pattern plan reads each match once: cheaper then)."""
+def gram_sizes(tx: Tx, keyword: str, fields: tuple[int, ...]) -> tuple[Counter[str], list[str]]:
+    """Live users holding the folded keyword and each of its 3-grams in `fields` (one read of the
+    counts), with the 3-grams rarest first."""
     folded = fold(keyword)
     parts = sorted({folded[i:i + INDEXED_GRAM] for i in range(len(folded) - INDEXED_GRAM + 1)})
-    marks = ", ".join("?" for _ in fields)
-    sizes: Counter[tuple[str, int]] = Counter()
+    sizes: Counter[str] = Counter()
     for gram, field, n in tx.all(
         f"SELECT gram, field, n FROM user_gram_counts WHERE gram IN ({', '.join('?' for _ in parts)}, ?)"
-        f" AND field IN ({marks})", (*parts, folded, *fields),
+        f" AND field IN ({', '.join('?' for _ in fields)})", (*parts, folded, *fields),
     ):
-        sizes[gram, int(field)] += int(n)
-    matches = sum(sizes[folded, field] for field in fields)
-    others = matches - (sizes[folded, PREFIX] if folded == low else 0)  # users the page may show
-    part = min(parts, key=lambda gram: sum(sizes[gram, field] for field in fields))
-    size = sum(sizes[part, field] for field in fields)
+        sizes[gram] += int(n)
+        if int(field) == PREFIX:
+            sizes[PREFIX_MARK + gram] += int(n)
+    return sizes, sorted(parts, key=lambda gram: sizes[gram])
+
+
+def walk_plan(
+    tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: int, limit: int
+) -> tuple[tuple[str, ...], int] | None:
+    """(the two rarest 3-grams, first batch) for a page walk along them (walk_grams), batch 0
+    when no page can hold a match; None when the walk would read more than WALK_OVER_READ rows
+    per match, plus WALK_FREE_ROWS (the pattern plan rechecks each match on the heap, ~10 times a
+    row's cost here, after a fixed ~1 ms: cheaper for a keyword much rarer than its 3-grams)."""
+    folded = fold(keyword)
+    sizes, rarest = gram_sizes(tx, keyword, fields)
+    matches = sizes[folded]
+    others = matches - (sizes[PREFIX_MARK + folded] if folded == low else 0)  # users the page may show
     if others <= offset:
-        return part, 0
+        return tuple(rarest[:2]), 0
     wanted = offset + limit
-    expected = size if wanted >= others else math.ceil(wanted * size / others)
-    if expected > WALK_OVER_READ * matches:
+    share = 1.0 if wanted >= others else wanted / others  # of the key range the page walks
+    if share * sum(sizes[gram] for gram in rarest[:2]) > WALK_OVER_READ * matches + WALK_FREE_ROWS:
         return None
-    return part, min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(expected, 1) * 1.25))))
+    first = share * sizes[rarest[0]] * 1.25
+    return tuple(rarest[:2]), min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(first, 1)))))
 
 
-def walk_gram(
-    tx: Tx, keyword: str, part: str, batch: int, fields: tuple[int, ...], *, include_email: bool,
+def gram_keys(tx: Tx, gram: str, fields: tuple[int, ...], after: int, batch: int) -> list[int]:
+    """The first `batch` user_pk past `after` holding the gram in `fields`, in key order: a Merge
+    Append of each field's limited range (the batch is written in, a power of two, so the plan is
+    made for it and each statement is prepared once)."""
+    arms = " UNION ALL ".join(
+        f"(SELECT user_pk FROM user_grams WHERE gram = ? AND field = {int(field)} AND user_pk > ?"
+        f" ORDER BY user_pk LIMIT {int(batch)})" for field in fields
+    )
+    return [row[0] for row in tx.all(
+        f"SELECT user_pk FROM ({arms}) AS arms ORDER BY user_pk LIMIT {int(batch)}",
+        [value for _ in fields for value in (gram, after)],
+    )]
+
+
+def walk_candidates(tx: Tx, grams: tuple[str, ...], fields: tuple[int, ...], after: int, batch: int) -> tuple[list[int], int]:
+    """Users past `after` holding both grams, from the next `batch` keys of the first, and the
+    last key read (0: the rows ended). Index-only reads of user_grams: ~0.3 us a row here."""
+    keys = gram_keys(tx, grams[0], fields, after, batch)
+    if not keys or len(grams) < 2:
+        return keys, (keys[-1] if len(keys) == batch else 0)
+    marks = ", ".join("?" for _ in fields)
+    both = {row[0] for row in tx.all(
+        f"SELECT user_pk FROM user_grams WHERE gram = ? AND field IN ({marks}) AND user_pk > ? AND user_pk <= ?",
+        (grams[1], *fields, after, keys[-1]),
+    )}
+    return [key for key in keys if key in both], (keys[-1] if len(keys) == batch else 0)
+
+
+def walk_grams(
+    tx: Tx, keyword: str, grams: tuple[str, ...], batch: int, fields: tuple[int, ...], *, include_email: bool,
     skip_prefix: tuple[str, str], offset: int, limit: int,
 ) -> list[tuple[Any, ...]]:
-    """The page read along the gram's user_grams rows in key order (each field's range limited,
-    their union cut to one batch: no sort of more than a batch), each candidate tested in Python
-    as the counts were made, until the page is full or the rows end."""
+    """The page read along the users holding the keyword's two rarest 3-grams, in key order
+    (walk_candidates), each candidate's row tested in Python as the counts were made, batch after
+    batch until the page is full or the rows end."""
     folded = fold(keyword)
     page: list[tuple[Any, ...]] = []
     skipped, after = 0, 0
     while True:
-        arms = " UNION ALL ".join(
-            f"(SELECT user_pk FROM user_grams WHERE gram = ? AND field = {int(field)} AND user_pk > ?"
-            f" ORDER BY user_pk LIMIT {int(batch)})" for field in fields
-        )
-        # The batch is written in (a power of two: a few statements, prepared once each), so the
-        # plan is made for it: a Merge Append of the limited ranges, then users by primary key.
+        candidates, after = walk_candidates(tx, grams, fields, after, batch)
         rows = tx.all(
-            f"SELECT {columns(USER_COLUMNS, 'u')}, u.pk FROM (SELECT user_pk FROM ({arms}) AS arms"
-            f" ORDER BY user_pk LIMIT {int(batch)}) AS c JOIN users u ON u.pk = c.user_pk ORDER BY u.pk",
-            [value for _ in fields for value in (part, after)],
-        )
+            f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.pk = ANY(?) ORDER BY u.pk", (candidates,)
+        ) if candidates else []
         for row in rows:
             if skip_prefix[0] <= row[1] < skip_prefix[1] or not holds(row, folded, include_email=include_email):
                 continue
             if skipped < offset:
                 skipped += 1
                 continue
-            page.append(row[:-1])
+            page.append(row)
             if len(page) == limit:
                 return page
-        if len(rows) < batch:
+        if after == 0:
             return page
-        after, batch = rows[-1][-1], min(2 * batch, WALK_BATCH_MAX)
+        batch = min(2 * batch, WALK_BATCH_MAX)
 
 
 class _PgTx:
@@ -358,15 +392,15 @@ class PostgresDialect:
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
         matches: int,
     ) -> list[tuple[Any, ...]]:
-        """The page in sign-up order: a counted keyword (4-5 characters) walks its rarest 3-gram's
-        user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
+        """The page in sign-up order: a counted keyword (4-5 characters) walks its two rarest
+        3-grams' user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
         if len(keyword) <= self.counted_gram:
             fields = match_fields(include_email=include_email)
             plan = walk_plan(tx, keyword, fields, skip_prefix[0], offset, limit)
             if plan is not None:
-                part, batch = plan
-                return [] if batch == 0 else walk_gram(
-                    tx, keyword, part, batch, fields, include_email=include_email, skip_prefix=skip_prefix,
+                grams, batch = plan
+                return [] if batch == 0 else walk_grams(
+                    tx, keyword, grams, batch, fields, include_email=include_email, skip_prefix=skip_prefix,
                     offset=offset, limit=limit,
                 )
         return self.page_by_pattern(

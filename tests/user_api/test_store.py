@@ -647,19 +647,23 @@ def test_three_to_five_character_keywords_rank_and_count_alike_on_both_stores(st
 
 
 def test_long_keyword_pages_are_the_same_walked_or_by_pattern(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PostgreSQL reads a 4-5 character page along its rarest 3-gram's rows, or by the pattern
+    """PostgreSQL reads a 4-5 character page along its two rarest 3-grams' rows, or by the pattern
     (store_postgres.walk_plan chooses from the counts): both plans give the same pages."""
     if store.dialect.name != "postgresql":  # type: ignore[attr-defined]
         pytest.skip("SQLite reads every 3+ character page from FTS5: one plan")
     from user_api import store_postgres
 
     users = _mixed_users(store)
+    # Near misses of 'tonj': both its 3-grams apart, and one of them alone.
+    users += [store.create_user("nearmiss", "password-1", None, "Onjo Tonsberg"),
+              store.create_user("onlyone", "password-1", None, "Onjali")]
     chosen = []
     real_plan = store_postgres.walk_plan
     monkeypatch.setattr(store_postgres, "walk_plan", lambda *a: chosen.append(real_plan(*a)) or chosen[-1])
-    for over_read in (0, 10**9):  # 0: every page by the pattern; 10**9: every page walked
+    for over_read in (-1, 10**9):  # -1: every page by the pattern; 10**9: every page walked
         monkeypatch.setattr(store_postgres, "WALK_OVER_READ", over_read)
-        for keyword in ("tonn", "tonje", "a lin", "onic", "nic.e", "ina s", "lind", "marta"):
+        monkeypatch.setattr(store_postgres, "WALK_FREE_ROWS", 0)
+        for keyword in ("tonj", "tonn", "tonje", "a lin", "onic", "nic.e", "ina s", "lind", "marta"):
             expected = _expected_search(users, keyword, include_email=True)
             starts = sum(u.username.startswith(keyword) for u in users)  # the page after them is walked
             for offset in {0, 3, 11, starts, max(0, starts - 2), max(0, len(expected) - 2), len(expected)}:
