@@ -30,13 +30,13 @@ STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for
 WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
 WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
 SEARCH_FIELDS: Final = ("username", "full_name", "email")
-# A 4-5 character page walks the user_grams rows of the keyword's two rarest 3-character grams,
+# A 4-5 character page walks the user_grams rows of the keyword's 3-character grams (all of them),
 # this many keys of the rarest at first (doubling up to WALK_BATCH_MAX), when that reads fewer rows
 # than WALK_OVER_READ per match plus WALK_FREE_ROWS (walk_plan).
 WALK_BATCH: Final = 32
 WALK_BATCH_MAX: Final = 4096
 WALK_OVER_READ: Final = 10
-WALK_FREE_ROWS: Final = 2000
+WALK_FREE_ROWS: Final = 1000
 PREFIX_MARK: Final = "\x00"  # gram_sizes: keys of the PREFIX share of a gram (no gram holds NUL)
 
 
@@ -196,7 +196,7 @@ def gram_sizes(tx: Tx, keyword: str, fields: tuple[int, ...]) -> tuple[Counter[s
 def walk_plan(
     tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: int, limit: int
 ) -> tuple[tuple[str, ...], int] | None:
-    """(the two rarest 3-grams, first batch) for a page walk along them (walk_grams), batch 0
+    """(the 3-grams, rarest first; first batch) for a page walk along them (walk_grams), batch 0
     when no page can hold a match; None when the walk would read more than WALK_OVER_READ rows
     per match, plus WALK_FREE_ROWS (the pattern plan rechecks each match on the heap, ~10 times a
     row's cost here, after a fixed ~1 ms: cheaper for a keyword much rarer than its 3-grams)."""
@@ -205,13 +205,13 @@ def walk_plan(
     matches = sizes[folded]
     others = matches - (sizes[PREFIX_MARK + folded] if folded == low else 0)  # users the page may show
     if others <= offset:
-        return tuple(rarest[:2]), 0
+        return tuple(rarest), 0
     wanted = offset + limit
     share = 1.0 if wanted >= others else wanted / others  # of the key range the page walks
-    if share * sum(sizes[gram] for gram in rarest[:2]) > WALK_OVER_READ * matches + WALK_FREE_ROWS:
+    if share * sum(sizes[gram] for gram in rarest) > WALK_OVER_READ * matches + WALK_FREE_ROWS:
         return None
     first = share * sizes[rarest[0]] * 1.25
-    return tuple(rarest[:2]), min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(first, 1)))))
+    return tuple(rarest), min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(first, 1)))))
 
 
 def gram_keys(tx: Tx, gram: str, fields: tuple[int, ...], after: int, batch: int) -> list[int]:
@@ -229,24 +229,29 @@ def gram_keys(tx: Tx, gram: str, fields: tuple[int, ...], after: int, batch: int
 
 
 def walk_candidates(tx: Tx, grams: tuple[str, ...], fields: tuple[int, ...], after: int, batch: int) -> tuple[list[int], int]:
-    """Users past `after` holding both grams, from the next `batch` keys of the first, and the
-    last key read (0: the rows ended). Index-only reads of user_grams: ~0.3 us a row here."""
+    """Users past `after` holding every gram, from the next `batch` keys of the first, and the
+    last key read (0: the rows ended). Index-only reads of user_grams (~0.3 us a row here); a user
+    has one row per gram, so holding all the others is a count."""
     keys = gram_keys(tx, grams[0], fields, after, batch)
+    last = keys[-1] if len(keys) == batch else 0
     if not keys or len(grams) < 2:
-        return keys, (keys[-1] if len(keys) == batch else 0)
-    marks = ", ".join("?" for _ in fields)
-    both = {row[0] for row in tx.all(
-        f"SELECT user_pk FROM user_grams WHERE gram = ? AND field IN ({marks}) AND user_pk > ? AND user_pk <= ?",
-        (grams[1], *fields, after, keys[-1]),
-    )}
-    return [key for key in keys if key in both], (keys[-1] if len(keys) == batch else 0)
+        return keys, last
+    others = grams[1:]
+    rows = tx.all(
+        f"SELECT user_pk FROM user_grams WHERE gram IN ({', '.join('?' for _ in others)})"
+        f" AND field IN ({', '.join('?' for _ in fields)}) AND user_pk > ? AND user_pk <= ?"
+        " GROUP BY user_pk HAVING count(*) = ?",
+        (*others, *fields, after, keys[-1], len(others)),
+    )
+    held = {row[0] for row in rows}
+    return [key for key in keys if key in held], last
 
 
 def walk_grams(
     tx: Tx, keyword: str, grams: tuple[str, ...], batch: int, fields: tuple[int, ...], *, include_email: bool,
     skip_prefix: tuple[str, str], offset: int, limit: int,
 ) -> list[tuple[Any, ...]]:
-    """The page read along the users holding the keyword's two rarest 3-grams, in key order
+    """The page read along the users holding all the keyword's 3-grams, in key order
     (walk_candidates), each candidate's row tested in Python as the counts were made, batch after
     batch until the page is full or the rows end."""
     folded = fold(keyword)
@@ -392,8 +397,8 @@ class PostgresDialect:
         self, tx: Tx, keyword: str, *, include_email: bool, skip_prefix: tuple[str, str], offset: int, limit: int,
         matches: int,
     ) -> list[tuple[Any, ...]]:
-        """The page in sign-up order: a counted keyword (4-5 characters) walks its two rarest
-        3-grams' user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
+        """The page in sign-up order: a counted keyword (4-5 characters) walks its 3-grams'
+        user_grams rows when that is short (walk_plan), else the pattern plan reads it."""
         if len(keyword) <= self.counted_gram:
             fields = match_fields(include_email=include_email)
             plan = walk_plan(tx, keyword, fields, skip_prefix[0], offset, limit)

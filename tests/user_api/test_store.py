@@ -647,7 +647,7 @@ def test_three_to_five_character_keywords_rank_and_count_alike_on_both_stores(st
 
 
 def test_long_keyword_pages_are_the_same_walked_or_by_pattern(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PostgreSQL reads a 4-5 character page along its two rarest 3-grams' rows, or by the pattern
+    """PostgreSQL reads a 4-5 character page along its 3-grams' rows, or by the pattern
     (store_postgres.walk_plan chooses from the counts): both plans give the same pages."""
     if store.dialect.name != "postgresql":  # type: ignore[attr-defined]
         pytest.skip("SQLite reads every 3+ character page from FTS5: one plan")
