@@ -30,13 +30,17 @@ STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for
 WORD_BREAKS: Final = " .-_@!~*()'+,/&:;#$"
 WORD_BREAK_LETTERS: Final = "q" * len(WORD_BREAKS)
 SEARCH_FIELDS: Final = ("username", "full_name", "email")
-# A 4-5 character page walks the user_grams rows of the keyword's 3-character grams (all of them),
-# this many keys of the rarest at first (doubling up to WALK_BATCH_MAX), when that reads fewer rows
-# than WALK_OVER_READ per match plus WALK_FREE_ROWS (walk_plan).
+# A 4-5 character page walks the user_grams keys of the keyword's rarest 3-character gram, this
+# many at first (doubling up to WALK_BATCH_MAX), keeping those that hold its other 3-grams, when
+# that costs less than the pattern plan (walk_plan). Costs in index rows read (~0.3 us each here,
+# measured at 100k and 1M users): an index descent ~3, a heap recheck of the pattern plan ~15,
+# its bitmap ~0.05 per trigram posting and ~1,000 fixed (planning, three GIN scans).
 WALK_BATCH: Final = 32
 WALK_BATCH_MAX: Final = 4096
-WALK_OVER_READ: Final = 10
+WALK_OVER_READ: Final = 15
 WALK_FREE_ROWS: Final = 1000
+WALK_POSTING_ROWS: Final = 0.05
+WALK_DESCENT_ROWS: Final = 3
 PREFIX_MARK: Final = "\x00"  # gram_sizes: keys of the PREFIX share of a gram (no gram holds NUL)
 
 
@@ -199,23 +203,28 @@ def gram_sizes(tx: Tx, keyword: str, fields: tuple[int, ...]) -> tuple[Counter[s
 
 def walk_plan(
     tx: Tx, keyword: str, fields: tuple[int, ...], low: str, offset: int, limit: int
-) -> tuple[tuple[str, ...], int] | None:
-    """(the 3-grams, rarest first; first batch) for a page walk along them (walk_grams), batch 0
-    when no page can hold a match; None when the walk would read more than WALK_OVER_READ rows
-    per match, plus WALK_FREE_ROWS (the pattern plan rechecks each match on the heap, ~10 times a
-    row's cost here, after a fixed ~1 ms: cheaper for a keyword much rarer than its 3-grams)."""
+) -> tuple[tuple[str, ...], int, bool] | None:
+    """(the 3-grams, rarest first; the first batch; whether the others are probed per key rather
+    than read over the window) for a page walk along them (walk_grams), batch 0 when no page can
+    hold a match; None when the pattern plan is expected to cost less (a keyword much rarer than
+    its 3-grams)."""
     folded = fold(keyword)
     sizes, rarest = gram_sizes(tx, keyword, fields)
     matches = sizes[folded]
     others = matches - (sizes[PREFIX_MARK + folded] if folded == low else 0)  # users the page may show
     if others <= offset:
-        return tuple(rarest), 0
-    wanted = offset + limit
-    share = 1.0 if wanted >= others else wanted / others  # of the key range the page walks
-    if share * sum(sizes[gram] for gram in rarest) > WALK_OVER_READ * matches + WALK_FREE_ROWS:
+        return tuple(rarest), 0, False
+    share = 1.0 if offset + limit >= others else (offset + limit) / others  # of the key range walked
+    driver = max(sizes[rarest[0]], 1)
+    window = sum(sizes[gram] for gram in rarest[1:]) / driver  # rows of the others per driver key
+    probes = WALK_DESCENT_ROWS * (len(rarest) - 1) * len(fields)  # or descents per driver key
+    walk = share * driver * (1 + min(window, probes))
+    pattern = WALK_FREE_ROWS + WALK_OVER_READ * matches + WALK_POSTING_ROWS * sum(sizes[g] for g in rarest)
+    if walk > pattern:
         return None
-    first = share * sizes[rarest[0]] * 1.25
-    return tuple(rarest), min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(first, 1)))))
+    first = share * driver * 1.25
+    batch = min(WALK_BATCH_MAX, max(WALK_BATCH, 1 << math.ceil(math.log2(max(first, 1)))))
+    return tuple(rarest), batch, probes < window
 
 
 def gram_keys(tx: Tx, gram: str, fields: tuple[int, ...], after: int, batch: int) -> list[int]:
@@ -232,37 +241,41 @@ def gram_keys(tx: Tx, gram: str, fields: tuple[int, ...], after: int, batch: int
     )]
 
 
-def walk_candidates(tx: Tx, grams: tuple[str, ...], fields: tuple[int, ...], after: int, batch: int) -> tuple[list[int], int]:
+def walk_candidates(
+    tx: Tx, grams: tuple[str, ...], fields: tuple[int, ...], after: int, batch: int, probe: bool
+) -> tuple[list[int], int]:
     """Users past `after` holding every gram, from the next `batch` keys of the first, and the
-    last key read (0: the rows ended). Index-only reads of user_grams (~0.3 us a row here); a user
-    has one row per gram, so holding all the others is a count."""
+    last key read (0: the rows ended). Index-only reads of user_grams: the other grams' rows over
+    the keys' window, or (`probe`: the others are much denser) looked up for those keys only. A
+    user has one row per gram, so holding all the others is a count."""
     keys = gram_keys(tx, grams[0], fields, after, batch)
     last = keys[-1] if len(keys) == batch else 0
     if not keys or len(grams) < 2:
         return keys, last
     others = grams[1:]
+    where, bounds = ("user_pk = ANY(?)", (keys,)) if probe else ("user_pk > ? AND user_pk <= ?", (after, keys[-1]))
     rows = tx.all(
         f"SELECT user_pk FROM user_grams WHERE gram IN ({', '.join('?' for _ in others)})"
-        f" AND field IN ({', '.join('?' for _ in fields)}) AND user_pk > ? AND user_pk <= ?"
-        " GROUP BY user_pk HAVING count(*) = ?",
-        (*others, *fields, after, keys[-1], len(others)),
+        f" AND field IN ({', '.join('?' for _ in fields)}) AND {where} GROUP BY user_pk HAVING count(*) = ?",
+        (*others, *fields, *bounds, len(others)),
     )
     held = {row[0] for row in rows}
     return [key for key in keys if key in held], last
 
 
 def walk_grams(
-    tx: Tx, keyword: str, grams: tuple[str, ...], batch: int, fields: tuple[int, ...], *, include_email: bool,
+    tx: Tx, keyword: str, plan: tuple[tuple[str, ...], int, bool], fields: tuple[int, ...], *, include_email: bool,
     skip_prefix: tuple[str, str], offset: int, limit: int,
 ) -> list[tuple[Any, ...]]:
     """The page read along the users holding all the keyword's 3-grams, in key order
     (walk_candidates), each candidate's row tested in Python as the counts were made, batch after
     batch until the page is full or the rows end."""
     folded = fold(keyword)
+    grams, batch, probe = plan
     page: list[tuple[Any, ...]] = []
     skipped, after = 0, 0
     while True:
-        candidates, after = walk_candidates(tx, grams, fields, after, batch)
+        candidates, after = walk_candidates(tx, grams, fields, after, batch, probe)
         rows = tx.all(
             f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.pk = ANY(?) ORDER BY u.pk", (candidates,)
         ) if candidates else []
@@ -407,9 +420,8 @@ class PostgresDialect:
             fields = match_fields(include_email=include_email)
             plan = walk_plan(tx, keyword, fields, skip_prefix[0], offset, limit)
             if plan is not None:
-                grams, batch = plan
-                return [] if batch == 0 else walk_grams(
-                    tx, keyword, grams, batch, fields, include_email=include_email, skip_prefix=skip_prefix,
+                return [] if plan[1] == 0 else walk_grams(
+                    tx, keyword, plan, fields, include_email=include_email, skip_prefix=skip_prefix,
                     offset=offset, limit=limit,
                 )
         return self.page_by_pattern(

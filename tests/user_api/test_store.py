@@ -660,16 +660,18 @@ def test_long_keyword_pages_are_the_same_walked_or_by_pattern(store: UserStore, 
     chosen = []
     real_plan = store_postgres.walk_plan
     monkeypatch.setattr(store_postgres, "walk_plan", lambda *a: chosen.append(real_plan(*a)) or chosen[-1])
-    for over_read in (-1, 10**9):  # -1: every page by the pattern; 10**9: every page walked
-        monkeypatch.setattr(store_postgres, "WALK_OVER_READ", over_read)
-        monkeypatch.setattr(store_postgres, "WALK_FREE_ROWS", 0)
+    # Every page by the pattern; every page walked, the other 3-grams probed per key; read over the window.
+    for free_rows, descent_rows in ((-10**9, 3), (10**9, 0), (10**9, 10**6)):
+        monkeypatch.setattr(store_postgres, "WALK_FREE_ROWS", free_rows)
+        monkeypatch.setattr(store_postgres, "WALK_DESCENT_ROWS", descent_rows)
         for keyword in ("tonj", "tonn", "tonje", "a lin", "onic", "nic.e", "ina s", "lind", "marta"):
             expected = _expected_search(users, keyword, include_email=True)
             starts = sum(u.username.startswith(keyword) for u in users)  # the page after them is walked
             for offset in {0, 3, 11, starts, max(0, starts - 2), max(0, len(expected) - 2), len(expected)}:
                 page = store.search_users(keyword, offset=offset, limit=4, include_email=True)
-                assert _names(page) == expected[offset:offset + 4], (over_read, keyword, offset)
-    assert None in chosen and any(plan and plan[1] > 0 for plan in chosen)  # both plans ran
+                assert _names(page) == expected[offset:offset + 4], (free_rows, descent_rows, keyword, offset)
+    walked = [plan for plan in chosen if plan and plan[1] > 0]
+    assert None in chosen and {plan[2] for plan in walked} == {True, False}  # every plan ran
 
 
 def _downgrade_to_schema_4(store: UserStore) -> None:
