@@ -33,14 +33,15 @@ SEARCH_FIELDS: Final = ("username", "full_name", "email")
 # A 4-5 character page walks the user_grams keys of the keyword's rarest 3-character gram, this
 # many at first (doubling up to WALK_BATCH_MAX), keeping those that hold its other 3-grams, when
 # that costs less than the pattern plan (walk_plan). Costs in index rows read (~0.3 us each here,
-# measured at 100k and 1M users): an index descent ~3, a heap recheck of the pattern plan ~15,
-# its bitmap ~0.05 per trigram posting and ~1,000 fixed (planning, three GIN scans).
+# measured at 100k and 1M users): a row of the grouped window read ~2, an index descent ~3, a heap
+# recheck of the pattern plan ~15, its bitmap ~0.05 per trigram posting and ~1,000 fixed.
 WALK_BATCH: Final = 32
 WALK_BATCH_MAX: Final = 4096
 WALK_OVER_READ: Final = 15
 WALK_FREE_ROWS: Final = 1000
 WALK_POSTING_ROWS: Final = 0.05
 WALK_DESCENT_ROWS: Final = 3
+WALK_WINDOW_ROWS: Final = 2
 PREFIX_MARK: Final = "\x00"  # gram_sizes: keys of the PREFIX share of a gram (no gram holds NUL)
 
 
@@ -216,7 +217,7 @@ def walk_plan(
         return tuple(rarest), 0, False
     share = 1.0 if offset + limit >= others else (offset + limit) / others  # of the key range walked
     driver = max(sizes[rarest[0]], 1)
-    window = sum(sizes[gram] for gram in rarest[1:]) / driver  # rows of the others per driver key
+    window = WALK_WINDOW_ROWS * sum(sizes[gram] for gram in rarest[1:]) / driver  # the others' rows per key
     probes = WALK_DESCENT_ROWS * (len(rarest) - 1) * len(fields)  # or descents per driver key
     walk = share * driver * (1 + min(window, probes))
     pattern = WALK_FREE_ROWS + WALK_OVER_READ * matches + WALK_POSTING_ROWS * sum(sizes[g] for g in rarest)
