@@ -33,14 +33,14 @@ SEARCH_FIELDS: Final = ("username", "full_name", "email")
 # A 4-5 character page walks the user_grams keys of the keyword's rarest 3-character gram, this
 # many at first (doubling up to WALK_BATCH_MAX), keeping those that hold its other 3-grams, when
 # that costs less than the pattern plan (walk_plan). Costs in index rows read (~0.3 us each here,
-# measured at 100k and 1M users): a row of the grouped window read ~2, an index descent ~3, a heap
+# measured at 100k and 1M users): a row of the grouped window read ~2, an index descent ~6, a heap
 # recheck of the pattern plan ~15, its bitmap ~0.05 per trigram posting and ~1,000 fixed.
 WALK_BATCH: Final = 32
 WALK_BATCH_MAX: Final = 4096
 WALK_OVER_READ: Final = 15
 WALK_FREE_ROWS: Final = 1000
 WALK_POSTING_ROWS: Final = 0.05
-WALK_DESCENT_ROWS: Final = 3
+WALK_DESCENT_ROWS: Final = 6
 WALK_WINDOW_ROWS: Final = 2
 PREFIX_MARK: Final = "\x00"  # gram_sizes: keys of the PREFIX share of a gram (no gram holds NUL)
 
@@ -254,12 +254,19 @@ def walk_candidates(
     if not keys or len(grams) < 2:
         return keys, last
     others = grams[1:]
-    where, bounds = ("user_pk = ANY(?)", (keys,)) if probe else ("user_pk > ? AND user_pk <= ?", (after, keys[-1]))
-    rows = tx.all(
-        f"SELECT user_pk FROM user_grams WHERE gram IN ({', '.join('?' for _ in others)})"
-        f" AND field IN ({', '.join('?' for _ in fields)}) AND {where} GROUP BY user_pk HAVING count(*) = ?",
-        (*others, *fields, *bounds, len(others)),
-    )
+    held_by = f"gram IN ({', '.join('?' for _ in others)}) AND field IN ({', '.join('?' for _ in fields)})"
+    if probe:  # one index descent per (gram, field, key): `user_pk = ANY` in one scan is only a filter
+        rows = tx.all(
+            f"SELECT k.pk FROM unnest(?::bigint[]) AS k(pk)"
+            f" WHERE (SELECT count(*) FROM user_grams WHERE {held_by} AND user_pk = k.pk) = ?",
+            (keys, *others, *fields, len(others)),
+        )
+    else:
+        rows = tx.all(
+            f"SELECT user_pk FROM user_grams WHERE {held_by} AND user_pk > ? AND user_pk <= ?"
+            " GROUP BY user_pk HAVING count(*) = ?",
+            (*others, *fields, after, keys[-1], len(others)),
+        )
     held = {row[0] for row in rows}
     return [key for key in keys if key in held], last
 
