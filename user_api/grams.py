@@ -10,6 +10,11 @@ of a short search and its username-prefix count are one row read each, not a cou
 index entries. Both stores fold case the same way, here in Python: each character by str.lower()
 when that gives one character (so 'É' matches 'é', as the trigram index of longer keywords folds),
 else unchanged.
+
+A store may index and count longer grams (PostgreSQL: rows up to INDEXED_GRAM, counts up to
+COUNTED_GRAM, see store_postgres.py): a 3-character keyword is then one range and one count row as
+a short one is, and a 4-5 character one takes its total from its count row and walks the rows of
+its rarest 3-character gram for its page (4-5 character rows would double the table again).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from typing import Any, Final
 NAME: Final = 0
 EMAIL: Final = 1
 PREFIX: Final = 2
-MAX_GRAM: Final = 2  # keywords of this length or shorter read the gram index
+MAX_GRAM: Final = 2  # keywords of this length or shorter read the gram index (user_grams rows)
+INDEXED_GRAM: Final = 3  # the longest gram a store may index as rows (PostgreSQL does; SQLite MAX_GRAM)
+COUNTED_GRAM: Final = 5  # the longest gram a store may count (PostgreSQL does; SQLite counts MAX_GRAM)
 
 
 def fold(text: str) -> str:
@@ -29,27 +36,30 @@ def fold(text: str) -> str:
     return "".join(lowered if len(lowered := char.lower()) == 1 else char for char in text)
 
 
-def grams(text: str | None) -> set[str]:
+def grams(text: str | None, longest: int = MAX_GRAM) -> set[str]:
+    """Every distinct folded substring of 1 to `longest` characters."""
     if not text:
         return set()
     folded = fold(text)
-    return set(folded) | {folded[i:i + 2] for i in range(len(folded) - 1)}
+    return {folded[i:i + size] for size in range(1, longest + 1) for i in range(len(folded) - size + 1)}
 
 
-def user_grams(pk: int, username: str, full_name: str | None, email: str | None) -> Iterator[tuple[str, int, int]]:
+def user_grams(
+    pk: int, username: str, full_name: str | None, email: str | None, longest: int = MAX_GRAM
+) -> Iterator[tuple[str, int, int]]:
     """(gram, field, pk) rows of one live user; an email gram also in the name is a name row only."""
-    names = grams(username) | grams(full_name)
+    names = grams(username, longest) | grams(full_name, longest)
     start = fold(username)
     for gram in names:
         yield gram, PREFIX if start.startswith(gram) else NAME, pk
-    for gram in grams(email) - names:
+    for gram in grams(email, longest) - names:
         yield gram, EMAIL, pk
 
 
-def gram_rows(users: Iterable[tuple[Any, ...]]) -> Iterator[tuple[str, int, int]]:
+def gram_rows(users: Iterable[tuple[Any, ...]], longest: int = MAX_GRAM) -> Iterator[tuple[str, int, int]]:
     """Rows for (pk, username, full_name, email) tuples: the backfill of a migration or bulk load."""
     for pk, username, full_name, email in users:
-        yield from user_grams(int(pk), username, full_name, email)
+        yield from user_grams(int(pk), username, full_name, email, longest)
 
 
 def insert_statement(rows: list[tuple[str, int, int]]) -> tuple[str, list[Any]]:
@@ -69,11 +79,15 @@ RECOUNT: Final = (
 )
 
 
-def counted(rows: Iterable[tuple[str, int, int]], counts: Counter[tuple[str, int]]) -> Iterator[tuple[str, int, int]]:
-    """Passes the rows through, counting them per (gram, field) on the way (a bulk load's counts)."""
+def counted(
+    rows: Iterable[tuple[str, int, int]], counts: Counter[tuple[str, int]], indexed: range
+) -> Iterator[tuple[str, int, int]]:
+    """Counts every row per (gram, field) (a bulk load's counts) and passes on those whose gram's
+    length is in `indexed` (user_grams rows to write: longer grams are counted only)."""
     for row in rows:
         counts[row[0], row[1]] += 1
-        yield row
+        if len(row[0]) in indexed:
+            yield row
 
 
 def count_deltas(old: set[tuple[str, int]], new: set[tuple[str, int]]) -> list[tuple[str, int, int]]:

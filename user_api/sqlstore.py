@@ -5,8 +5,10 @@ ordered by username (so an exact match is first of all); then the other matches 
 On SQLite both parts are index-ordered (the username index; FTS5 yields rowids in order), so a page
 costs O(offset + size), never a sort of every match; totals can stop at a cap for the same reason.
 Keywords of 1-2 characters read the gram index (user_api/grams.py) on both stores, in key order too,
-and take both their counts from user_gram_counts (one row each). A longer keyword's match count is
-skipped when its username-prefix count already reaches the cap (every prefix match is a match).
+and take both their counts from user_gram_counts (one row each). PostgreSQL also indexes 3-character
+grams and counts grams up to 5 characters (Dialect.indexed_gram, counted_gram): a 3-character
+keyword is read as a short one, and a 4-5 character one takes its counts from the table too. A longer
+keyword's match count is skipped when its username-prefix count already reaches the cap.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from user_api.errors import (
 )
 from user_api.grams import (
     EMAIL,
-    MAX_GRAM,
     NAME,
     PREFIX,
     count_deltas,
@@ -96,6 +97,8 @@ class Tx(Protocol):
 class Dialect(Protocol):
     name: str
     for_update: str  # row-lock suffix for SELECT in a write transaction ("" where writers are serial)
+    indexed_gram: int  # keywords this long or shorter are one user_grams range (at least MAX_GRAM)
+    counted_gram: int  # keywords this long or shorter take their totals from user_gram_counts
 
     def read(self) -> AbstractContextManager[Tx]: ...
 
@@ -189,41 +192,44 @@ def count_rows(tx: Tx, select: str, params: Sequence[Any], limit: int | None) ->
     return int(row[0]) if row else 0
 
 
-def gram_source(user: User | None) -> set[tuple[str, int]]:
-    """(gram, field) pairs the gram index holds for a user as stored (none once deleted)."""
+def gram_source(user: User | None, longest: int) -> set[tuple[str, int]]:
+    """(gram, field) pairs the gram index counts for a user as stored (none once deleted); the
+    shorter ones (Dialect.indexed_gram) are also its user_grams rows."""
     if user is None or user.status == "deleted":
         return set()
-    return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email)}
+    return {(gram, field) for gram, field, _ in user_grams(0, user.username, user.full_name, user.email, longest)}
 
 
-def sync_grams(tx: Tx, key: str, before: User | None, after: User | None) -> None:
+def sync_grams(tx: Tx, key: str, before: User | None, after: User | None, dialect: Dialect) -> None:
     """Brings the gram index of one user from `before` to `after`, in the caller's transaction."""
-    old, new = gram_source(before), gram_source(after)
+    old, new = gram_source(before, dialect.counted_gram), gram_source(after, dialect.counted_gram)
     if old == new:
         return
     row = tx.one("SELECT pk FROM users WHERE id = ?", (key,))
     assert row is not None
     pk = int(row[0])
     for gram, field in old - new:
-        tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
-    added = [(gram, field, pk) for gram, field in new - old]
+        if len(gram) <= dialect.indexed_gram:
+            tx.run("DELETE FROM user_grams WHERE gram = ? AND field = ? AND user_pk = ?", (gram, field, pk))
+    added = [(gram, field, pk) for gram, field in new - old if len(gram) <= dialect.indexed_gram]
     if added:
         tx.run(*insert_statement(added))
     tx.run(*upsert_counts_statement(count_deltas(old, new)))
 
 
-def gram_count(tx: Tx, keyword: str, fields: Sequence[int]) -> int:
-    """Live users holding the keyword as a gram in one of `fields`: a user has at most one row per
-    gram (user_api/grams.py), so this is their number, read from the counts in O(1)."""
-    marks = ", ".join("?" for _ in fields)
-    row = tx.one(f"SELECT coalesce(sum(n), 0) FROM user_gram_counts WHERE gram = ? AND field IN ({marks})",
-                 (fold(keyword), *fields))
-    return int(row[0]) if row else 0
+def gram_holders(tx: Tx, keyword: str) -> dict[int, int]:
+    """Live users holding the keyword as a gram, per field (0 where none): a user has at most one row
+    per gram (user_api/grams.py), so these are their numbers, its prefix count and its totals, in one
+    read of the counts."""
+    held = dict.fromkeys((NAME, PREFIX, EMAIL), 0)
+    held.update((int(field), int(n)) for field, n in tx.all(
+        "SELECT field, n FROM user_gram_counts WHERE gram = ?", (fold(keyword),)))
+    return held
 
 
-def count_short_matches(tx: Tx, keyword: str, *, include_email: bool, limit: int | None) -> int:
-    total = gram_count(tx, keyword, (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX))
-    return total if limit is None else min(total, limit)
+def match_fields(*, include_email: bool) -> tuple[int, ...]:
+    """The gram fields a search matches in: names always, emails for admins."""
+    return (NAME, PREFIX, EMAIL) if include_email else (NAME, PREFIX)
 
 
 def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int, limit: int) -> list[tuple[Any, ...]]:
@@ -338,15 +344,17 @@ class SqlUserStore:
         O(matches); past what a client can page through, a bigger number tells it nothing.
         """
         keyword = keyword.strip()
-        short = 0 < len(keyword) <= MAX_GRAM  # one rule for every length: a case-insensitive substring
+        short = 0 < len(keyword) <= self.dialect.indexed_gram  # one rule for every length: a substring
+        counted = 0 < len(keyword) <= self.dialect.counted_gram  # its totals are rows of user_gram_counts
         low, high = prefix_range(keyword.lower())
         prefix_where = "u.username >= ? AND u.username < ? AND u.status <> 'deleted'"
         # The prefix part must be counted exactly up to the end of the page, to place the page.
         prefix_cap = None if count_limit is None else max(count_limit, offset + limit)
         with self._read() as tx:
-            if short and fold(keyword) == low:
+            held = gram_holders(tx, keyword) if counted else {}
+            if counted and fold(keyword) == low:
                 # Usernames are lower-case ASCII: "starts the username" is exactly the PREFIX gram.
-                prefix_total = gram_count(tx, keyword, (PREFIX,))
+                prefix_total = held[PREFIX]
             else:
                 prefix_total = count_rows(tx, f"SELECT 1 FROM users u WHERE {prefix_where}", (low, high), prefix_cap)
             rows: list[tuple[Any, ...]] = []
@@ -355,11 +363,13 @@ class SqlUserStore:
                     f"{self._SELECT_USER} WHERE {prefix_where} ORDER BY u.username LIMIT ? OFFSET ?",
                     (low, high, limit, offset),
                 )
-            if count_limit is not None and prefix_total >= count_limit:
+            if counted:
+                total = sum(held[field] for field in match_fields(include_email=include_email))
+                total = total if count_limit is None else min(total, count_limit)
+            elif count_limit is not None and prefix_total >= count_limit:
                 total = count_limit  # every prefix match is a match: the capped total is already known
             else:
-                count = count_short_matches if short else self.dialect.count_matches
-                total = count(tx, keyword, include_email=include_email, limit=count_limit)
+                total = self.dialect.count_matches(tx, keyword, include_email=include_email, limit=count_limit)
             wanted, rest = limit - len(rows), max(0, offset - prefix_total)
             if wanted > 0 and short:
                 rows += page_short_matches(tx, keyword, include_email=include_email, offset=rest, limit=wanted)
@@ -403,7 +413,7 @@ class SqlUserStore:
             )
             assert row is not None
             user = user_from_row(row)
-            sync_grams(tx, user.id, None, user)
+            sync_grams(tx, user.id, None, user, self.dialect)
         log.info("user created: id=%s username=%s role=%s", user.id, user.username, user.role)
         return user
 
@@ -441,7 +451,7 @@ class SqlUserStore:
                 tx.run("DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
             assert row is not None
             user = user_from_row(row)
-            sync_grams(tx, key, current, user)
+            sync_grams(tx, key, current, user, self.dialect)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
 
@@ -530,7 +540,7 @@ class SqlUserStore:
                 " updated_at = ?, version = version + 1 WHERE id = ?",
                 (DELETED_HASH, self.dialect.encode_time(utcnow()), key),
             )
-            sync_grams(tx, key, current, None)
+            sync_grams(tx, key, current, None, self.dialect)
         log.info("user deleted: id=%s", key)
         return True
 

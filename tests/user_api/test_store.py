@@ -419,18 +419,21 @@ def _gram_counts(store: UserStore) -> dict[tuple[str, int], int]:
 
 
 def _counts_recomputed(store: UserStore) -> dict[tuple[str, int], int]:
+    """What the count table must hold: every gram the store counts (up to its counted_gram
+    characters: longer than the rows on PostgreSQL), per field, of every live user."""
     from collections import Counter
 
-    return dict(Counter((gram, field) for gram, field, _ in _grams_recomputed(store)))
+    longest = store.dialect.counted_gram  # type: ignore[attr-defined]
+    return dict(Counter((gram, field) for gram, field, _ in _grams_recomputed(store, longest)))
 
 
-def _grams_recomputed(store: UserStore) -> set[tuple[str, int, int]]:
+def _grams_recomputed(store: UserStore, longest: int | None = None) -> set[tuple[str, int, int]]:
     """What the index must hold: the grams of every live user, recomputed from the users table."""
     from user_api.grams import gram_rows
 
     with store.dialect.read() as tx:  # type: ignore[attr-defined]
         users = tx.all("SELECT pk, username, full_name, email FROM users WHERE status <> 'deleted'")
-    return set(gram_rows(users))
+    return set(gram_rows(users, longest or store.dialect.indexed_gram))  # type: ignore[attr-defined]
 
 
 def test_rare_short_keywords_are_found_in_order_among_many(store: UserStore) -> None:
@@ -465,6 +468,10 @@ def test_short_keywords_fold_case_the_same_on_both_stores(store: UserStore) -> N
     store.create_user("zoe", "password-1", None, "Zoë Ångström")
     for keyword in ("Å", "å", "ÅN", "ån", "Ë", "ë"):
         assert _names(store.search_users(keyword, offset=0, limit=10, include_email=False)) == ["zoe"], keyword
+    # 3-5 characters: FTS5 on SQLite, the counted grams on PostgreSQL; the same fold on both.
+    for keyword in ("ÅNG", "ångs", "STRÖM", "oë å", "ZOË"):
+        page = store.search_users(keyword, offset=0, limit=10, include_email=False)
+        assert (page.total, _names(page)) == (1, ["zoe"]), keyword
 
 
 def test_the_gram_index_follows_creates_updates_deletes_and_imports(store: UserStore) -> None:
@@ -592,3 +599,106 @@ def test_long_keyword_pages_are_the_same_dense_or_sparse(store: UserStore) -> No
     assert _names(deep) == ["user297", "user298", "user299"]
     sparse = store.search_users("name 29", offset=1, limit=5, include_email=False)
     assert sparse.total == 11 and _names(sparse) == ["user290", "user291", "user292", "user293", "user294"]
+
+
+# ---- 3-5 character keywords: counted on PostgreSQL (schema 5), FTS5 on SQLite ------------------
+
+
+def _expected_search(users: list[User], keyword: str, *, include_email: bool) -> list[str]:
+    """The ranking as the endpoint promises it, from the users themselves: usernames starting
+    with the keyword by username, then every other user holding it (case folded) in sign-up order."""
+    from user_api.grams import fold
+
+    needle = fold(keyword)
+
+    def holds(user: User) -> bool:
+        texts = [user.username, user.full_name] + ([user.email] if include_email else [])
+        return any(text and needle in fold(text) for text in texts)
+
+    starts = sorted(u.username for u in users if u.username.startswith(keyword.lower()))
+    return starts + [u.username for u in users if holds(u) and u.username not in starts]
+
+
+def _mixed_users(store: UserStore) -> list[User]:
+    """~200 users where 3-5 character keywords are dense, sparse, in emails only, or prefixes."""
+    first = ["Anna", "Marta", "Tomas", "Linnea", "Oskar", "Mira", "Tonje", "Ola"]
+    last = ["Lind", "Stone", "Tonnes", "Marsh", "Berg", "Holm", "Nyland"]
+    users = []
+    for n in range(200):
+        given, family = first[(n if n % 4 else n // 4) % len(first)], last[(n * 3) % len(last)]
+        name = f"{given.lower()}{family.lower()[:3]}{n}" if n % 4 else f"ton{n}"
+        domain = "tonic.example" if n % 9 == 0 else "mail.example"
+        users.append(store.create_user(name, "password-1", f"{given.lower()}.{n}@{domain}", f"{given} {family}"))
+    return users
+
+
+def test_three_to_five_character_keywords_rank_and_count_alike_on_both_stores(store: UserStore) -> None:
+    users = _mixed_users(store)
+    for keyword in ("ton", "Ton", "tonn", "a lin", "onic", "nic.e", "mart", "ras", "lind", "zzz", "ina s"):
+        for include_email in (True, False):
+            expected = _expected_search(users, keyword, include_email=include_email)
+            page = store.search_users(keyword, offset=0, limit=500, include_email=include_email)
+            assert (page.total, _names(page)) == (len(expected), expected), (keyword, include_email)
+            for offset in (0, 7, len(expected) - 3):
+                window = store.search_users(keyword, offset=max(0, offset), limit=5, include_email=include_email,
+                                            count_limit=20)
+                assert _names(window) == expected[max(0, offset):max(0, offset) + 5], (keyword, offset)
+                assert window.total == min(20, len(expected))
+
+
+def test_long_keyword_pages_are_the_same_walked_or_by_pattern(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL reads a 4-5 character page along its 3-grams' rows, or by the pattern
+    (store_postgres.walk_plan chooses from the counts): both plans give the same pages."""
+    if store.dialect.name != "postgresql":  # type: ignore[attr-defined]
+        pytest.skip("SQLite reads every 3+ character page from FTS5: one plan")
+    from user_api import store_postgres
+
+    users = _mixed_users(store)
+    # Near misses of 'tonj': both its 3-grams apart, and one of them alone.
+    users += [store.create_user("nearmiss", "password-1", None, "Onjo Tonsberg"),
+              store.create_user("onlyone", "password-1", None, "Onjali")]
+    chosen = []
+    real_plan = store_postgres.walk_plan
+    monkeypatch.setattr(store_postgres, "walk_plan", lambda *a: chosen.append(real_plan(*a)) or chosen[-1])
+    # Every page by the pattern; every page walked, the other 3-grams probed per key; read over the window.
+    for free_rows, descent_rows in ((-10**9, 3), (10**9, 0), (10**9, 10**6)):
+        monkeypatch.setattr(store_postgres, "WALK_FREE_ROWS", free_rows)
+        monkeypatch.setattr(store_postgres, "WALK_DESCENT_ROWS", descent_rows)
+        for keyword in ("tonj", "tonn", "tonje", "a lin", "onic", "nic.e", "ina s", "lind", "marta"):
+            expected = _expected_search(users, keyword, include_email=True)
+            starts = sum(u.username.startswith(keyword) for u in users)  # the page after them is walked
+            for offset in {0, 3, 11, starts, max(0, starts - 2), max(0, len(expected) - 2), len(expected)}:
+                page = store.search_users(keyword, offset=offset, limit=4, include_email=True)
+                assert _names(page) == expected[offset:offset + 4], (free_rows, descent_rows, keyword, offset)
+    walked = [plan for plan in chosen if plan and plan[1] > 0]
+    assert None in chosen and {plan[2] for plan in walked} == {True, False}  # every plan ran
+
+
+def _downgrade_to_schema_4(store: UserStore) -> None:
+    """Before PostgreSQL's 3-character rows and 3-5 character counts."""
+    _downgrade(store, "DELETE FROM user_grams WHERE length(gram) > 2", 4)
+    with store.dialect.write() as tx:  # type: ignore[attr-defined]
+        tx.run("DELETE FROM user_gram_counts WHERE length(gram) > 2")
+
+
+def test_a_schema_4_database_gets_its_longer_grams_on_opening(store_settings: Settings) -> None:
+    first = open_user_store(store_settings, hasher=FAST_HASHER)
+    if first.dialect.name != "postgresql":  # type: ignore[attr-defined]
+        first.close()
+        pytest.skip("SQLite indexes and counts 1-2 character grams only: its schema stays 4")
+    users = [first.create_user(name, "password-1", f"{name}@tonic.example", f"{name.title()} Tonnes")
+             for name in ("tonje", "antonia", "oskar")]
+    first.delete_user(users[2].id)
+    _downgrade_to_schema_4(first)
+    first.close()
+    again = open_user_store(store_settings, hasher=FAST_HASHER)
+    try:
+        assert _gram_table(again) == _grams_recomputed(again)
+        assert _gram_counts(again) == _counts_recomputed(again)
+        assert max(len(gram) for gram, _ in _gram_counts(again)) == 5
+        assert _names(again.search_users("ton", offset=0, limit=10, include_email=False)) == ["tonje", "antonia"]
+        assert again.search_users("tonne", offset=0, limit=10, include_email=False).total == 2
+        assert again.search_users("onic", offset=0, limit=10, include_email=False).total == 0
+        assert again.search_users("onic", offset=0, limit=10, include_email=True).total == 2
+    finally:
+        again.close()
