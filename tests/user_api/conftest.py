@@ -77,6 +77,19 @@ def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
+def pg_store_settings(postgres_server: PostgresServer, tmp_path: Path) -> Settings:
+    """PostgreSQL only: for what only that store does (its plans, its schema steps)."""
+    return _postgres_settings(postgres_server, tmp_path)
+
+
+@pytest.fixture
+def pg_store(pg_store_settings: Settings) -> Iterator[UserStore]:
+    opened = open_user_store(pg_store_settings, hasher=FAST_HASHER)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
 def store(store_settings: Settings) -> Iterator[UserStore]:
     opened = open_user_store(store_settings, hasher=FAST_HASHER)
     yield opened

@@ -646,12 +646,13 @@ def test_three_to_five_character_keywords_rank_and_count_alike_on_both_stores(st
                 assert window.total == min(20, len(expected))
 
 
-def test_long_keyword_pages_are_the_same_walked_or_by_pattern(store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_keyword_pages_are_the_same_walked_or_by_pattern(pg_store: UserStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL reads a 4-5 character page along its 3-grams' rows, or by the pattern
-    (store_postgres.walk_plan chooses from the counts): both plans give the same pages."""
-    if store.dialect.name != "postgresql":  # type: ignore[attr-defined]
-        pytest.skip("SQLite reads every 3+ character page from FTS5: one plan")
+    (store_postgres.walk_plan chooses from the counts): both plans give the same pages. (SQLite
+    reads every 3+ character page from FTS5: one plan.)"""
     from user_api import store_postgres
+
+    store = pg_store
 
     users = _mixed_users(store)
     # Near misses of 'tonj': both its 3-grams apart, and one of them alone.
@@ -681,11 +682,10 @@ def _downgrade_to_schema_4(store: UserStore) -> None:
         tx.run("DELETE FROM user_gram_counts WHERE length(gram) > 2")
 
 
-def test_a_schema_4_database_gets_its_longer_grams_on_opening(store_settings: Settings) -> None:
+def test_a_schema_4_database_gets_its_longer_grams_on_opening(pg_store_settings: Settings) -> None:
+    """PostgreSQL only: SQLite indexes and counts 1-2 character grams only, its schema stays 4."""
+    store_settings = pg_store_settings
     first = open_user_store(store_settings, hasher=FAST_HASHER)
-    if first.dialect.name != "postgresql":  # type: ignore[attr-defined]
-        first.close()
-        pytest.skip("SQLite indexes and counts 1-2 character grams only: its schema stays 4")
     users = [first.create_user(name, "password-1", f"{name}@tonic.example", f"{name.title()} Tonnes")
              for name in ("tonje", "antonia", "oskar")]
     first.delete_user(users[2].id)
