@@ -526,8 +526,9 @@ class BuildState:
         self.listing_changes.ranges.add(range_key)
 
     # A shard's leaves work as the leaves of a B-tree with one level: a name goes to the leaf with
-    # the greatest bound not after it; a leaf past SEARCH_LEAF_MAX splits at its middle name; an
-    # emptied leaf goes. Each costs O(log) index reads plus O(SEARCH_LEAF_MAX) for a split.
+    # the greatest bound not after it; a leaf past SEARCH_LEAF_MAX splits at its middle name; a leaf
+    # under a quarter full joins a neighbour; an emptied leaf goes. Each costs O(log) index reads plus
+    # O(SEARCH_LEAF_MAX) for a split.
 
     def _leaf_of(self, key: str, name: str) -> tuple[str, int] | None:
         row = self.db.execute(
@@ -560,13 +561,32 @@ class BuildState:
         leaf = self._leaf_of(key, name)
         if leaf is None:
             return
-        bound, count = leaf
-        if count > 1:
-            self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (count - 1, key, bound))
-            self.listing_changes.leaves.add((key, bound))
-        else:
+        bound, left = leaf[0], leaf[1] - 1
+        if left == 0:
             self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, bound))
             self.listing_changes.shards.add(key)
+            return
+        self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (left, key, bound))
+        self.listing_changes.leaves.add((key, bound))
+        if left < SEARCH_LEAF_MAX // 4:
+            self._join_small_leaf(key, (bound, left))
+
+    def _join_small_leaf(self, key: str, leaf: tuple[str, int]) -> None:
+        """A leaf under a quarter full joins a neighbour when the two fit in three quarters of a
+        leaf, so leaves stay well filled as packages come and go (and a join does not split soon)."""
+        before = self.db.execute(
+            "SELECT bound, count FROM search_leaves WHERE key = ? AND bound < ? ORDER BY bound DESC LIMIT 1", (key, leaf[0])
+        ).fetchone()
+        after = self.db.execute(
+            "SELECT bound, count FROM search_leaves WHERE key = ? AND bound > ? ORDER BY bound LIMIT 1", (key, leaf[0])
+        ).fetchone()
+        for first, second in ((before, leaf), (leaf, after)):
+            if first and second and first[1] + second[1] <= SEARCH_LEAF_MAX * 3 // 4:
+                self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, second[0]))
+                self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (first[1] + second[1], key, first[0]))
+                self.listing_changes.leaves.add((key, first[0]))
+                self.listing_changes.shards.add(key)
+                return
 
     def _has_leaves(self, key: str) -> bool:
         return self.db.execute("SELECT 1 FROM search_leaves WHERE key = ? LIMIT 1", (key,)).fetchone() is not None

@@ -247,3 +247,18 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
     leaves = _shard_names(settings, "cr")
     assert len(leaves) > 1 and [n for leaf in leaves for n in leaf] == names
     assert not any(p.startswith("-/web/search/") for p in run_build(settings).written)  # written once
+
+
+def test_leaves_emptied_by_removals_join_their_neighbours(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 8)
+    names = _crowd(settings, 40)
+    before = _shard_names(settings, "cr")
+    gone = [name for index, name in enumerate(names) if index % 5]  # four in five leave, one at a time
+    for name in gone:
+        (settings.content_dir / f"{name}-1.0.0.tgz").unlink()
+        run_build(dataclasses.replace(settings, prune=True), changed=[settings.content_dir / f"{name}-1.0.0.tgz"])
+    after = _shard_names(settings, "cr")
+    assert [n for leaf in after for n in leaf] == [n for n in names if n not in gone]
+    assert len(after) < len(before) and all(len(leaf) >= 2 for leaf in after)  # joined, not left as crumbs
+    kept = {leaf_id + ".json" for leaf_id in json.loads((settings.out_dir / site.search_shard_path("cr")).read_bytes())["leaves"]}
+    assert {p.name for p in (settings.out_dir / site.SEARCH_SHARD_ROOT / "cr").glob("*.json")} == kept  # joined leaves' files went
