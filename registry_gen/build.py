@@ -781,13 +781,14 @@ def _render_browse_page(run: _Run, prefix: str) -> list[str] | None:
 def _past_single_narrowings(state: BuildState, prefix: str, count: int) -> str:
     """Where a sub-range's link should land: past ranges that only narrow to one sub-range and hold
     no package of their own (`syn` -> `syn-` when every name goes on with a dash), so a reader is
-    not walked through pages offering a single link. Those pages still exist, for breadcrumbs."""
-    while count > site.PAGE_SIZE:
-        children = state.prefix_children(prefix)
-        if len(children) != 1 or children[0][1] != count:
-            break
-        prefix = children[0][0]
-    return prefix
+    not walked through pages offering a single link. Those pages still exist, for breadcrumbs.
+    That landing is the longest prefix every key under `prefix` shares (a key that is itself a
+    prefix of the others stops it there), read from the smallest and greatest key: two index
+    reads, however many single narrowings a long shared name part makes."""
+    if count <= site.PAGE_SIZE:
+        return prefix
+    first, last = state.key_bounds(prefix)
+    return os.path.commonprefix([first, last]) if first else prefix
 
 
 def _write_shard(run: _Run, key: str, *, recut: bool, changed: set[str] | None) -> None:

@@ -653,6 +653,12 @@ class BuildState:
             args = (prefix, prefix + "\x7f")
         return [json.loads(summary) for (summary,) in self.db.execute(sql, args)]
 
+    def key_bounds(self, prefix: str) -> tuple[str, str]:
+        """The smallest and the greatest browse key of the listed packages under `prefix` ("" if none)."""
+        sql = "SELECT range_key FROM packages WHERE listed AND range_key >= ? AND range_key < ? ORDER BY range_key {} LIMIT 1"
+        bounds = [self.db.execute(sql.format(order), (prefix, prefix + "\x7f")).fetchone() for order in ("ASC", "DESC")]
+        return tuple(row[0] if row else "" for row in bounds)  # type: ignore[return-value]
+
     def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
         """The one-character-longer prefixes under `prefix` ("": the two-character roots), counted."""
         rows = self.db.execute("SELECT prefix, count FROM prefixes WHERE parent = ? ORDER BY prefix", (prefix,))

@@ -851,3 +851,16 @@ def test_a_full_build_renders_each_page_once_with_its_final_dependents(settings:
     assert dependents_of(settings, "mmm") == []
     # Each page written once: the Dependents list was known before the first render.
     assert len(result.written) == len(set(result.written))
+
+
+def test_browse_links_land_past_single_narrowings_and_stop_at_a_name_of_their_own(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link jumps to the longest prefix all names under it share ("cc-"), but not past a name that
+    is itself that prefix ("dd-x" is a package and the range of "dd-x-1" and "dd-x-2")."""
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    for name in ("cc-a", "cc-a-1", "cc-a-2", "cc-b", "dd-x", "dd-x-1", "dd-x-2", "dd-y"):
+        make_tarball(settings.content_dir, name, "1.0.0")
+    assert not run_build(settings).errors
+    assert [key for key, _, _ in chips_of(web(settings, "browse/cc/index.html").read_text())] == ["cc-"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/cc/-/index.html").read_text())] == ["cc-a", "cc-b"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/dd/-/index.html").read_text())] == ["dd-x", "dd-y"]
+    assert [key for key, _, _ in chips_of(web(settings, "browse/dd/-/x/index.html").read_text())] == ["dd-x-"]
