@@ -50,6 +50,17 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=15)
 
 
+@contextlib.contextmanager
+def _listening(command: list[str], port: int, stderr: int = subprocess.DEVNULL) -> Iterator[str]:
+    """A server process that listens on 127.0.0.1:`port`; yields its base URL, stops it after."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop(process)
+
+
 def nginx_available() -> bool:
     return Path(NGINX).exists()
 
@@ -94,32 +105,16 @@ def nginx(root: Path, runtime: Path, port: int | None = None) -> Iterator[str]:
     runtime.mkdir(parents=True, exist_ok=True)
     conf = runtime / "nginx.conf"
     conf.write_text(nginx_conf(root, port))
-    process = subprocess.Popen(
-        [NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        stop(process)
+    with _listening([NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"], port, stderr=subprocess.PIPE) as url:
+        yield url
 
 
 @contextlib.contextmanager
 def http_server(root: Path, port: int | None = None) -> Iterator[str]:
     """The stdlib's `python -m http.server` serving `root`."""
     port = port or free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        stop(process)
+    with _listening([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(root)], port) as url:
+        yield url
 
 
 def registry_gen_command() -> list[str] | None:
@@ -256,13 +251,5 @@ def waitress_hello(threads: int, connection_limit: int, port: int | None = None)
     """waitress answering a constant 17-byte body from a one-line WSGI app, in its own process:
     the ceiling of the server itself (what any app under it can reach at most)."""
     port = port or free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-c", HELLO_WSGI, str(port), str(threads), str(connection_limit)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        stop(process)
+    with _listening([sys.executable, "-c", HELLO_WSGI, str(port), str(threads), str(connection_limit)], port) as url:
+        yield url

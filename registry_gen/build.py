@@ -822,10 +822,13 @@ def _recut_shard(run: _Run, key: str, changed: set[str] | None) -> list[str]:
     _write_search_json(settings, site.search_shard_path(key), site.search_shard_index(bounds), result)
     folder = f"{site.SEARCH_SHARD_ROOT}/{key}"
     ids = {site.search_leaf_id(bound): bound for bound in bounds}
-    for stale in sorted(name for name in _names_in(settings.out_dir / folder) if name.split(".", 1)[0] not in ids):
-        if remove_tree(settings.out_dir, f"{folder}/{stale}"):
-            result.removed.append(f"{folder}/{stale}")
-    on_disk = {name.split(".", 1)[0] for name in _names_in(settings.out_dir / folder) if name.endswith(".json")}
+    on_disk = set()
+    for name in sorted(_names_in(settings.out_dir / folder)):
+        leaf = name.split(".", 1)[0]
+        if leaf in ids:
+            on_disk.update([leaf] if name.endswith(".json") else [])
+        elif remove_tree(settings.out_dir, f"{folder}/{name}"):
+            result.removed.append(f"{folder}/{name}")
     return [bound for leaf, bound in ids.items() if changed is None or bound in changed or leaf not in on_disk]
 
 

@@ -656,8 +656,8 @@ class BuildState:
     def key_bounds(self, prefix: str) -> tuple[str, str]:
         """The smallest and the greatest browse key of the listed packages under `prefix` ("" if none)."""
         sql = "SELECT range_key FROM packages WHERE listed AND range_key >= ? AND range_key < ? ORDER BY range_key {} LIMIT 1"
-        bounds = [self.db.execute(sql.format(order), (prefix, prefix + "\x7f")).fetchone() for order in ("ASC", "DESC")]
-        return tuple(row[0] if row else "" for row in bounds)  # type: ignore[return-value]
+        first, last = (self.db.execute(sql.format(order), (prefix, prefix + "\x7f")).fetchone() for order in ("ASC", "DESC"))
+        return (first[0], last[0]) if first and last else ("", "")
 
     def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
         """The one-character-longer prefixes under `prefix` ("": the two-character roots), counted."""
