@@ -27,11 +27,11 @@ from typing import Any
 
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
 SHARDS_STALE = "search_shards_stale"  # setting: every search shard is to be written again (a schema-7 state's)
 RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
-MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7)  # schema 7 gains the shard leaves and the duplicate-meta table
+MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8)  # 7 gains the shard leaves and the duplicate-meta table; 8 the listings table
 # Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
 SEARCH_LEAF_MAX = 200
@@ -47,11 +47,8 @@ _INDEX_COLUMNS = (
     ("modified", "TEXT NOT NULL DEFAULT ''"),
     ("range_key", "TEXT NOT NULL DEFAULT ''"),
     ("search_text", "TEXT NOT NULL DEFAULT ''"),
-    ("search_entry", "BLOB NOT NULL DEFAULT x''"),
 )
 _INDEX_SCHEMA = """
-CREATE INDEX IF NOT EXISTS packages_listed_by_range ON packages (range_key, name) WHERE listed;
-CREATE INDEX IF NOT EXISTS packages_listed_by_modified ON packages (modified, name) WHERE listed;
 CREATE TABLE IF NOT EXISTS search_keys (key TEXT, name TEXT, PRIMARY KEY (key, name)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS search_keys_by_name ON search_keys (name);
 -- Listed packages per browse-key prefix (every prefix of two characters or more), so a browse
@@ -63,6 +60,15 @@ CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NUL
 -- leaf of at most SEARCH_LEAF_MAX records however many packages share a word. bound: the first name
 -- the leaf may hold ('' for the first leaf); it holds the names up to the next leaf's bound.
 CREATE TABLE IF NOT EXISTS search_leaves (key TEXT, bound TEXT, count INTEGER NOT NULL, PRIMARY KEY (key, bound)) WITHOUT ROWID;
+-- Schema 9: what the listing pages read of each listed package (browse key, modified, summary, its
+-- record in the search shards), apart from the wide packages row. A page reads up to 200 of them;
+-- from packages each meant walking the overflow pages of a kilobytes-long record, and at 1M
+-- versions that was most of a publish's reading. Here they are small rows, a few to a page.
+CREATE TABLE IF NOT EXISTS listings (
+    name TEXT PRIMARY KEY, range_key TEXT NOT NULL, modified TEXT NOT NULL, summary TEXT NOT NULL, search_entry BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS listings_by_range ON listings (range_key, name);
+CREATE INDEX IF NOT EXISTS listings_by_modified ON listings (modified, name);
 """
 
 _STATE_SCHEMA = """
@@ -184,8 +190,10 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.executescript(schema)
     if schema is _STATE_SCHEMA:
         _add_index_columns(db, relisted=version in RELISTED_IN_PLACE)
-        if version in MIGRATED_IN_PLACE:
+        if version in MIGRATED_IN_PLACE and version < 8:
             _fill_schema_8_tables(db)
+        if version in MIGRATED_IN_PLACE:
+            _move_listings(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
@@ -208,6 +216,21 @@ def _fill_schema_8_tables(db: sqlite3.Connection) -> None:
     db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (SHARDS_STALE,))
 
 
+def _move_listings(db: sqlite3.Connection) -> None:
+    """An older state's listed packages gain their rows in the listings table (schema 9), and the
+    wide table loses its search-record column (one rewrite of it, once). A relisted state (5, 6)
+    has none listed: its full build fills the table."""
+    db.execute("DROP INDEX IF EXISTS packages_listed_by_range")  # the listings table's indexes answer now
+    db.execute("DROP INDEX IF EXISTS packages_listed_by_modified")
+    if "search_entry" not in {row[1] for row in db.execute("PRAGMA table_info(packages)")}:
+        return
+    db.execute(
+        "INSERT OR REPLACE INTO listings (name, range_key, modified, summary, search_entry)"
+        " SELECT name, range_key, modified, summary, search_entry FROM packages WHERE listed"
+    )
+    db.execute("ALTER TABLE packages DROP COLUMN search_entry")
+
+
 def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
     """Schema 6's listing columns and tables; a schema-5 state gains them in place (its times and
     pinned versions kept) and the next build is a full one, which fills them."""
@@ -223,6 +246,7 @@ def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
         )
     if relisted:  # the full build that follows lists every package again, from nothing
         db.execute("UPDATE packages SET listed = 0")
+        db.execute("DELETE FROM listings")
         db.execute("DELETE FROM search_keys")
         db.execute("DELETE FROM search_leaves")
         db.execute("DELETE FROM prefixes")
@@ -458,28 +482,32 @@ class BuildState:
     ) -> None:
         body = {k: v for k, v in record.items() if k not in ("digest", "present", "summary")}
         versions = int(record["summary"]["versions"])
+        summary = json.dumps(record["summary"], separators=(",", ":"))
         self._forget_listing(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
-            " search_fragment, listed, modified, range_key, search_text, search_entry)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " search_fragment, listed, modified, range_key, search_text)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 name,
                 record["digest"],
                 int(present),
                 versions,
                 json.dumps(body, separators=(",", ":")),
-                json.dumps(record["summary"], separators=(",", ":")),
+                summary,
                 fragments[0],
                 fragments[1],
                 int(listing.listed),
                 listing.modified,
                 listing.range_key,
                 listing.search_text,
-                listing.search_entry,
             ),
         )
         if listing.listed:
+            self.db.execute(
+                "INSERT OR REPLACE INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?)",
+                (name, listing.range_key, listing.modified, summary, listing.search_entry),
+            )
             self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in listing.search_keys))
             self._count_prefixes(listing.range_key, 1)
             self._touch_listing(listing.range_key)
@@ -504,6 +532,7 @@ class BuildState:
         self._add_counter("packages", (versions_now is not None) - (row is not None))
         self._add_counter("versions", (versions_now or 0) - before)
         if row and row[1]:
+            self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
             keys = [k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))]
             self.db.execute("DELETE FROM search_keys WHERE name = ?", (name,))
             self._count_prefixes(row[2], -1)
@@ -626,7 +655,7 @@ class BuildState:
 
     def whole_document_fragments(self) -> tuple[str, list[bytes], list[bytes]]:
         """The stamp and the -/all and -/v1/search pieces of every listed package, by name."""
-        (stamp,) = self.db.execute("SELECT MAX(NULLIF(modified, '')) FROM packages WHERE listed").fetchone()
+        (stamp,) = self.db.execute("SELECT MAX(modified) FROM listings").fetchone()  # '' only if all are
         rows = self.db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
         return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
 
@@ -647,15 +676,15 @@ class BuildState:
     def prefix_summaries(self, prefix: str, *, exact: bool = False) -> list[dict[str, Any]]:
         """Listed packages whose browse key starts with (`exact`: is) `prefix`, by key and name."""
         if exact:
-            sql, args = "SELECT summary FROM packages WHERE listed AND range_key = ? ORDER BY name", (prefix,)
+            sql, args = "SELECT summary FROM listings WHERE range_key = ? ORDER BY name", (prefix,)
         else:
-            sql = "SELECT summary FROM packages WHERE listed AND range_key >= ? AND range_key < ? ORDER BY range_key, name"
+            sql = "SELECT summary FROM listings WHERE range_key >= ? AND range_key < ? ORDER BY range_key, name"
             args = (prefix, prefix + "\x7f")
         return [json.loads(summary) for (summary,) in self.db.execute(sql, args)]
 
     def key_bounds(self, prefix: str) -> tuple[str, str]:
         """The smallest and the greatest browse key of the listed packages under `prefix` ("" if none)."""
-        sql = "SELECT range_key FROM packages WHERE listed AND range_key >= ? AND range_key < ? ORDER BY range_key {} LIMIT 1"
+        sql = "SELECT range_key FROM listings WHERE range_key >= ? AND range_key < ? ORDER BY range_key {} LIMIT 1"
         first, last = (self.db.execute(sql.format(order), (prefix, prefix + "\x7f")).fetchone() for order in ("ASC", "DESC"))
         return (first[0], last[0]) if first and last else ("", "")
 
@@ -694,13 +723,13 @@ class BuildState:
         """The site-search records of one leaf of shard `key` (`bound`: its first name), by name."""
         where, args = self._leaf_range(key, bound)
         rows = self.db.execute(
-            f"SELECT p.search_entry FROM search_keys k JOIN packages p ON p.name = k.name WHERE {where} ORDER BY k.name", args
+            f"SELECT l.search_entry FROM search_keys k JOIN listings l ON l.name = k.name WHERE {where} ORDER BY k.name", args
         )
         return [entry for (entry,) in rows]
 
     def recent_summaries(self, count: int) -> list[dict[str, Any]]:
         rows = self.db.execute(
-            "SELECT summary FROM packages WHERE listed ORDER BY modified DESC, name DESC LIMIT ?", (count,)
+            "SELECT summary FROM listings ORDER BY modified DESC, name DESC LIMIT ?", (count,)
         )
         return [json.loads(summary) for (summary,) in rows]
 

@@ -101,9 +101,8 @@ def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settin
         db.execute("DROP TABLE search_keys")
         db.execute("DROP TABLE prefixes")
         db.execute("DROP TABLE counters")
-        for column in ("listed", "modified", "range_key", "search_text", "search_entry"):
-            db.execute("DROP INDEX IF EXISTS packages_listed_by_range")
-            db.execute("DROP INDEX IF EXISTS packages_listed_by_modified")
+        db.execute("DROP TABLE listings")
+        for column in ("listed", "modified", "range_key", "search_text"):
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
         db.execute("PRAGMA user_version=5")
         live = db.execute("SELECT COUNT(*) FROM live").fetchone()[0]
@@ -237,6 +236,7 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
         (settings.content_dir / folder / "registry-meta.json").write_text(json.dumps({"name": "crowd-00"}))
     assert [e.path for e in run_build(settings).errors] == ["b/registry-meta.json"]
     with sqlite3.connect(settings.state_file) as db:
+        _as_schema_8(db)
         db.execute("DROP TABLE search_leaves")
         db.execute("DROP TABLE meta_duplicates")
         db.execute("PRAGMA user_version=7")
@@ -247,6 +247,37 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
     leaves = _shard_names(settings, "cr")
     assert len(leaves) > 1 and [n for leaf in leaves for n in leaf] == names
     assert not any(p.startswith("-/web/search/") for p in run_build(settings).written)  # written once
+
+
+def _as_schema_8(db: sqlite3.Connection) -> None:
+    """Turns a current state into what schema 8 kept: the listing rows inside the packages table."""
+    db.execute("ALTER TABLE packages ADD COLUMN search_entry BLOB NOT NULL DEFAULT x''")
+    db.execute("UPDATE packages SET search_entry = (SELECT l.search_entry FROM listings l WHERE l.name = packages.name) WHERE listed")
+    db.execute("DROP TABLE listings")
+    db.execute("CREATE INDEX packages_listed_by_range ON packages (range_key, name) WHERE listed")
+    db.execute("CREATE INDEX packages_listed_by_modified ON packages (modified, name) WHERE listed")
+    db.execute("PRAGMA user_version=8")
+
+
+def test_a_schema_8_state_moves_its_listings_in_place_and_writes_nothing(settings: Settings) -> None:
+    names = _crowd(settings, 11)
+    tree = {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()}
+    with sqlite3.connect(settings.state_file) as db:
+        _as_schema_8(db)
+    result = run_build(settings)
+    assert result.rebuilt_packages == [] and result.written == [] and result.removed == []
+    with sqlite3.connect(settings.state_file) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert "search_entry" not in {row[1] for row in db.execute("PRAGMA table_info(packages)")}
+        assert {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}.isdisjoint(
+            {"packages_listed_by_range", "packages_listed_by_modified"}
+        )
+    assert {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()} == tree
+    archive = make_tarball(settings.content_dir, "crowd-07", "2.0.0")  # a publish replaces a moved row
+    run_build(settings, changed=[archive])
+    shard = json.loads((settings.out_dir / site.search_shard_path("cr")).read_bytes())["packages"]
+    assert [(p["name"], p["version"]) for p in shard] == [(n, "2.0.0" if n == "crowd-07" else "1.0.0") for n in names]
+    assert '<span class="version">2.0.0</span>' in (settings.out_dir / site.browse_page_path("cr")).read_text()
 
 
 def test_leaves_emptied_by_removals_join_their_neighbours(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
