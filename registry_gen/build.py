@@ -424,6 +424,7 @@ def _load_cached(
         fresh, cached = inspect_archive(settings.content_dir, settings.state_folder, record.path, settings.limits)
         if fresh.error or fresh.shasum != record.shasum or cached is None:
             raise RegistryError(f"{record.path}: changed while building, retry")
+        cache.heal(record.shasum or "", cached)
         body, stored, listing = cached.manifest, (cached.readme, cached.readme_filename), cached.files
     loaded: dict[str, Any] = {"manifest": json.loads(body)}
     if readme and stored is not None:

@@ -36,6 +36,7 @@ MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8)  # 7 gains the shard leaves and t
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
 SEARCH_LEAF_MAX = 200
 CACHE_FILE = "cache.sqlite3"
+CACHE_KEPT = tuple(range(7, SCHEMA_VERSION))  # the cache's tables are unchanged since schema 7
 LEGACY_STATE_FILE = "state.json"
 
 # The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
@@ -182,7 +183,7 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.execute("PRAGMA busy_timeout=30000")
     version = db.execute("PRAGMA user_version").fetchone()[0]
     # The cache's tables have not changed since schema 7: a state migration keeps its manifests.
-    kept = MIGRATED_IN_PLACE if schema is _STATE_SCHEMA else (7,)
+    kept = MIGRATED_IN_PLACE if schema is _STATE_SCHEMA else CACHE_KEPT
     if version != SCHEMA_VERSION and version not in kept:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
@@ -786,6 +787,7 @@ class ManifestCache:
 
     def __init__(self, path: Path, *, readonly: bool = False):
         self.path = path
+        self.readonly = readonly
         if readonly:
             self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA busy_timeout=30000")
@@ -803,6 +805,13 @@ class ManifestCache:
     def files(self, shasum: str) -> bytes | None:
         row = self.db.execute("SELECT files FROM file_lists WHERE shasum = ?", (shasum,)).fetchone()
         return row[0] if row else None
+
+    def heal(self, shasum: str, cached: CachedManifest) -> None:
+        """Puts back a lost entry read again from its archive, so that the next publish of that
+        package does not read it again. A worker's read-only connection cannot: a build big enough
+        for workers reads such archives again until an in-process build heals them."""
+        if not self.readonly:
+            self.put_many([(shasum, cached)])
 
     def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
         if not items:

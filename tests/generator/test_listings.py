@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen import site
+from registry_gen import build, site
 from registry_gen.build import PathLog, run_build
-from registry_gen.buildstate import SCHEMA_VERSION
+from registry_gen.buildstate import CACHE_FILE, SCHEMA_VERSION
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
@@ -278,6 +278,28 @@ def test_a_schema_8_state_moves_its_listings_in_place_and_writes_nothing(setting
     shard = json.loads((settings.out_dir / site.search_shard_path("cr")).read_bytes())["packages"]
     assert [(p["name"], p["version"]) for p in shard] == [(n, "2.0.0" if n == "crowd-07" else "1.0.0") for n in names]
     assert '<span class="version">2.0.0</span>' in (settings.out_dir / site.browse_page_path("cr")).read_text()
+
+
+def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_once(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = _crowd(settings, 3)
+    cache = settings.state_folder / CACHE_FILE
+    with sqlite3.connect(cache) as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION - 1}")  # written by the previous release
+        kept = db.execute("SELECT COUNT(*) FROM manifests").fetchone()[0]
+    with sqlite3.connect(settings.state_file) as db:
+        _as_schema_8(db)
+    reads: list[str] = []
+    real = build.inspect_archive
+    monkeypatch.setattr(build, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
+    assert run_build(settings).rebuilt_packages == []
+    with sqlite3.connect(cache) as db:
+        assert db.execute("SELECT COUNT(*) FROM manifests").fetchone()[0] == kept == len(names)
+        db.execute("DELETE FROM manifests")  # lost (a cleaned state folder, a crash mid-write)
+    for version in ("2.0.0", "3.0.0"):
+        run_build(settings, changed=[make_tarball(settings.content_dir, "crowd-01", version)])
+    assert sorted(reads) == ["crowd-01-1.0.0.tgz", "crowd-01-2.0.0.tgz", "crowd-01-3.0.0.tgz"]  # each once
 
 
 def test_leaves_emptied_by_removals_join_their_neighbours(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
