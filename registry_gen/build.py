@@ -712,6 +712,8 @@ def _write_listings(run: _Run) -> None:
     else:
         for key in sorted(changes.ranges):
             _write_browse_path(run, key)
+        for key in sorted(changes.pages):
+            _write_browse_page(run, _listing_prefix(state, key))
     every_shard = run.full or bool(state.get_setting(SHARDS_STALE))
     shards = state.listed_shards() | _shards_on_disk(settings.out_dir) if every_shard else set(changes.shards)
     changed_leaves: dict[str, set[str]] = defaultdict(set)
@@ -742,6 +744,15 @@ def _write_browse_path(run: _Run, key: str) -> None:
         if len(prefix) >= len(key):
             return
         prefix = key[: len(prefix) + 1]
+
+
+def _listing_prefix(state: BuildState, key: str) -> str:
+    """The browse page that lists the packages of browse key `key`: the first range on its path
+    that is not split into sub-ranges, or the key itself (a split page lists its exact key)."""
+    prefix = key[:2]
+    while len(prefix) < len(key) and state.prefix_count(prefix) > site.PAGE_SIZE:
+        prefix = key[: len(prefix) + 1]
+    return prefix
 
 
 def _write_browse_tree(run: _Run, prefix: str) -> None:

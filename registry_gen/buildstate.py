@@ -157,7 +157,8 @@ class ListingChanges:
     """What this build's package changes touched: the front page, name ranges, search shards."""
 
     front: bool = False
-    ranges: set[str] = field(default_factory=set)
+    ranges: set[str] = field(default_factory=set)  # browse keys a package entered or left: their whole path
+    pages: set[str] = field(default_factory=set)  # browse keys whose package only changed: the page listing it
     shards: set[str] = field(default_factory=set)  # shards whose leaves were cut or joined
     leaves: set[tuple[str, str]] = field(default_factory=set)  # (shard, bound) whose records changed
 
@@ -484,7 +485,7 @@ class BuildState:
         body = {k: v for k, v in record.items() if k not in ("digest", "present", "summary")}
         versions = int(record["summary"]["versions"])
         summary = json.dumps(record["summary"], separators=(",", ":"))
-        self._forget_listing(name, versions_now=versions)
+        was = self._forget_listing(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
             " search_fragment, listed, modified, range_key, search_text)"
@@ -509,39 +510,60 @@ class BuildState:
                 "INSERT OR REPLACE INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?)",
                 (name, listing.range_key, listing.modified, summary, listing.search_entry),
             )
-            self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in listing.search_keys))
-            self._count_prefixes(listing.range_key, 1)
-            self._touch_listing(listing.range_key)
-            for key in dict.fromkeys(listing.search_keys):
-                self._enter_leaf(key, name)
+        self._move_listing(name, was, listing if listing.listed else None)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
             "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
         )
 
     def delete_package(self, name: str) -> None:
-        self._forget_listing(name, versions_now=None)
+        self._move_listing(name, self._forget_listing(name, versions_now=None), None)
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.execute("DELETE FROM live WHERE name = ?", (name,))
 
-    def _forget_listing(self, name: str, *, versions_now: int | None) -> None:
-        """Takes the package out of its range and shards (marking them changed) and moves the
-        package and version counters; versions_now None: the package goes."""
+    def _forget_listing(self, name: str, *, versions_now: int | None) -> tuple[str, set[str]] | None:
+        """Moves the package and version counters (versions_now None: the package goes) and drops
+        its listing row; returns where it was listed (browse key, shards), None if it was not."""
         row = self.db.execute("SELECT versions, listed, range_key FROM packages WHERE name = ?", (name,)).fetchone()
         before = int(row[0]) if row else 0
         self._add_counter("packages", (versions_now is not None) - (row is not None))
         self._add_counter("versions", (versions_now or 0) - before)
-        if row and row[1]:
-            self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
-            keys = [k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))]
-            self.db.execute("DELETE FROM search_keys WHERE name = ?", (name,))
-            self._count_prefixes(row[2], -1)
-            self._touch_listing(row[2])
-            for key in keys:
-                self._leave_leaf(key, name)
+        if not (row and row[1]):
+            return None
+        self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
+        return row[2], {k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))}
+
+    def _move_listing(self, name: str, was: tuple[str, set[str]] | None, now: ListingPlace | None) -> None:
+        """Moves the package from where it was listed to `now` (None: unlisted), marking what
+        changed. What it keeps is marked in place: a package updated in its browse range needs only
+        the page that lists it (the counts and links above did not change), and a shard it stays
+        in only its leaf, with no leaving and entering again."""
+        old_key, old_shards = was or ("", set())
+        new_shards = dict.fromkeys(now.search_keys if now else ())
+        if was or now:
+            self.listing_changes.front = True
+        if was and now and old_key == now.range_key:
+            self.listing_changes.pages.add(old_key)
+        else:
+            if was:
+                self._count_prefixes(old_key, -1)
+            if now:
+                self._count_prefixes(now.range_key, 1)
+        gone, kept = old_shards - set(new_shards), old_shards & set(new_shards)
+        self.db.executemany("DELETE FROM search_keys WHERE key = ? AND name = ?", ((k, name) for k in gone))
+        self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in new_shards))
+        for key in gone:
+            self._leave_leaf(key, name)
+        for key in new_shards:
+            if key not in kept:
+                self._enter_leaf(key, name)
+            elif leaf := self._leaf_of(key, name):
+                self.listing_changes.leaves.add((key, leaf[0]))
 
     def _count_prefixes(self, key: str, delta: int) -> None:
+        """A package enters (1) or leaves (-1) browse key `key`: its whole path is marked changed."""
+        self.listing_changes.ranges.add(key)
         rows = [(key[:n], key[: n - 1] if n > 2 else "", delta) for n in range(2, len(key) + 1)]
         self.db.executemany(
             "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
@@ -550,10 +572,6 @@ class BuildState:
         )
         if delta < 0:
             self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in rows])
-
-    def _touch_listing(self, range_key: str) -> None:
-        self.listing_changes.front = True
-        self.listing_changes.ranges.add(range_key)
 
     # A shard's leaves work as the leaves of a B-tree with one level: a name goes to the leaf with
     # the greatest bound not after it; a leaf past SEARCH_LEAF_MAX splits at its middle name; a leaf

@@ -553,6 +553,29 @@ def test_a_new_package_renders_only_the_browse_pages_on_its_key_path(settings: S
     assert (settings.out_dir / "-/web/browse/aa/index.html").stat().st_mtime_ns == before["-/web/browse/aa/index.html"]
 
 
+def test_a_new_version_renders_only_the_browse_page_that_lists_its_package(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    for name in ("bb", "bbx-1", "bbx-2", "bbx-3", "bby"):
+        make_tarball(settings.content_dir, name, "1.0.0")
+    build(settings)
+    rendered: list[str] = []
+    real = site.browse_page
+    monkeypatch.setattr(site, "browse_page", lambda prefix, *rest: rendered.append(prefix) or real(prefix, *rest))
+    before = {p: (settings.out_dir / p).read_bytes() for p in browse_pages_on_disk(settings)}
+    # The counts and links of the pages above it did not change: only the page listing it is rendered
+    # (a range split into sub-ranges lists its own key's package itself).
+    for name, prefix, page in (("bbx-2", "bbx-2", "-/web/browse/bb/x/-/2/index.html"), ("bb", "bb", "-/web/browse/bb/index.html")):
+        rendered.clear()
+        make_tarball(settings.content_dir, name, "1.1.0")
+        result = run_build(settings)
+        assert rendered == [prefix]
+        assert [p for p in result.written if p.startswith(site.BROWSE_ROOT)] == [page]
+        assert '<span class="version">1.1.0</span>' in (settings.out_dir / page).read_text()
+    assert {p for p, data in before.items() if (settings.out_dir / p).read_bytes() != data} == {
+        "-/web/browse/bb/x/-/2/index.html", "-/web/browse/bb/index.html"
+    }
+
+
 def test_a_build_of_many_changes_renders_each_browse_page_once(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """An import of many packages under one prefix: every changed key walks its path, and the pages
     the paths share are rendered once, not once per package (which made a batch of k packages
@@ -579,23 +602,30 @@ def browse_tree_on_disk(settings: Settings) -> dict[str, tuple[list[tuple[str, i
     }
 
 
+def versions_shown(settings: Settings) -> dict[str, list[str]]:
+    return {path: re.findall(r'<span class="version">([^<]*)</span>', html.decode()) for path, html in browse_pages_on_disk(settings).items()}
+
+
 def test_incremental_builds_keep_the_tree_a_fresh_build_makes(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random publishes and removals, built one after the other, against a fresh full build of the
+    """Random publishes, new versions and removals, built one after the other, against a fresh full build of the
     same content/ after each step: the same pages, sub-ranges, counts and rows."""
     monkeypatch.setattr(site, "PAGE_SIZE", 2)
-    rng = random.Random(15)
+    rng, bumps = random.Random(15), random.Random(16)
     # Few letters, so that names pile up under shared prefixes and the tree splits and merges at several depths.
     pool = sorted({"".join(rng.choice("ab-") for _ in range(rng.randint(1, 5))).strip("-") or "a" for _ in range(200)} | {"@ab/a", "ab.b", "ab_b"})
     settings = settings.with_updates(prune=True)
-    archives: dict[str, Path] = {}
+    archives: dict[str, list[Path]] = {}
     merged: list[str] = []  # sub-range folders removed by the incremental builds
     depth = 0
     for step in range(8):
         for name in rng.sample(sorted(archives), k=min(len(archives), rng.randint(0, 3))):
-            archives.pop(name).unlink()
+            for archive in archives.pop(name):
+                archive.unlink()
+        for name in bumps.sample(sorted(archives), k=min(len(archives), bumps.randint(0, 2))):  # new versions: pages in place
+            archives[name].append(make_tarball(settings.content_dir, name, f"1.0.{step + 1}", filename=f"{pool.index(name)}-{step}.tgz"))
         for name in rng.sample([n for n in pool if n not in archives], k=min(len(pool) - len(archives), rng.randint(1, 6))):
             # @ab/a and ab-a would share make_tarball's default file name
-            archives[name] = make_tarball(settings.content_dir, name, "1.0.0", filename=f"{pool.index(name)}.tgz")
+            archives[name] = [make_tarball(settings.content_dir, name, "1.0.0", filename=f"{pool.index(name)}.tgz")]
         result = run_build(settings)
         assert not result.errors, result.errors
         merged += [path for path in result.removed if path.startswith(site.BROWSE_ROOT + "/") and path.count("/") > 3]
@@ -603,6 +633,7 @@ def test_incremental_builds_keep_the_tree_a_fresh_build_makes(settings: Settings
         build(fresh)
         tree = browse_tree_on_disk(settings)
         assert tree == browse_tree_on_disk(fresh), f"step {step}: {sorted(archives)}"
+        assert versions_shown(settings) == versions_shown(fresh)  # new versions were listed in place
         assert sorted(n for _, rows in tree.values() for n in rows) == sorted(archives)  # each package listed once
         depth = max(depth, *(path.count("/") - 4 for path in tree))
     assert merged and depth >= 3  # the walk was tested on ranges that split several levels deep, and merged back
