@@ -23,7 +23,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -61,11 +61,11 @@ from registry_gen.names import package_dir, tarball_path
 from registry_gen.packument import (
     Release,
     abbreviate,
+    all_index_chunks,
     all_index_fragment,
     build_packument,
     dumps,
-    join_all_index,
-    join_search_document,
+    search_document_chunks,
     search_fragment,
     summarize,
 )
@@ -75,7 +75,7 @@ from registry_gen.statedir import move_state_out_of_tree
 from registry_gen.timestamps import iso_from_ns
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
-from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
+from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed, write_streams_if_changed
 
 if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it
     from filelock import FileLock
@@ -555,14 +555,11 @@ def _tarball_source(settings: Settings, name: str, version: str, record: Archive
     return _converted_cache(settings.state_folder, record.shasum or "") if record.converted else settings.content_dir / record.path
 
 
-def _write_json_pair(
-    out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str], gzipped: Future[bytes] | None = None
-) -> None:
+def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str]) -> None:
     if write_if_changed(out_dir / relative, data):
         written.append(relative)
     if settings.gzip:
-        compressed = gzipped.result() if gzipped is not None else gzip_bytes(data)
-        if write_if_changed(out_dir / (relative + ".gz"), compressed):
+        if write_if_changed(out_dir / (relative + ".gz"), gzip_bytes(data)):
             written.append(relative + ".gz")
 
 
@@ -880,17 +877,15 @@ def _write_whole_documents(settings: Settings, state: BuildState, result: BuildR
     """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
     The long-running writers defer them (Settings.index_refresh_seconds; see IndexRefresher)."""
     out = settings.out_dir
-    stamp, all_fragments, search_fragments = state.whole_document_fragments()
+    stamp = state.whole_document_stamp()
+    # Both grow with the registry (tens of MB at 1M versions): streamed from the state to their
+    # files and gzip siblings, never held whole.
     documents = {
-        ALL_DOCUMENT: join_all_index(stamp, all_fragments),
-        SEARCH_DOCUMENT: join_search_document(search_fragments, stamp),
+        out / ALL_DOCUMENT: all_index_chunks(stamp, state.whole_document_fragments("all_fragment")),
+        out / SEARCH_DOCUMENT: search_document_chunks(state.whole_document_fragments("search_fragment"), stamp),
     }
-    del all_fragments, search_fragments
-    # Both grow with the registry (MBs at 100,000 versions) and zlib lets go of the GIL.
-    with ThreadPoolExecutor(max_workers=len(documents)) as compressor:
-        gzipped = {rel: compressor.submit(gzip_bytes, data) for rel, data in documents.items()} if settings.gzip else {}
-        for relative, data in documents.items():
-            _write_json_pair(out, relative, data, settings, result.written, gzipped.get(relative))
+    written = write_streams_if_changed(documents, 9 if settings.gzip else None)
+    result.written.extend(path.relative_to(out).as_posix() for path in written)
     state.set_setting(WHOLE_STALE, "")
 
 

@@ -624,11 +624,20 @@ class BuildState:
 
     # -- listing documents (front page, name ranges, search shards)
 
-    def whole_document_fragments(self) -> tuple[str, list[bytes], list[bytes]]:
-        """The stamp and the -/all and -/v1/search pieces of every listed package, by name."""
+    def whole_document_stamp(self) -> str:
+        """-/all's `_updated` and -/search.json's `time`: the latest change of a listed package."""
         (stamp,) = self.db.execute("SELECT MAX(NULLIF(modified, '')) FROM packages WHERE listed").fetchone()
-        rows = self.db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
-        return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
+        return stamp or "1970-01-01T00:00:00.000Z"
+
+    def whole_document_fragments(self, column: str, batch: int = 1000) -> Iterator[bytes]:
+        """Every listed package's piece of -/all (`column` all_fragment) or of -/v1/search
+        (search_fragment), by name, read a batch at a time: never all of them at once."""
+        if column not in ("all_fragment", "search_fragment"):
+            raise ValueError(f"not a fragment column: {column}")
+        rows = self.db.execute(f"SELECT {column} FROM packages WHERE listed ORDER BY name")  # the column name is one of two, checked above
+        while block := rows.fetchmany(batch):
+            for (fragment,) in block:
+                yield fragment
 
     def ranges(self) -> list[tuple[str, int]]:
         """The front page's two-character ranges with their package counts."""
