@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import marshal
@@ -87,6 +88,7 @@ __all__ = ["ArchiveRecord", "BuildIssue", "BuildResult", "build_lock", "run_buil
 PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker processes
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
+SPOOL_HELD = 4096  # new archive paths held in memory before they wait in the state (PathSpool)
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
@@ -212,12 +214,44 @@ def _decode_listing(blob: bytes | None) -> dict[str, tuple[int, int]]:
         return {}  # unreadable: every file in the folder counts as new
 
 
+class PathSpool:
+    """Paths to read, handed out in path order. Past SPOOL_HELD of them (a full build finds every
+    archive) they go to a temporary table of `state`, so a build holds a few thousand at most."""
+
+    def __init__(self, state: BuildState | None = None) -> None:
+        self.state = state
+        self.held: list[str] = []
+        self.count = 0
+        self.spilled = False
+
+    def append(self, path: str) -> None:
+        self.held.append(path)
+        self.count += 1
+        if len(self.held) >= SPOOL_HELD and self.state is not None:
+            self.state.spool_paths(self.held, fresh=not self.spilled)
+            self.held.clear()
+            self.spilled = True
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        """Once: in path order (the spool is emptied)."""
+        if not self.spilled or self.state is None:
+            held, self.held = sorted(self.held), []
+            return iter(held)
+        self.state.spool_paths(self.held)
+        self.held.clear()
+        return self.state.spooled_paths()
+
+
 @dataclass
 class ContentChanges:
     """What differs between content/ and the state's folder listings. The new listings go
-    straight into the state (same transaction), so none of them is held in memory."""
+    straight into the state (same transaction), and so do the new archives' paths past a few
+    thousand (PathSpool): neither is held in memory."""
 
-    archives: list[str] = field(default_factory=list)  # new or changed
+    archives: PathSpool = field(default_factory=PathSpool)  # new or changed
     removed_archives: list[str] = field(default_factory=list)
     metas: list[str] = field(default_factory=list)
     removed_metas: list[str] = field(default_factory=list)
@@ -247,7 +281,7 @@ def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
     """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
     mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
     known = state.listings()
-    changes = ContentChanges()
+    changes = ContentChanges(PathSpool(state))
     for folder, listing in _walk_listings(content_dir):
         old = known.pop(folder, None)
         blob = marshal.dumps(listing)
@@ -368,29 +402,36 @@ def ordered_map(executor: Executor, fn: Callable[[T], R], items: Iterable[T], wi
         yield pending.popleft().result()
 
 
+def _read_jobs(settings: Settings, relatives: Iterable[str]) -> Iterator[tuple[str, str, list[str], Limits]]:
+    """READ_BATCH paths per worker task, taken from `relatives` only as the tasks are submitted."""
+    content, state_folder = str(settings.content_dir), str(settings.state_folder)
+    paths = iter(relatives)
+    while batch := list(itertools.islice(paths, READ_BATCH)):
+        yield content, state_folder, batch, settings.limits
+
+
 def _read_changed(
-    settings: Settings, relatives: list[str], progress: ProgressCallback | None
+    settings: Settings, relatives: PathSpool, progress: ProgressCallback | None
 ) -> Iterator[tuple[ArchiveRecord, CachedManifest | None]]:
     """Reads the changed archives, in path order, in worker processes when there are many."""
-    ordered = sorted(relatives)
-    content, state_folder = str(settings.content_dir), str(settings.state_folder)
-    batches = [(content, state_folder, ordered[i : i + READ_BATCH], settings.limits) for i in range(0, len(ordered), READ_BATCH)]
+    total = len(relatives)
+    jobs = _read_jobs(settings, relatives)
     workers = _worker_count()
     done = 0
-    if len(ordered) >= PARALLEL_THRESHOLD and workers > 1:
+    if total >= PARALLEL_THRESHOLD and workers > 1:
         with worker_pool(workers) as pool:
-            for batch in ordered_map(pool, _inspect_batch, batches, window=workers * 4):
+            for batch in ordered_map(pool, _inspect_batch, jobs, window=workers * 4):
                 yield from batch
                 done += len(batch)
                 if progress:
-                    progress("read", done, len(ordered))
+                    progress("read", done, total)
     else:
-        for job in batches:
+        for job in jobs:
             batch = _inspect_batch(job)
             yield from batch
             done += len(batch)
             if progress:
-                progress("read", done, len(ordered))
+                progress("read", done, total)
 
 
 # ---------------------------------------------------------------- state
@@ -1176,7 +1217,7 @@ def _build_in_transaction(
     run = _Run(settings, state, cache, progress)
     changes = _detect(run, changed, force_full)
     affected = _read(run, changes)
-    del changes  # a first build's list of every archive path (~100 MB at 1M versions): read, not needed again
+    del changes  # its meta and removed paths: read, not needed again
     plans = _plan(settings, state, affected)
     relinked = _relinked(state, plans)
     plans.update(_plan(settings, state, relinked - affected))

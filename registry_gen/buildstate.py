@@ -346,6 +346,23 @@ class BuildState:
         else:
             self.db.execute("INSERT OR REPLACE INTO folders (folder, listing) VALUES (?, ?)", (folder, listing))
 
+    # -- paths waiting to be read: a full build finds every archive (~100 MB of paths at 1M
+    # versions), so past a few thousand they wait in a temporary table (the temp database, on
+    # disk past its small page cache), not in the heap.
+
+    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False) -> None:
+        if fresh:
+            self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS spooled_paths (path TEXT PRIMARY KEY) WITHOUT ROWID")
+        self.db.executemany("INSERT OR IGNORE INTO temp.spooled_paths (path) VALUES (?)", ((path,) for path in paths))
+
+    def spooled_paths(self, batch: int = 1000) -> Iterator[str]:
+        """The spooled paths in path order, a batch at a time; the spool is dropped once they are all out."""
+        rows = self.db.execute("SELECT path FROM temp.spooled_paths ORDER BY path")
+        while block := rows.fetchmany(batch):
+            yield from (path for (path,) in block)
+        self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+
     # -- archives
 
     def archive(self, path: str) -> ArchiveRecord | None:
