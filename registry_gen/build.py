@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import logging
 import marshal
@@ -23,7 +24,7 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -61,11 +62,11 @@ from registry_gen.names import package_dir, tarball_path
 from registry_gen.packument import (
     Release,
     abbreviate,
+    all_index_chunks,
     all_index_fragment,
     build_packument,
     dumps,
-    join_all_index,
-    join_search_document,
+    search_document_chunks,
     search_fragment,
     summarize,
 )
@@ -75,7 +76,7 @@ from registry_gen.statedir import move_state_out_of_tree
 from registry_gen.timestamps import iso_from_ns
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
-from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
+from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed, write_streams_if_changed
 
 if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it
     from filelock import FileLock
@@ -87,6 +88,7 @@ __all__ = ["ArchiveRecord", "BuildIssue", "BuildResult", "build_lock", "run_buil
 PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker processes
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
+SPOOL_HELD = 4096  # new archive paths held in memory before they wait in the state (PathSpool)
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
@@ -212,12 +214,44 @@ def _decode_listing(blob: bytes | None) -> dict[str, tuple[int, int]]:
         return {}  # unreadable: every file in the folder counts as new
 
 
+class PathSpool:
+    """Paths to read, handed out in path order. Past SPOOL_HELD of them (a full build finds every
+    archive) they go to a temporary table of `state`, so a build holds a few thousand at most."""
+
+    def __init__(self, state: BuildState | None = None) -> None:
+        self.state = state
+        self.held: list[str] = []
+        self.count = 0
+        self.spilled = False
+
+    def append(self, path: str) -> None:
+        self.held.append(path)
+        self.count += 1
+        if len(self.held) >= SPOOL_HELD and self.state is not None:
+            self.state.spool_paths(self.held, fresh=not self.spilled)
+            self.held.clear()
+            self.spilled = True
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        """Once: in path order (the spool is emptied)."""
+        if not self.spilled or self.state is None:
+            held, self.held = sorted(self.held), []
+            return iter(held)
+        self.state.spool_paths(self.held)
+        self.held.clear()
+        return self.state.spooled_paths()
+
+
 @dataclass
 class ContentChanges:
     """What differs between content/ and the state's folder listings. The new listings go
-    straight into the state (same transaction), so none of them is held in memory."""
+    straight into the state (same transaction), and so do the new archives' paths past a few
+    thousand (PathSpool): neither is held in memory."""
 
-    archives: list[str] = field(default_factory=list)  # new or changed
+    archives: PathSpool = field(default_factory=PathSpool)  # new or changed
     removed_archives: list[str] = field(default_factory=list)
     metas: list[str] = field(default_factory=list)
     removed_metas: list[str] = field(default_factory=list)
@@ -247,7 +281,7 @@ def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
     """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
     mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
     known = state.listings()
-    changes = ContentChanges()
+    changes = ContentChanges(PathSpool(state))
     for folder, listing in _walk_listings(content_dir):
         old = known.pop(folder, None)
         blob = marshal.dumps(listing)
@@ -368,29 +402,36 @@ def ordered_map(executor: Executor, fn: Callable[[T], R], items: Iterable[T], wi
         yield pending.popleft().result()
 
 
+def _read_jobs(settings: Settings, relatives: Iterable[str]) -> Iterator[tuple[str, str, list[str], Limits]]:
+    """READ_BATCH paths per worker task, taken from `relatives` only as the tasks are submitted."""
+    content, state_folder = str(settings.content_dir), str(settings.state_folder)
+    paths = iter(relatives)
+    while batch := list(itertools.islice(paths, READ_BATCH)):
+        yield content, state_folder, batch, settings.limits
+
+
 def _read_changed(
-    settings: Settings, relatives: list[str], progress: ProgressCallback | None
+    settings: Settings, relatives: PathSpool, progress: ProgressCallback | None
 ) -> Iterator[tuple[ArchiveRecord, CachedManifest | None]]:
     """Reads the changed archives, in path order, in worker processes when there are many."""
-    ordered = sorted(relatives)
-    content, state_folder = str(settings.content_dir), str(settings.state_folder)
-    batches = [(content, state_folder, ordered[i : i + READ_BATCH], settings.limits) for i in range(0, len(ordered), READ_BATCH)]
+    total = len(relatives)
+    jobs = _read_jobs(settings, relatives)
     workers = _worker_count()
     done = 0
-    if len(ordered) >= PARALLEL_THRESHOLD and workers > 1:
+    if total >= PARALLEL_THRESHOLD and workers > 1:
         with worker_pool(workers) as pool:
-            for batch in ordered_map(pool, _inspect_batch, batches, window=workers * 4):
+            for batch in ordered_map(pool, _inspect_batch, jobs, window=workers * 4):
                 yield from batch
                 done += len(batch)
                 if progress:
-                    progress("read", done, len(ordered))
+                    progress("read", done, total)
     else:
-        for job in batches:
+        for job in jobs:
             batch = _inspect_batch(job)
             yield from batch
             done += len(batch)
             if progress:
-                progress("read", done, len(ordered))
+                progress("read", done, total)
 
 
 # ---------------------------------------------------------------- state
@@ -556,14 +597,11 @@ def _tarball_source(settings: Settings, name: str, version: str, record: Archive
     return _converted_cache(settings.state_folder, record.shasum or "") if record.converted else settings.content_dir / record.path
 
 
-def _write_json_pair(
-    out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str], gzipped: Future[bytes] | None = None
-) -> None:
+def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str]) -> None:
     if write_if_changed(out_dir / relative, data):
         written.append(relative)
     if settings.gzip:
-        compressed = gzipped.result() if gzipped is not None else gzip_bytes(data)
-        if write_if_changed(out_dir / (relative + ".gz"), compressed):
+        if write_if_changed(out_dir / (relative + ".gz"), gzip_bytes(data)):
             written.append(relative + ".gz")
 
 
@@ -892,17 +930,15 @@ def _write_whole_documents(settings: Settings, state: BuildState, result: BuildR
     """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
     The long-running writers defer them (Settings.index_refresh_seconds; see IndexRefresher)."""
     out = settings.out_dir
-    stamp, all_fragments, search_fragments = state.whole_document_fragments()
+    stamp = state.whole_document_stamp()
+    # Both grow with the registry (tens of MB at 1M versions): streamed from the state to their
+    # files and gzip siblings, never held whole.
     documents = {
-        ALL_DOCUMENT: join_all_index(stamp, all_fragments),
-        SEARCH_DOCUMENT: join_search_document(search_fragments, stamp),
+        out / ALL_DOCUMENT: all_index_chunks(stamp, state.whole_document_fragments("all_fragment")),
+        out / SEARCH_DOCUMENT: search_document_chunks(state.whole_document_fragments("search_fragment"), stamp),
     }
-    del all_fragments, search_fragments
-    # Both grow with the registry (MBs at 100,000 versions) and zlib lets go of the GIL.
-    with ThreadPoolExecutor(max_workers=len(documents)) as compressor:
-        gzipped = {rel: compressor.submit(gzip_bytes, data) for rel, data in documents.items()} if settings.gzip else {}
-        for relative, data in documents.items():
-            _write_json_pair(out, relative, data, settings, result.written, gzipped.get(relative))
+    written = write_streams_if_changed(documents, 9 if settings.gzip else None)
+    result.written.extend(path.relative_to(out).as_posix() for path in written)
     state.set_setting(WHOLE_STALE, "")
 
 
@@ -1193,7 +1229,7 @@ def _build_in_transaction(
     run = _Run(settings, state, cache, progress)
     changes = _detect(run, changed, force_full)
     affected = _read(run, changes)
-    del changes  # a first build's list of every archive path (~100 MB at 1M versions): read, not needed again
+    del changes  # its meta and removed paths: read, not needed again
     plans = _plan(settings, state, affected)
     relinked = _relinked(state, plans)
     plans.update(_plan(settings, state, relinked - affected))

@@ -372,6 +372,23 @@ class BuildState:
         else:
             self.db.execute("INSERT OR REPLACE INTO folders (folder, listing) VALUES (?, ?)", (folder, listing))
 
+    # -- paths waiting to be read: a full build finds every archive (~100 MB of paths at 1M
+    # versions), so past a few thousand they wait in a temporary table (the temp database, on
+    # disk past its small page cache), not in the heap.
+
+    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False) -> None:
+        if fresh:
+            self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS spooled_paths (path TEXT PRIMARY KEY) WITHOUT ROWID")
+        self.db.executemany("INSERT OR IGNORE INTO temp.spooled_paths (path) VALUES (?)", ((path,) for path in paths))
+
+    def spooled_paths(self, batch: int = 1000) -> Iterator[str]:
+        """The spooled paths in path order, a batch at a time; the spool is dropped once they are all out."""
+        rows = self.db.execute("SELECT path FROM temp.spooled_paths ORDER BY path")
+        while block := rows.fetchmany(batch):
+            yield from (path for (path,) in block)
+        self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+
     # -- archives
 
     def archive(self, path: str) -> ArchiveRecord | None:
@@ -672,11 +689,20 @@ class BuildState:
 
     # -- listing documents (front page, name ranges, search shards)
 
-    def whole_document_fragments(self) -> tuple[str, list[bytes], list[bytes]]:
-        """The stamp and the -/all and -/v1/search pieces of every listed package, by name."""
+    def whole_document_stamp(self) -> str:
+        """-/all's `_updated` and -/search.json's `time`: the latest change of a listed package."""
         (stamp,) = self.db.execute("SELECT MAX(modified) FROM listings").fetchone()  # '' only if all are
-        rows = self.db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
-        return stamp or "1970-01-01T00:00:00.000Z", [r[0] for r in rows], [r[1] for r in rows]
+        return stamp or "1970-01-01T00:00:00.000Z"
+
+    def whole_document_fragments(self, column: str, batch: int = 1000) -> Iterator[bytes]:
+        """Every listed package's piece of -/all (`column` all_fragment) or of -/v1/search
+        (search_fragment), by name, read a batch at a time: never all of them at once."""
+        if column not in ("all_fragment", "search_fragment"):
+            raise ValueError(f"not a fragment column: {column}")
+        rows = self.db.execute(f"SELECT {column} FROM packages WHERE listed ORDER BY name")  # the column name is one of two, checked above
+        while block := rows.fetchmany(batch):
+            for (fragment,) in block:
+                yield fragment
 
     def ranges(self) -> list[tuple[str, int]]:
         """The front page's two-character ranges with their package counts."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,19 +238,28 @@ def all_index_fragment(summary: Mapping[str, Any]) -> bytes:
     return dumps(summary["name"]) + b":" + dumps(all_index_entry(summary))
 
 
-def join_all_index(stamp: str, fragments: Iterable[bytes]) -> bytes:
-    """dumps({"_updated": stamp, **all_index(...)}) from fragments in name order."""
-    members = b",".join(fragments)
-    return b'{"_updated":' + dumps(stamp) + (b"," + members if members else b"") + b"}"
+def all_index_chunks(stamp: str, fragments: Iterable[bytes]) -> Iterator[bytes]:
+    """dumps({"_updated": stamp, **all_index(...)}) in pieces, from fragments in name order (the
+    document is tens of MB at 1M versions: it is streamed to its file, never held whole)."""
+    yield b'{"_updated":' + dumps(stamp)
+    for fragment in fragments:
+        yield b"," + fragment
+    yield b"}"
 
 
 def search_fragment(summary: Mapping[str, Any], base_url: str) -> bytes:
     return dumps(search_object(summary, base_url))
 
 
-def join_search_document(fragments: list[bytes], stamp: str) -> bytes:
-    """dumps(search_document(objects, stamp)) from the objects' fragments."""
-    return b'{"objects":[' + b",".join(fragments) + b'],"total":' + str(len(fragments)).encode() + b',"time":' + dumps(stamp) + b"}"
+def search_document_chunks(fragments: Iterable[bytes], stamp: str) -> Iterator[bytes]:
+    """dumps(search_document(objects, stamp)) in pieces, from the objects' fragments; `total`
+    comes after the objects, so it is their count as they went by."""
+    yield b'{"objects":['
+    total = 0
+    for fragment in fragments:
+        yield b"," + fragment if total else fragment
+        total += 1
+    yield b'],"total":' + str(total).encode() + b',"time":' + dumps(stamp) + b"}"
 
 
 def search_object(summary: Mapping[str, Any], base_url: str) -> dict[str, Any]:

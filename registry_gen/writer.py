@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -159,3 +162,117 @@ def sweep_temp_files(*roots: Path) -> list[Path]:
                     path.unlink(missing_ok=True)
                     removed.append(path)
     return removed
+
+
+# Documents that grow with the registry (-/all, -/search.json: tens of MB at 1M versions) are
+# written in pieces, never held whole: each piece goes to a temp file and through a streaming
+# gzip into its sibling's temp file, and each temp file replaces its target only if it differs.
+
+_BLOCK = 1 << 18  # bytes handed to a writer thread at a time: few hand-offs, little held
+
+
+class _Replacement:
+    """A temp file beside `path`, filled in pieces, that replaces `path` only when its bytes differ
+    (as write_if_changed: an unchanged file keeps its identity and mtime)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd, self.temp = _open_temp(path)
+
+    def write(self, data: bytes) -> None:
+        _write_all(self.fd, data)
+
+    def finish(self) -> bool:
+        os.close(self.fd)
+        self.fd = -1
+        if same_bytes(Path(self.temp), self.path):
+            os.unlink(self.temp)
+            return False
+        os.replace(self.temp, self.path)
+        return True
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.temp)
+
+
+class _GzipReplacement(_Replacement):
+    """The same for `path`'s gzip sibling: the bytes gzip_bytes(whole, level) would give (zlib's own
+    gzip wrapper, mtime 0, no name; deflate's output does not depend on how its input is cut)."""
+
+    def __init__(self, path: Path, level: int) -> None:
+        super().__init__(path)
+        self.compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+
+    def write(self, data: bytes) -> None:
+        super().write(self.compressor.compress(data))
+
+    def finish(self) -> bool:
+        super().write(self.compressor.flush())
+        return super().finish()
+
+
+def same_bytes(first: Path, second: Path) -> bool:
+    """Whether two files hold the same bytes (False when `second` is missing), read in blocks."""
+    try:
+        if first.stat().st_size != second.stat().st_size:
+            return False
+        with open(first, "rb") as one, open(second, "rb") as other:
+            while block := one.read(1 << 20):
+                if block != other.read(len(block)):
+                    return False
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """`chunks` joined into blocks of about _BLOCK bytes."""
+    pending: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= _BLOCK:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+def write_streams_if_changed(streams: Mapping[Path, Iterable[bytes]], gzip_level: int | None = None) -> list[Path]:
+    """Writes each path's chunks (and, with a gzip level, `<path>.gz`) atomically, holding about a
+    block of each at a time; a file is replaced only when its bytes changed. The chunks are pulled
+    here (they may read a database that is not for other threads); one thread per stream
+    compresses and writes (zlib lets go of the GIL), while the next blocks are pulled. Returns
+    the files replaced."""
+    sinks: list[list[_Replacement]] = []
+    try:
+        for path in streams:
+            gz = [_GzipReplacement(path.with_name(path.name + ".gz"), gzip_level)] if gzip_level is not None else []
+            sinks.append([_Replacement(path), *gz])
+        _fill(sinks, [_blocks(chunks) for chunks in streams.values()])
+        return [sink.path for group in sinks for sink in group if sink.finish()]
+    except BaseException:
+        for sink in (sink for group in sinks for sink in group):
+            sink.discard()
+        raise
+
+
+def _write_group(group: list[_Replacement], block: bytes) -> None:
+    for sink in group:
+        sink.write(block)
+
+
+def _fill(sinks: list[list[_Replacement]], blocks: list[Iterator[bytes]]) -> None:
+    with ThreadPoolExecutor(max_workers=len(sinks)) as pool:
+        pending: list[Future[None]] = []
+        for row in itertools.zip_longest(*blocks, fillvalue=b""):
+            for done in pending:
+                done.result()
+            pending = [pool.submit(_write_group, group, block) for group, block in zip(sinks, row) if block]
+        for done in pending:
+            done.result()

@@ -169,15 +169,15 @@ def test_incremental_builds_end_with_the_tree_a_fresh_build_makes(settings: Sett
 
 
 def test_index_documents_joined_from_pieces_are_the_bytes_dumps_makes() -> None:
-    """The build keeps each package's serialised piece of -/all and -/v1/search and joins them,
+    """The build keeps each package's serialised piece of -/all and -/v1/search and streams them,
     so an incremental build does not serialise every package again: same bytes required."""
     from registry_gen.packument import (
         all_index,
+        all_index_chunks,
         all_index_fragment,
         dumps,
-        join_all_index,
-        join_search_document,
         search_document,
+        search_document_chunks,
         search_fragment,
         search_object,
     )
@@ -200,12 +200,13 @@ def test_index_documents_joined_from_pieces_are_the_bytes_dumps_makes() -> None:
     ]
     base_url = "http://127.0.0.1:9/"
     stamp = "2021-02-03T04:05:06.000Z"
-    assert join_all_index(stamp, map(all_index_fragment, summaries)) == dumps({"_updated": stamp, **all_index(summaries)})
+    joined = b"".join(all_index_chunks(stamp, map(all_index_fragment, summaries)))
+    assert joined == dumps({"_updated": stamp, **all_index(summaries)})
     objects = [search_object(s, base_url) for s in summaries]
-    pieces = [search_fragment(s, base_url) for s in summaries]
-    assert join_search_document(pieces, stamp) == dumps(search_document(objects, stamp))
-    assert join_all_index(stamp, []) == dumps({"_updated": stamp})
-    assert join_search_document([], stamp) == dumps(search_document([], stamp))
+    pieces = (search_fragment(s, base_url) for s in summaries)  # a generator: total is counted as they go by
+    assert b"".join(search_document_chunks(pieces, stamp)) == dumps(search_document(objects, stamp))
+    assert b"".join(all_index_chunks(stamp, [])) == dumps({"_updated": stamp})
+    assert b"".join(search_document_chunks([], stamp)) == dumps(search_document([], stamp))
 
 
 def test_the_manifest_cache_forgets_removed_archives(settings: Settings) -> None:
