@@ -11,6 +11,7 @@ package that appeared or went. Big builds read archives and write packages in wo
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import itertools
@@ -1015,10 +1016,18 @@ class _WriterContext:
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
 
 
-def _init_writer(settings: Settings, cache_path: str, registry_names: set[str]) -> None:
+def _init_writer(settings: Settings, cache_path: str, names: bytes) -> None:
+    """`names`: the packages with a page after this build, one a line (names_blob)."""
     global _worker_context
     cache = ManifestCache(Path(cache_path), readonly=True)
+    registry_names = set(names.decode().split("\n")) - {""}
     _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
+
+
+def names_blob(names: Iterable[str]) -> bytes:
+    """Package names one a line (a name holds no line break), as the worker processes get them:
+    ~3 MB at 100,000 packages, where the set of them the build process held was ~10 MB."""
+    return "\n".join(names).encode()
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -1060,7 +1069,7 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with worker_pool(workers, _init_writer, (settings, str(cache.path), set(registry_names))) as pool:
+        with worker_pool(workers, _init_writer, (settings, str(cache.path), names_blob(registry_names))) as pool:
             for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                 if progress:
                     progress("write", index + 1, at_most)
@@ -1169,7 +1178,7 @@ class Action(Enum):
     WRITE = "write"  # (re)write its files when their inputs changed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per package in a full build: no __dict__ each
 class PackagePlan:
     """The plan for one package: the action, whether it has a page after this build, and what
     the plan found wrong (archives refused, a meta file it could not read)."""
@@ -1414,12 +1423,12 @@ def _remove(run: _Run, name: str) -> list[str]:
     return list(previous.get("links", [])) if previous else []
 
 
-def _incoming_links(run: _Run, names: list[str]) -> dict[str, set[str]]:
+def _incoming_links(run: _Run, names: list[str]) -> dict[str, list[str]]:
     """For each package, which of `names` will link to it: from each one's latest manifest, the
     names site.linked_names reads from its document. Lets a build that writes many packages (a
     full one: all of them) render each page once with its final Dependents list, not once with
     the last build's list and again after."""
-    incoming: dict[str, set[str]] = defaultdict(set)
+    incoming: dict[str, list[str]] = defaultdict(list)  # a list of a few names: a quarter of a set's size
     for name in names:
         releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
         meta = _meta_of(run.settings, run.state, name)
@@ -1431,7 +1440,7 @@ def _incoming_links(run: _Run, names: list[str]) -> dict[str, set[str]]:
         except RegistryError:
             continue  # its write reports the problem; a missed link only costs a second render
         for target in site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}):
-            incoming[target].add(name)
+            incoming[target].append(name)  # linked_names has each target once
     return incoming
 
 
@@ -1441,15 +1450,15 @@ def _jobs(
     relinked: set[str],
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
     registry_names: AbstractSet[str],
-    incoming: Mapping[str, set[str]],
+    incoming: Mapping[str, list[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
     does not grow with the registry. New first-seen times are collected (fresh, and the part a
     registry-meta.json keeps), stored by the caller. `incoming`: who links to each package among
-    those being written, from their manifests (the state knows only the links of the last build)."""
+    those being written, from their manifests (the state knows only the links of the last build).
+    `names`: sorted (a full build's are every package: looked up by bisection, not copied to a set)."""
     state, settings = run.state, run.settings
     fresh_times, meta_times = times_found
-    rewritten = set(names) if incoming else set()
     for name in names:
         previous = state.package(name)
         releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
@@ -1464,10 +1473,16 @@ def _jobs(
         digest = _package_digest(name, releases, times, meta)
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        linking = (state.linking_to([name]) - rewritten) | incoming.get(name, set())
+        # Links from the packages being rewritten are in `incoming` (their new manifests), not the state's.
+        linking = {n for n in state.linking_to([name]) if not (incoming and _in_sorted(names, n))}.union(incoming.get(name, ()))
         dependents = tuple(sorted(n for n in linking if n in registry_names))
         run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
+
+
+def _in_sorted(items: list[str], item: str) -> bool:
+    index = bisect.bisect_left(items, item)
+    return index < len(items) and items[index] == item
 
 
 def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:

@@ -625,8 +625,9 @@ class BuildState:
     def present_count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM packages WHERE present").fetchone()[0])
 
-    def present_names(self) -> set[str]:
-        return {row[0] for row in self.db.execute("SELECT name FROM packages WHERE present")}
+    def present_names(self) -> Iterator[str]:
+        """One at a time (the worker processes get them as one blob: a set here was ~10 MB at 1M versions)."""
+        return (row[0] for row in self.db.execute("SELECT name FROM packages WHERE present"))
 
     def linking_to(self, targets: Iterable[str]) -> set[str]:
         found: set[str] = set()
