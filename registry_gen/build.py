@@ -948,13 +948,13 @@ def _resolve_times(
     return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
-def _refuse_mass_removal(settings: Settings, state: BuildState, plans: dict[str, tuple[str, bool]]) -> None:
+def _refuse_mass_removal(settings: Settings, state: BuildState, plans: Mapping[str, PackagePlan]) -> None:
     """Stops a build that would take most of the tree's packages away when content/ does not say
     they went (a wrong folder, a half-finished copy, an unmounted disk): only `--prune` does that.
     A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
         return
-    going = [n for n, (_, stays) in plans.items() if not stays and state.is_present(n) and not _unpublished(settings, state, n)]
+    going = [n for n, plan in plans.items() if not plan.present and state.is_present(n) and not _unpublished(settings, state, n)]
     present = state.present_count() if len(going) > 1 else 0  # counted only when it can matter
     if len(going) > 1 and 2 * len(going) > present:
         raise PruneRefused(
@@ -1230,8 +1230,10 @@ def _build_in_transaction(
     affected = _read(run, changes)
     del changes  # its meta and removed paths: read, not needed again
     plans = _plan(settings, state, affected)
-    relinked = _relinked(state, plans)
+    # A full build plans and writes every package already (affected holds them all).
+    relinked = set() if run.full else _relinked(state, plans)
     plans.update(_plan(settings, state, relinked - affected))
+    del affected
     _write(run, plans, relinked)
     _write_indexes(run, defer_whole and not run.full)
     publish_keys(settings, state, run.signer, run.result.written)
@@ -1349,14 +1351,14 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
             state.set_issues(plan.name, list(plan.refusals))
         if plan.error is not None:
             run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
-    _refuse_mass_removal(settings, state, {n: (p.action.value, p.present) for n, p in plans.items()})
+    _refuse_mass_removal(settings, state, plans)
     # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one
     # gained or lost.
     dependents_changed: set[str] = set()
     for plan in plans.values():
         if plan.action is Action.REMOVE:
             dependents_changed.update(_remove(run, plan.name))
-    registry_names = PresentNames(state, {n: p.present for n, p in plans.items()})
+    registry_names = PresentNames(state, plans)
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
@@ -1388,25 +1390,25 @@ def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dic
 class PresentNames(AbstractSet[str]):
     """The packages with a page after this build: the state's, with this build's plans applied.
     Asked name by name (a page links a dependency only if it is here), so a build of one package
-    does not load every name; worker processes get it materialised."""
+    does not load every name; worker processes get it as one blob (names_blob)."""
 
-    def __init__(self, state: BuildState, planned: dict[str, bool]):
+    def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan]):
         self.state = state
-        self.planned = planned  # name -> present after this build, for the packages it plans
+        self.planned = planned  # the packages this build plans (the plans themselves: no copy of them all)
         self._known: dict[str, bool] = {}
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
         if name in self.planned:
-            return self.planned[name]
+            return self.planned[name].present
         if name not in self._known:
             self._known[name] = self.state.is_present(name)
         return self._known[name]
 
     def __iter__(self) -> Iterator[str]:
         yield from (n for n in self.state.present_names() if n not in self.planned)
-        yield from (n for n, present in self.planned.items() if present)
+        yield from (n for n, plan in self.planned.items() if plan.present)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
