@@ -11,6 +11,7 @@ package that appeared or went. Big builds read archives and write packages in wo
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import itertools
@@ -113,9 +114,11 @@ class BuildIssue:
 
 class PathLog(list):  # type: ignore[type-arg]
     """Tree paths a build wrote or removed: all counted (`total`), the first KEPT named. A first
-    build of a million versions writes ~4M files; naming every one would hold ~400 MB."""
+    build of a million versions writes ~4M files; naming every one would hold ~400 MB, and even
+    100,000 named (~10 MB) made a full build's memory grow from 10k to 100k versions. Nothing
+    reads past the first few: the tests name what small builds wrote, the CLI prints the total."""
 
-    KEPT = 100_000
+    KEPT = 10_000
     total = 0  # a class default, so an unpickled log (items appended before its state) counts too
 
     def append(self, path: str) -> None:
@@ -957,13 +960,13 @@ def _resolve_times(
     return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
-def _refuse_mass_removal(settings: Settings, state: BuildState, plans: dict[str, tuple[str, bool]]) -> None:
+def _refuse_mass_removal(settings: Settings, state: BuildState, plans: Mapping[str, PackagePlan]) -> None:
     """Stops a build that would take most of the tree's packages away when content/ does not say
     they went (a wrong folder, a half-finished copy, an unmounted disk): only `--prune` does that.
     A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
         return
-    going = [n for n, (_, stays) in plans.items() if not stays and state.is_present(n) and not _unpublished(settings, state, n)]
+    going = [n for n, plan in plans.items() if not plan.present and state.is_present(n) and not _unpublished(settings, state, n)]
     present = state.present_count() if len(going) > 1 else 0  # counted only when it can matter
     if len(going) > 1 and 2 * len(going) > present:
         raise PruneRefused(
@@ -1025,10 +1028,18 @@ class _WriterContext:
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
 
 
-def _init_writer(settings: Settings, cache_path: str, registry_names: set[str]) -> None:
+def _init_writer(settings: Settings, cache_path: str, names: bytes) -> None:
+    """`names`: the packages with a page after this build, one a line (names_blob)."""
     global _worker_context
     cache = ManifestCache(Path(cache_path), readonly=True)
+    registry_names = set(names.decode().split("\n")) - {""}
     _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
+
+
+def names_blob(names: Iterable[str]) -> bytes:
+    """Package names one a line (a name holds no line break), as the worker processes get them:
+    ~3 MB at 100,000 packages, where the set of them the build process held was ~10 MB."""
+    return "\n".join(names).encode()
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -1070,7 +1081,7 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with worker_pool(workers, _init_writer, (settings, str(cache.path), set(registry_names))) as pool:
+        with worker_pool(workers, _init_writer, (settings, str(cache.path), names_blob(registry_names))) as pool:
             for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                 if progress:
                     progress("write", index + 1, at_most)
@@ -1179,7 +1190,7 @@ class Action(Enum):
     WRITE = "write"  # (re)write its files when their inputs changed
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per package in a full build: no __dict__ each
 class PackagePlan:
     """The plan for one package: the action, whether it has a page after this build, and what
     the plan found wrong (archives refused, a meta file it could not read)."""
@@ -1231,8 +1242,10 @@ def _build_in_transaction(
     affected = _read(run, changes)
     del changes  # its meta and removed paths: read, not needed again
     plans = _plan(settings, state, affected)
-    relinked = _relinked(state, plans)
+    # A full build plans and writes every package already (affected holds them all).
+    relinked = set() if run.full else _relinked(state, plans)
     plans.update(_plan(settings, state, relinked - affected))
+    del affected
     _write(run, plans, relinked)
     _write_indexes(run, defer_whole and not run.full)
     publish_keys(settings, state, run.signer, run.result.written)
@@ -1350,14 +1363,14 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
             state.set_issues(plan.name, list(plan.refusals))
         if plan.error is not None:
             run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
-    _refuse_mass_removal(settings, state, {n: (p.action.value, p.present) for n, p in plans.items()})
+    _refuse_mass_removal(settings, state, plans)
     # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one
     # gained or lost.
     dependents_changed: set[str] = set()
     for plan in plans.values():
         if plan.action is Action.REMOVE:
             dependents_changed.update(_remove(run, plan.name))
-    registry_names = PresentNames(state, {n: p.present for n, p in plans.items()})
+    registry_names = PresentNames(state, plans)
     to_write = [n for n, p in sorted(plans.items()) if p.action is Action.WRITE]
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
@@ -1389,25 +1402,25 @@ def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dic
 class PresentNames(AbstractSet[str]):
     """The packages with a page after this build: the state's, with this build's plans applied.
     Asked name by name (a page links a dependency only if it is here), so a build of one package
-    does not load every name; worker processes get it materialised."""
+    does not load every name; worker processes get it as one blob (names_blob)."""
 
-    def __init__(self, state: BuildState, planned: dict[str, bool]):
+    def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan]):
         self.state = state
-        self.planned = planned  # name -> present after this build, for the packages it plans
+        self.planned = planned  # the packages this build plans (the plans themselves: no copy of them all)
         self._known: dict[str, bool] = {}
 
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
         if name in self.planned:
-            return self.planned[name]
+            return self.planned[name].present
         if name not in self._known:
             self._known[name] = self.state.is_present(name)
         return self._known[name]
 
     def __iter__(self) -> Iterator[str]:
         yield from (n for n in self.state.present_names() if n not in self.planned)
-        yield from (n for n, present in self.planned.items() if present)
+        yield from (n for n, plan in self.planned.items() if plan.present)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -1424,12 +1437,12 @@ def _remove(run: _Run, name: str) -> list[str]:
     return list(previous.get("links", [])) if previous else []
 
 
-def _incoming_links(run: _Run, names: list[str]) -> dict[str, set[str]]:
+def _incoming_links(run: _Run, names: list[str]) -> dict[str, list[str]]:
     """For each package, which of `names` will link to it: from each one's latest manifest, the
     names site.linked_names reads from its document. Lets a build that writes many packages (a
     full one: all of them) render each page once with its final Dependents list, not once with
     the last build's list and again after."""
-    incoming: dict[str, set[str]] = defaultdict(set)
+    incoming: dict[str, list[str]] = defaultdict(list)  # a list of a few names: a quarter of a set's size
     for name in names:
         releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
         meta = _meta_of(run.settings, run.state, name)
@@ -1441,7 +1454,7 @@ def _incoming_links(run: _Run, names: list[str]) -> dict[str, set[str]]:
         except RegistryError:
             continue  # its write reports the problem; a missed link only costs a second render
         for target in site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}):
-            incoming[target].add(name)
+            incoming[target].append(name)  # linked_names has each target once
     return incoming
 
 
@@ -1451,15 +1464,15 @@ def _jobs(
     relinked: set[str],
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
     registry_names: AbstractSet[str],
-    incoming: Mapping[str, set[str]],
+    incoming: Mapping[str, list[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
     does not grow with the registry. New first-seen times are collected (fresh, and the part a
     registry-meta.json keeps), stored by the caller. `incoming`: who links to each package among
-    those being written, from their manifests (the state knows only the links of the last build)."""
+    those being written, from their manifests (the state knows only the links of the last build).
+    `names`: sorted (a full build's are every package: looked up by bisection, not copied to a set)."""
     state, settings = run.state, run.settings
     fresh_times, meta_times = times_found
-    rewritten = set(names) if incoming else set()
     for name in names:
         previous = state.package(name)
         releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
@@ -1474,10 +1487,16 @@ def _jobs(
         digest = _package_digest(name, releases, times, meta)
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        linking = (state.linking_to([name]) - rewritten) | incoming.get(name, set())
+        # Links from the packages being rewritten are in `incoming` (their new manifests), not the state's.
+        linking = {n for n in state.linking_to([name]) if not (incoming and _in_sorted(names, n))}.union(incoming.get(name, ()))
         dependents = tuple(sorted(n for n in linking if n in registry_names))
         run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
+
+
+def _in_sorted(items: list[str], item: str) -> bool:
+    index = bisect.bisect_left(items, item)
+    return index < len(items) and items[index] == item
 
 
 def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:

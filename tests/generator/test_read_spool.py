@@ -18,11 +18,12 @@ from tests.support import make_tarball
 
 
 def _content(content: Path) -> None:
-    for index in range(16):  # 33 archives: read by worker processes (PARALLEL_THRESHOLD)
+    for index in range(16):  # 34 archives, 17 packages: read and written by worker processes
         folder = content / f"group-{index % 3}"
         make_tarball(folder, f"spool-{index:02d}", "1.0.0")
         make_tarball(folder, f"spool-{index:02d}", "1.1.0", dependencies={f"spool-{(index + 1) % 16:02d}": "^1.0.0"})
     (content / "group-1" / "broken-1.0.0.tgz").write_bytes(b"not a tarball")
+    make_tarball(content / "group-2", "lonely", "1.0.0", dependencies={"spool-03": "^1.0.0", "missing-dep": "^1.0.0"})
 
 
 def _tree(out: Path) -> dict[str, bytes]:
@@ -46,12 +47,16 @@ def test_a_spooled_full_build_reads_and_writes_what_a_held_one_does(tmp_path: Pa
         read_progress = [(done, total) for phase, done, total in seen if phase == "read"]
         runs[held] = (result, _tree(settings.out_dir), _archives(settings), read_progress)
     (spooled, spooled_tree, spooled_rows, spooled_progress), (held, held_tree, held_rows, held_progress) = runs.values()
-    assert spooled.archives_read == held.archives_read == 33
+    assert spooled.archives_read == held.archives_read == 34
     assert [str(e) for e in spooled.errors] == [str(e) for e in held.errors] != []
-    assert (spooled.packages, spooled.versions) == (held.packages, held.versions) == (16, 32)
-    assert spooled_rows == held_rows and len(spooled_rows) == 33
+    assert (spooled.packages, spooled.versions) == (held.packages, held.versions) == (17, 33)
+    assert spooled_rows == held_rows and len(spooled_rows) == 34
     assert spooled_tree == held_tree
-    assert spooled_progress == held_progress and spooled_progress[-1] == (33, 33)
+    assert spooled_progress == held_progress and spooled_progress[-1] == (34, 34)
+    # The writing workers got the present names (as one blob): a present dependency is linked, a missing one not.
+    page = spooled_tree["-/web/package/lonely/index.html"].decode()
+    assert 'href="../../package/spool-03/index.html"' in page
+    assert "missing-dep" in page and "package/missing-dep/" not in page
 
 
 def test_the_spool_hands_out_every_path_once_in_path_order_and_then_drops_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

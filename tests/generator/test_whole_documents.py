@@ -119,3 +119,17 @@ def test_a_failing_stream_keeps_every_old_file_and_leaves_no_temp(tmp_path: Path
     assert (first.read_bytes(), second.read_bytes()) == (b"old one", b"old two")
     assert gzip.decompress(first.with_name("one.json.gz").read_bytes()) == b"old one"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "one.json.gz", "two.json", "two.json.gz"]
+
+
+def test_a_failing_replace_keeps_every_old_file_and_leaves_no_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "one.json"
+    write_streams_if_changed({target: [b"old"]}, gzip_level=9)
+
+    def broken_replace(source: object, destination: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_streams_if_changed({target: [b"new ", b"bytes"]}, gzip_level=9)
+    assert target.read_bytes() == b"old" and gzip.decompress(target.with_name("one.json.gz").read_bytes()) == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.json", "one.json.gz"]
