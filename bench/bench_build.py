@@ -196,6 +196,20 @@ def reap_fork_server() -> bool:
     return True
 
 
+def own_peak_rss_mb() -> float:
+    """This process's own peak RSS. getrusage's ru_maxrss is not: on exec, Linux folds the peak of
+    the memory the process had before (its parent's, for a child started by fork or vfork) into it,
+    so a build started by a bench process that had held ~575 MB (generating the 1M registry)
+    reported 575 MB whatever the build did. /proc's VmHWM is the peak of this process's memory."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # an upper bound elsewhere
+
+
 def child_main(content: str, out: str) -> int:
     from registry_gen.build import run_build
     from registry_gen.settings import Settings
@@ -211,7 +225,7 @@ def child_main(content: str, out: str) -> int:
         json.dumps(
             {
                 "seconds": seconds,
-                "rss_mb": own.ru_maxrss / 1024,
+                "rss_mb": own_peak_rss_mb(),
                 "worker_rss_mb": workers.ru_maxrss / 1024 if reaped else None,
                 "cpu_seconds": own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime,
                 "packages": result.packages,

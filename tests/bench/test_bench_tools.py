@@ -57,10 +57,21 @@ def test_an_interrupted_generation_carries_on_and_gives_the_same_registry(tmp_pa
     assert json.loads((home / ".complete").read_text())["bytes"] == archives  # the cut-off batches counted once
 
 
-def test_a_full_build_reports_its_worker_processes(tmp_path: Path) -> None:
+# Starts the child build from a parent that first held 300 MB: the child's own figure must not show it.
+_BIG_PARENT = """
+import subprocess, sys
+held = bytearray(300 << 20)
+for at in range(0, len(held), 4096):
+    held[at] = 1
+del held
+sys.exit(subprocess.run([sys.executable, "-m", "bench.bench_build", "--child", *sys.argv[1:]]).returncode)
+"""
+
+
+def test_a_full_build_reports_its_worker_processes_and_its_own_memory(tmp_path: Path) -> None:
     content = ensure_registry(RegistrySpec(packages=40, versions=3, lean=True, binary_share=0.0), tmp_path, progress=False)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_build", "--child", str(content), str(tmp_path / "public")],
+        [sys.executable, "-c", _BIG_PARENT, str(content), str(tmp_path / "public")],
         capture_output=True,
         text=True,
         timeout=600,
@@ -71,6 +82,7 @@ def test_a_full_build_reports_its_worker_processes(tmp_path: Path) -> None:
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     assert figures["versions"] == 120 and figures["errors"] == []
     assert figures["worker_rss_mb"] > 5  # 120 archives go to worker processes: they must show
+    assert 5 < figures["rss_mb"] < 200  # the build's own peak, not its parent's 300 MB
     assert "build read: 120/120" in proc.stderr
 
 
