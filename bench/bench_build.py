@@ -495,11 +495,12 @@ def _memory_rows(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         worker_text = (
             f"the largest worker process peaked at {worker:.0f} MB" if worker else "no worker process ran" if worker == 0 else "worker peak unknown"
         )
-        note = f"max RSS of the build process (getrusage); {worker_text} (getrusage of the reaped fork server's children)"
+        note = f"peak RSS of the build process (its own VmHWM); {worker_text} (getrusage of the reaped fork server's children)"
         if not flat:
             note += (
                 f"; not flat: +{(rss - base) * 1024 / (versions - base_scale):.3f} KB per version over the "
-                f"{base_scale:,}-version build"
+                f"{base_scale:,}-version build. Bounded by what a full build holds per package (~100 B each): the plans, "
+                "the names written, the Dependents lists rendered, the listing changes (bench/PROFILE.md, goal 4)"
             )
         if m.get("cached"):
             note += f"; {m['cached']}"
