@@ -878,10 +878,11 @@ def _recut_shard(run: _Run, key: str, changed: set[str] | None) -> list[str]:
     on_disk = set()
     for name in sorted(_names_in(settings.out_dir / folder)):
         leaf = name.split(".", 1)[0]
-        if leaf in ids:
-            on_disk.update([leaf] if name.endswith(".json") else [])
-        elif remove_tree(settings.out_dir, f"{folder}/{name}"):
-            result.removed.append(f"{folder}/{name}")
+        if leaf not in ids:
+            if remove_tree(settings.out_dir, f"{folder}/{name}"):
+                result.removed.append(f"{folder}/{name}")
+        elif name.endswith(".json"):
+            on_disk.add(leaf)
     return [bound for leaf, bound in ids.items() if changed is None or bound in changed or leaf not in on_disk]
 
 

@@ -559,7 +559,7 @@ class BuildState:
         the page that lists it (the counts and links above did not change), and a shard it stays
         in only its leaf, with no leaving and entering again."""
         old_key, old_shards = was or ("", set())
-        new_shards = dict.fromkeys(now.search_keys if now else ())
+        new_shards = dict.fromkeys(now.search_keys if now else ())  # in the order the entry gives them
         if was or now:
             self.listing_changes.front = True
         if was and now and old_key == now.range_key:
@@ -569,7 +569,7 @@ class BuildState:
                 self._count_prefixes(old_key, -1)
             if now:
                 self._count_prefixes(now.range_key, 1)
-        gone, kept = old_shards - set(new_shards), old_shards & set(new_shards)
+        gone, kept = old_shards - new_shards.keys(), old_shards & new_shards.keys()
         self.db.executemany("DELETE FROM search_keys WHERE key = ? AND name = ?", ((k, name) for k in gone))
         self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in new_shards))
         for key in gone:
