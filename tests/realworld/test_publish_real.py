@@ -72,10 +72,12 @@ def archive(corpus: Corpus, name: str, version: str | None = None) -> Path:
     return corpus.content / entries[version or sort_versions(entries)[-1]].relpath
 
 
-def content_with(corpus: Corpus, folder: Path, *versions: str) -> Path:
-    """content/ of the neighbours and commander at `versions`, each file with its cached mtime
-    (a version's `time` is its file's mtime, so a second tree of the same files builds the same)."""
+def content_with(corpus: Corpus, folder: Path, *versions: str, without: tuple[str, ...] = ()) -> Path:
+    """content/ of the neighbours (but `without`) and commander at `versions`, each file with its
+    cached mtime (a version's `time` is its file's mtime: a second tree of the same files builds the same)."""
     for name in NEIGHBOURS:
+        if name in without:
+            continue
         (folder / name).mkdir(parents=True)
         shutil.copy2(archive(corpus, name), folder / name)
     (folder / TARGET).mkdir()
@@ -198,6 +200,36 @@ def test_a_new_real_version_rewrites_its_documents_one_browse_page_and_its_leave
 
     # The incremental tree is the tree a full build of the same content/ writes.
     assert changed_paths(after, fresh_build(settings, tmp_path / "fresh")) == set()
+
+
+def browse_pages(out: Path, offered: list[str]) -> set[str]:
+    root = f"{out.as_posix()}/{site.BROWSE_ROOT}/"
+    return {p.removeprefix(out.as_posix() + "/") for p in offered if p.startswith(root)}
+
+
+def test_a_real_package_entering_or_leaving_a_range_renders_its_whole_path(
+    corpus: Corpus, tmp_path: Path, small_listings: None, offered: list[str]
+) -> None:
+    """The other half of rule 1: the counts on every page above the range change, so the
+    package's whole path is rendered (co -> com -> comm), and nothing beside it."""
+    entering = "common-tags"
+    settings = settings_for(content_with(corpus, tmp_path / "content", VERSIONS[0], without=(entering,)), tmp_path / "public")
+    assert not build.run_build(settings).errors
+    path = {site.browse_page_path(prefix) for prefix in ("co", "com", "comm")}
+    before = tree(settings.out_dir)
+    offered.clear()
+    (settings.content_dir / entering).mkdir()
+    added = Path(shutil.copy2(archive(corpus, entering), settings.content_dir / entering))
+    assert not build.run_build(settings, changed=[added]).errors
+    assert browse_pages(settings.out_dir, offered) == path
+    after = tree(settings.out_dir)
+    assert {p for p in changed_paths(before, after) if p.startswith(site.BROWSE_ROOT + "/")} == path  # each count moved
+    assert pages_listing(after, entering) == {site.browse_page_path("comm")}
+    offered.clear()
+    added.unlink()
+    assert not build.run_build(settings, changed=[added]).errors
+    assert browse_pages(settings.out_dir, offered) == path
+    assert changed_paths(before, tree(settings.out_dir)) == set()  # gone again: the tree it was
 
 
 def lose_cache_entries(settings: Settings, versions: tuple[str, ...]) -> set[str]:
