@@ -126,21 +126,32 @@ def _copy_into(source_fd: int, target_fd: int) -> None:
 
 
 def remove_tree(root: Path, relative: str) -> bool:
-    """Removes root/relative (a file or a folder) and then empty parents up to root."""
+    """Removes root/relative (a file or a folder) and then the parents that left empty, up to root.
+    Nothing there: nothing to do (a publish asks this of several paths that are usually absent)."""
     target = (root / relative).resolve()
     base = root.resolve()
     if base not in target.parents:
         raise ValueError(f"refusing to remove {target}: outside {base}")
-    existed = target.exists()
     if target.is_dir():
         shutil.rmtree(target)
-    elif existed:
+    elif target.exists():
         target.unlink()
+    else:
+        return False
     parent = target.parent
-    while parent != base and parent.exists() and not any(parent.iterdir()):
+    while parent != base and _is_empty_folder(parent):
         parent.rmdir()
         parent = parent.parent
-    return existed
+    return True
+
+
+def _is_empty_folder(folder: Path) -> bool:
+    """Without listing the folder whole: a search root holds thousands of entries."""
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 # What _open_temp makes: "." + the target's name + "." + 8 random hex digits + ".tmp" (older

@@ -58,3 +58,13 @@ def test_remove_tree_prunes_empty_parents_but_never_leaves_root(tmp_path: Path) 
     assert not remove_tree(tmp_path, "a/b/f")
     with pytest.raises(ValueError, match="outside"):
         remove_tree(tmp_path, "../elsewhere")
+
+
+def test_remove_tree_of_an_absent_path_touches_nothing(tmp_path: Path) -> None:
+    # A publish asks this of leaf folders that are usually absent: no parent is listed or pruned.
+    (tmp_path / "search" / "empty").mkdir(parents=True)
+    assert not remove_tree(tmp_path, "search/empty/leaf")
+    assert (tmp_path / "search" / "empty").is_dir()
+    (tmp_path / "search" / "empty" / "leaf").write_bytes(b"x")
+    assert remove_tree(tmp_path, "search/empty/leaf")
+    assert not (tmp_path / "search").exists()
