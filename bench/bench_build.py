@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zlib
@@ -239,9 +240,13 @@ def child_main(content: str, out: str) -> int:
 
 
 def new_archive(content: Path, spec: RegistrySpec, index: int, version: str) -> Path:
-    """One more version of an existing package, of a typical size."""
+    """One more version of an existing package, of a typical size, with its latest version's
+    dependencies (as most releases): a release that adds or drops one re-renders that dependency's
+    page too (its Dependents list), whose cost is the chosen package's, not the registry size's."""
     name = package_name(spec, index % spec.packages)
     manifest = {"name": name, "version": version, "description": "a new release", "main": "index.js", "license": "MIT"}
+    if dependencies := latest_dependencies(content / name):
+        manifest["dependencies"] = dependencies
     readme = f"# {name}\n\n" + "A new release with a few changes.\n" * 60
     code = ("module.exports = function (a, b) { return a + b; };\n" * 200).encode()
     data = make_tarball([("package.json", json.dumps(manifest, indent=2).encode()), ("README.md", readme.encode()), ("index.js", code)])
@@ -249,6 +254,16 @@ def new_archive(content: Path, spec: RegistrySpec, index: int, version: str) -> 
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
     return target
+
+
+def latest_dependencies(folder: Path) -> dict[str, str]:
+    """The dependencies of the newest archive in `folder` (by mtime: the generator dates its
+    versions in order, and the bench's own are newer still)."""
+    newest = max(folder.glob("*.tgz"), key=lambda p: p.stat().st_mtime_ns)
+    with tarfile.open(newest) as archive:
+        member = archive.extractfile("package/package.json")
+        manifest = json.loads(member.read()) if member else {}
+    return dict(manifest.get("dependencies") or {})
 
 
 def incremental_runs(

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench import servers
-from bench.synthetic import RegistrySpec, ensure_registry
+from bench.synthetic import RegistrySpec, ensure_registry, package_name, version_string
 
 REPO = Path(__file__).resolve().parents[2]
 LEAN = RegistrySpec(packages=60, versions=3, lean=True, binary_share=0.0, prefix="t")
@@ -56,6 +56,25 @@ def test_an_interrupted_generation_carries_on_and_gives_the_same_registry(tmp_pa
     archives = sum(len(data) for path, data in whole.items() if path.endswith(".tgz"))
     assert json.loads((home / ".complete").read_text())["bytes"] == archives  # the cut-off batches counted once
 
+
+
+def test_a_new_release_keeps_its_latest_versions_dependencies(tmp_path: Path) -> None:
+    # The publish figures compare scales; a release that dropped its dependencies would re-render
+    # their pages (their Dependents lists) and measure the chosen package, not the registry's size.
+    from bench.bench_build import new_archive
+    from registry_gen.archive import read_archive_bytes
+
+    content = ensure_registry(LEAN, tmp_path, progress=False)
+    with_deps = 0
+    for index in range(LEAN.packages):
+        name = package_name(LEAN, index)
+        latest = read_archive_bytes((content / name / f"{name.split('/')[-1]}-{version_string(LEAN.versions - 1)}.tgz").read_bytes())
+        first = read_archive_bytes(new_archive(content, LEAN, index, "9.0.0").read_bytes())
+        second = read_archive_bytes(new_archive(content, LEAN, index, "9.0.1").read_bytes())
+        expected = latest.manifest.get("dependencies") or {}
+        assert (first.manifest.get("dependencies") or {}) == (second.manifest.get("dependencies") or {}) == expected
+        with_deps += bool(expected)
+    assert with_deps  # the registry has packages with dependencies, so the check means something
 
 # Starts the child build from a parent that first held 300 MB: the child's own figure must not show it.
 _BIG_PARENT = """
