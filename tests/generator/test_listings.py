@@ -12,12 +12,13 @@ import json
 import pickle
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from registry_gen import build, site
 from registry_gen.build import PathLog, run_build
-from registry_gen.buildstate import CACHE_FILE, SCHEMA_VERSION
+from registry_gen.buildstate import CACHE_FILE, SCHEMA_VERSION, BuildState
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
@@ -315,3 +316,21 @@ def test_leaves_emptied_by_removals_join_their_neighbours(settings: Settings, mo
     assert len(after) < len(before) and all(len(leaf) >= 2 for leaf in after)  # joined, not left as crumbs
     kept = {leaf_id + ".json" for leaf_id in json.loads((settings.out_dir / site.search_shard_path("cr")).read_bytes())["leaves"]}
     assert {p.name for p in (settings.out_dir / site.SEARCH_SHARD_ROOT / "cr").glob("*.json")} == kept  # joined leaves' files went
+
+
+def test_a_current_state_opens_without_its_schema_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every publish opens the state: its DDL is run only for a state of another version.
+    path = tmp_path / "state.sqlite3"
+    BuildState(path).close()
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        db = connect(*args, **kwargs)
+        db.set_trace_callback(statements.append)
+        return db
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    BuildState(path).close()
+    assert any("user_version" in s for s in statements)
+    assert not [s for s in statements if s.lstrip().upper().startswith(("CREATE", "ALTER", "DROP"))]
