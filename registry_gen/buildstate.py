@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from registry_gen import heldopen
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
 SCHEMA_VERSION = 9  # any change to the tables below bumps it: a current state skips the schema script
@@ -276,11 +277,14 @@ def whole_documents_stale(state_file: Path) -> bool:
 def open_database(path: Path, schema: str) -> sqlite3.Connection:
     """Opens (creating or, when unreadable, recreating) one of the two databases."""
     try:
-        return _connect(path, schema)
+        db = _connect(path, schema)
     except sqlite3.DatabaseError:
+        heldopen.release(path)
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
-        return _connect(path, schema)
+        db = _connect(path, schema)
+    heldopen.hold(path)  # so that closing `db` after the build is not the last close (see heldopen)
+    return db
 
 
 class BuildState:
