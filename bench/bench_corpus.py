@@ -160,7 +160,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "ratio": None,
             "goal": f"≤ {MEMORY_GOAL_MB:.0f} MB",
             "met": full["rss_mb"] <= MEMORY_GOAL_MB,
-            "note": "max RSS of the build process (getrusage; its worker processes, forked from it, are smaller)",
+            "note": "peak RSS of the build process (its own VmHWM)"
+            + (f"; the largest worker process peaked at {full['worker_rss_mb']:.0f} MB" if full.get("worker_rss_mb") else ""),
         },
     ]
 
