@@ -638,17 +638,30 @@ def version_page_key(
 ) -> str:
     """Changes whenever a version's pages would: its manifest (whose shasum fixes README and
     files), tags, time, size, which of its dependencies are here, the settings and templates."""
-    folders = _folder_key(settings)
+    described, folders = _settings_key(settings)
     if folders not in _asset_versions:
         template_fingerprint(settings)
     manifest = packument["versions"][version]
     linked = sorted(n for kind, _ in DEPENDENCY_KINDS if isinstance(manifest.get(kind), Mapping) for n in manifest[kind] if n in registry_names)
     typed = types_package(packument["name"]) in registry_names
     inputs = [
-        repr(settings), folders, _asset_versions[folders], packument["name"], version, manifest,
+        described, folders, _asset_versions[folders], packument["name"], version, manifest,
         _tags_by_version(packument).get(version, []), packument.get("time", {}).get(version, ""), tarball_size, linked, typed,
     ]
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+_settings_keys: dict[int, tuple[Settings, str, tuple[str, ...]]] = {}
+
+
+def _settings_key(settings: Settings) -> tuple[str, tuple[str, ...]]:
+    """repr(settings) and its template folders, once per Settings object: every version of a
+    package has its page key computed in each build of it (the repr alone took ~40 µs)."""
+    held = _settings_keys.get(id(settings))
+    if held is None or held[0] is not settings:
+        _settings_keys.clear()  # a process builds with one Settings at a time
+        held = _settings_keys[id(settings)] = (settings, repr(settings), _folder_key(settings))
+    return held[1], held[2]
 
 
 def version_pages(

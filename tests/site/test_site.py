@@ -895,3 +895,15 @@ def test_browse_links_land_past_single_narrowings_and_stop_at_a_name_of_their_ow
     assert [key for key, _, _ in chips_of(web(settings, "browse/cc/-/index.html").read_text())] == ["cc-a", "cc-b"]
     assert [key for key, _, _ in chips_of(web(settings, "browse/dd/-/index.html").read_text())] == ["dd-x", "dd-y"]
     assert [key for key, _, _ in chips_of(web(settings, "browse/dd/-/x/index.html").read_text())] == ["dd-x-"]
+
+
+def test_a_changed_setting_renders_every_version_page_again(settings: Settings) -> None:
+    # A version page's key holds the settings it was rendered with (kept once per Settings object).
+    make_tarball(settings.content_dir, "keyed", "1.0.0")
+    make_tarball(settings.content_dir, "keyed", "1.1.0")
+    build(settings)
+    moved = settings.with_updates(base_url="http://registry.example.test/npm/")
+    result = run_build(moved)
+    pages = [site.version_page_path("keyed", v) for v in ("1.0.0", "1.1.0")]
+    assert set(pages) <= set(result.written)
+    assert all("registry.example.test/npm/" in (settings.out_dir / page).read_text() for page in pages)
