@@ -183,6 +183,7 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA busy_timeout=30000")
+    db.execute(f"PRAGMA journal_size_limit={heldopen.WAL_KEPT_AT_MOST}")  # a reset WAL shrinks back to this
     version = db.execute("PRAGMA user_version").fetchone()[0]
     if version == SCHEMA_VERSION:
         return db  # the version is written after the script: its tables are all there (a publish skips ~1 ms of DDL)
@@ -338,7 +339,7 @@ class BuildState:
 
     def close(self) -> None:
         self.rollback()
-        self.db.close()
+        heldopen.close(self.db, self.path)
 
     # -- settings
 
@@ -911,4 +912,7 @@ class ManifestCache:
             self.db.execute("DETACH DATABASE state")
 
     def close(self) -> None:
-        self.db.close()
+        if self.readonly:
+            self.db.close()
+        else:
+            heldopen.close(self.db, self.path)

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 HELD_AT_MOST = 4  # a serving process writes one registry's two databases; test runs open many
+WAL_KEPT_AT_MOST = 64 << 20  # bytes: a full build's WAL (GBs at 1M versions) is not kept on disk
 
 
 class _Held:
@@ -71,6 +72,18 @@ class _Held:
             db.close()  # the last one checkpoints, as every build's close did before
         except sqlite3.Error:
             pass  # a damaged file: whoever opens it next recreates it
+
+
+def close(db: sqlite3.Connection, path: Path) -> None:
+    """Closes a build's connection (no transaction open). The WAL it leaves is kept for the next
+    build unless a big build grew it: that one is checkpointed and cut to nothing now, as the last
+    close did before (the held connection would otherwise keep its disk space)."""
+    try:
+        if os.path.getsize(f"{path}-wal") > WAL_KEPT_AT_MOST:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except (OSError, sqlite3.Error):
+        pass  # no WAL, or readers in the way: the next checkpoint takes it
+    db.close()
 
 
 _held = _Held()

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from registry_gen import heldopen
 from registry_gen.build import run_build
 from registry_gen.buildstate import CACHE_FILE
@@ -57,3 +59,15 @@ def test_releasing_every_held_connection_checkpoints_and_removes_the_wal(setting
     assert not _wal(settings.state_file).exists()  # as a one-shot CLI build leaves it at exit
     with sqlite3.connect(settings.state_file) as db:
         assert [r[0] for r in db.execute("SELECT name FROM packages")] == ["first"]
+
+
+def test_a_build_that_grew_the_wal_past_its_bound_cuts_it(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A full build at 1M versions writes GBs in one transaction: the held connection must not keep them on disk.
+    make_tarball(settings.content_dir, "first", "1.0.0")
+    run_build(settings)
+    assert _wal(settings.state_file).stat().st_size > 0  # a small build's WAL is kept for the next
+    monkeypatch.setattr(heldopen, "WAL_KEPT_AT_MOST", 0)
+    archive = make_tarball(settings.content_dir, "second", "1.0.0")
+    run_build(settings, changed=[archive])
+    assert _wal(settings.state_file).stat().st_size == 0
+    assert _packages_seen_afresh(settings.state_file) == {"first", "second"}
