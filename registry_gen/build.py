@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -36,6 +37,7 @@ from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
     SHARDS_STALE,
     WHOLE_STALE,
+    ListingChanges,
     ListingPlace,
     CACHE_FILE,
     LEGACY_STATE_FILE,
@@ -90,6 +92,7 @@ PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker pr
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
 SPOOL_HELD = 4096  # new archive paths held in memory before they wait in the state (PathSpool)
+PLAN_BATCH = 1000  # packages a full build plans at a time (the plans then wait in the state)
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
@@ -131,6 +134,13 @@ class PathLog(list):  # type: ignore[type-arg]
             self.append(path)
 
 
+class NameLog(PathLog):
+    """The packages a build wrote again: all counted (`total`), the first KEPT named. A full build
+    writes every package; the watch and serve lines name ten, the tests name what small builds wrote."""
+
+    KEPT = 1_000
+
+
 @dataclass
 class BuildResult:
     packages: int = 0
@@ -138,11 +148,16 @@ class BuildResult:
     written: list[str] = field(default_factory=PathLog)  # the first PathLog.KEPT; .total counts all
     removed: list[str] = field(default_factory=PathLog)
     skipped: int = 0
-    rebuilt_packages: list[str] = field(default_factory=list)
+    rebuilt_packages: list[str] = field(default_factory=NameLog)  # the first NameLog.KEPT; .total counts all
     archives_read: int = 0
     errors: list[BuildIssue] = field(default_factory=list)
     refused: int = 0  # archives of content/ not served: unreadable, unaddressable, or in conflict
     seconds: float = 0.0
+
+    @property
+    def rebuilt(self) -> int:
+        """How many packages this build wrote again (rebuilt_packages names only the first ones)."""
+        return getattr(self.rebuilt_packages, "total", len(self.rebuilt_packages))
 
     def refusals(self, package: str, files: Iterable[str]) -> list[BuildIssue]:
         """What this build refused of `package`: any of `files` of content/, or the package itself."""
@@ -485,11 +500,10 @@ def _version_extras(cache: ManifestCache, record: ArchiveRecord, settings: Setti
 
 
 def _update_metas(
-    settings: Settings, state: BuildState, changes: ContentChanges, errors: list[BuildIssue]
-) -> set[str]:
-    """Re-reads the meta files that changed; returns the names they concern. What was parsed is
-    not kept (a full build would hold every meta file): _meta_of reads a package's file again."""
-    affected: set[str] = set()
+    settings: Settings, state: BuildState, changes: ContentChanges, errors: list[BuildIssue], affected: set[str]
+) -> None:
+    """Re-reads the meta files that changed; adds the names they concern to `affected`. What was
+    parsed is not kept (a full build would hold every meta file): _meta_of reads a package's file again."""
     for relative in changes.removed_metas:
         previous = state.meta(relative)
         if previous and previous[0]:
@@ -513,7 +527,6 @@ def _update_metas(
             continue
         state.put_meta(relative, meta.name, None)
         affected.add(meta.name)
-    return affected
 
 
 def _meta_problems(state: BuildState) -> tuple[list[BuildIssue], set[str]]:
@@ -961,17 +974,22 @@ def _resolve_times(
     return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
-def _refuse_mass_removal(settings: Settings, state: BuildState, plans: Mapping[str, PackagePlan]) -> None:
-    """Stops a build that would take most of the tree's packages away when content/ does not say
-    they went (a wrong folder, a half-finished copy, an unmounted disk): only `--prune` does that.
-    A package whose registry-meta.json records its unpublishing went on purpose."""
+def _going(settings: Settings, state: BuildState, plans: Iterable[PackagePlan]) -> int:
+    """How many of the packages planned would leave the tree unasked (see _refuse_mass_removal);
+    0 with `--prune`. A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
-        return
-    going = [n for n, plan in plans.items() if not plan.present and state.is_present(n) and not _unpublished(settings, state, n)]
-    present = state.present_count() if len(going) > 1 else 0  # counted only when it can matter
-    if len(going) > 1 and 2 * len(going) > present:
+        return 0
+    return sum(1 for p in plans if not p.present and state.is_present(p.name) and not _unpublished(settings, state, p.name))
+
+
+def _refuse_mass_removal(settings: Settings, state: BuildState, going: int) -> None:
+    """Stops a build that would take most of the tree's packages away (`going` of them, _going)
+    when content/ does not say they went (a wrong folder, a half-finished copy, an unmounted
+    disk): only `--prune` does that."""
+    present = state.present_count() if going > 1 else 0  # counted only when it can matter
+    if going > 1 and 2 * going > present:
         raise PruneRefused(
-            f"this build would remove {len(going)} of the {present} packages in {settings.out_dir} because "
+            f"this build would remove {going} of the {present} packages in {settings.out_dir} because "
             f"{settings.content_dir} no longer holds their archives; nothing was changed. If that is intended, "
             "run again with --prune"
         )
@@ -1242,12 +1260,14 @@ def _build_in_transaction(
     changes = _detect(run, changed, force_full)
     affected = _read(run, changes)
     del changes  # its meta and removed paths: read, not needed again
-    plans = _plan(settings, state, affected)
-    # A full build plans and writes every package already (affected holds them all).
-    relinked = set() if run.full else _relinked(state, plans)
-    plans.update(_plan(settings, state, relinked - affected))
-    del affected
-    _write(run, plans, relinked)
+    if run.full:
+        _write_everything(run)
+    else:
+        plans = _plan(settings, state, affected)
+        relinked = _relinked(state, plans)
+        plans.update(_plan(settings, state, relinked - affected))
+        del affected
+        _write(run, plans, relinked)
     _write_indexes(run, defer_whole and not run.full)
     publish_keys(settings, state, run.signer, run.result.written)
     return _commit(run), run.dropped
@@ -1260,7 +1280,7 @@ def _write_indexes(run: _Run, defer_whole: bool) -> None:
         _write_fixed_files(settings, run.result)
     if state.listing_changes.front or run.full or state.get_setting(SHARDS_STALE):
         _write_listings(run)
-    changed = bool(run.result.rebuilt_packages or run.package_set_changed or run.full)
+    changed = bool(run.result.rebuilt or run.package_set_changed or run.full)
     if not (changed or state.get_setting(WHOLE_STALE)):
         return
     if defer_whole:
@@ -1285,15 +1305,18 @@ def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -
     if run.full:
         state.forget_content()  # a new generator or new settings: read every archive again
         run.dropped = None  # and afterwards drop every cached manifest no archive uses
+        state.listing_changes = ListingChanges.ignored()  # it writes every listing page and shard
     if changed is None or run.full:
         return detect_changes(settings.content_dir, state)
     return detect_hinted_changes(settings.content_dir, state, changed)
 
 
 def _read(run: _Run, changes: ContentChanges) -> set[str]:
-    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
+    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch
+    (none for a full build, which then writes every package the state knows, from a cursor)."""
     state = run.state
     affected: set[str] = set()
+    touched = _Discarded() if run.full else affected
     for relative in changes.removed_archives:
         previous = state.archive(relative)
         if previous:
@@ -1303,7 +1326,7 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
     pending: list[tuple[str, CachedManifest]] = []
     for record, body in _read_changed(run.settings, changes.archives, run.progress):
         previous = state.archive(record.path)
-        affected.update(n for n in (previous.name if previous else None, record.name) if n)
+        touched.update(n for n in (previous.name if previous else None, record.name) if n)
         if previous and previous.shasum != record.shasum:
             _drop_tarball(run, previous.shasum)
         state.put_archive(record)
@@ -1314,12 +1337,18 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
                 pending.clear()
     run.cache.put_many(pending)
     run.result.archives_read = len(changes.archives)
-    affected |= _update_metas(run.settings, state, changes, run.errors)
-    if run.full:
-        affected.update(state.package_names())
-        affected.update(state.archive_names())
-        affected.update(state.meta_names())
+    _update_metas(run.settings, state, changes, run.errors, touched)
     return affected
+
+
+class _Discarded(set):  # type: ignore[type-arg]
+    """Where a full build's reading puts the names it touches: nowhere (it writes them all)."""
+
+    def update(self, *items: Iterable[Any]) -> None:
+        pass
+
+    def add(self, item: object) -> None:
+        pass
 
 
 def _drop_tarball(run: _Run, shasum: str | None) -> None:
@@ -1359,12 +1388,8 @@ def _relinked(state: BuildState, plans: Mapping[str, PackagePlan]) -> set[str]:
 def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None:
     """Phase 4: records what the plan found, removes what went, writes what changed."""
     settings, state = run.settings, run.state
-    for plan in plans.values():
-        if plan.refusals is not None:
-            state.set_issues(plan.name, list(plan.refusals))
-        if plan.error is not None:
-            run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
-    _refuse_mass_removal(settings, state, plans)
+    _record_plans(run, plans.values())
+    _refuse_mass_removal(settings, state, _going(settings, state, plans.values()))
     # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one
     # gained or lost.
     dependents_changed: set[str] = set()
@@ -1376,7 +1401,8 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
     incoming = _incoming_links(run, to_write) if len(to_write) > 1 else {}
-    jobs = _jobs(run, to_write, relinked, (fresh_times, meta_times), registry_names, incoming)
+    links_to = HeldIncoming(state, to_write, incoming).links_to
+    jobs = _jobs(run, to_write, relinked, (fresh_times, meta_times), registry_names, links_to)
     for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress, run.signer):
         before = set((state.package(outcome.name) or {}).get("links", ()))
         _take_outcome(run, outcome, plans[outcome.name].present)
@@ -1390,6 +1416,97 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     for name, stamps in fresh_times.items():  # packages whose files were already current
         _store_times(state, name, stamps, meta_times.get(name, {}))
     _refresh_dependents(run, {n for n in dependents_changed if n in registry_names}, registry_names)
+
+
+def _record_plans(run: _Run, plans: Iterable[PackagePlan]) -> None:
+    """What the plans found wrong: the archives each package refused, the meta files unread."""
+    for plan in plans:
+        if plan.refusals is not None:
+            run.state.set_issues(plan.name, list(plan.refusals))
+        if plan.error is not None:
+            run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
+
+
+def _write_everything(run: _Run) -> None:
+    """Phases 3 and 4 of a full build, which writes every package: from cursors over the state, a
+    batch at a time. What it needs per package (the plans, who will link to whom) waits in
+    temporary tables of the state, so its memory does not grow with the registry's size."""
+    settings, state = run.settings, run.state
+    state.start_full_build()
+    _refuse_mass_removal(settings, state, _plan_everything(run))
+    recheck: set[str] = set()  # whose Dependents list may differ from the one rendered (few)
+    for name in state.planned(Action.REMOVE.value):
+        recheck.update(_remove(run, name))  # what it linked to: rendered after this without it
+    plans = PlanTable(state)
+    recheck = {n for n in recheck if n in plans and plans[n].action is not Action.WRITE}
+    for name in state.planned(Action.WRITE.value):
+        state.put_predicted_links(name, _predicted_links(run, name))
+    registry_names = PresentNames(state, plans)
+    times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]] = ({}, {})
+    links_to = functools.partial(state.linking_after_full_build, action=Action.WRITE.value)
+    jobs = _jobs(run, state.planned(Action.WRITE.value), set(), times_found, registry_names, links_to)
+    written = state.planned_count(Action.WRITE.value)
+    for outcome in _write_packages(settings, run.cache, registry_names, jobs, written, run.progress, run.signer):
+        before = set((state.package(outcome.name) or {}).get("links", ()))
+        _take_outcome(run, outcome, plans[outcome.name].present)
+        after = set(outcome.record["links"]) if outcome.record is not None else before
+        # Rendered from the predicted links: a package whose links came out otherwise (or whose
+        # write failed) changed its targets' lists after they were rendered. A package not
+        # written here (a broken meta file) has its page rendered again when its list changed.
+        recheck.update(state.predicted_links_of(outcome.name) ^ after)
+        recheck.update(n for n in before ^ after if n in plans and plans[n].action is not Action.WRITE)
+        if outcome.record is None:
+            recheck.add(outcome.name)
+        _store_times(state, outcome.name, times_found[0].pop(outcome.name, {}), times_found[1].pop(outcome.name, {}))
+    _refresh_dependents(run, {n for n in recheck if n in registry_names}, registry_names)
+
+
+def _plan_everything(run: _Run) -> int:
+    """Phase 3 of a full build: every package the state knows, planned into its plan table a batch
+    at a time, with what the plans found recorded; returns how many present packages would go."""
+    settings, state = run.settings, run.state
+    _, broken = _meta_problems(state)
+    going = 0
+    names = state.every_package_name()
+    while batch := list(itertools.islice(names, PLAN_BATCH)):
+        plans = [_plan_package(settings, state, name, name in broken) for name in batch]
+        _record_plans(run, plans)
+        going += _going(settings, state, plans)
+        state.put_plans((p.name, p.action.value, p.present, p.was_present) for p in plans)
+    return going
+
+
+class PlanTable(Mapping[str, PackagePlan]):
+    """A full build's plans, as the state's plan table holds them (their findings already recorded)."""
+
+    def __init__(self, state: BuildState) -> None:
+        self.state = state
+
+    def __getitem__(self, name: str) -> PackagePlan:
+        row = self.state.plan_of(name)
+        if row is None:
+            raise KeyError(name)
+        return PackagePlan(name, Action(row[0]), row[1], row[2])
+
+    def __iter__(self) -> Iterator[str]:
+        return self.state.planned()
+
+    def __len__(self) -> int:
+        return self.state.planned_count()
+
+
+class HeldIncoming:
+    """Who will link to each package of a build that writes a few: the packages it writes by
+    their new manifests (`incoming`), the others by the links the state has for them."""
+
+    def __init__(self, state: BuildState, written: list[str], incoming: Mapping[str, list[str]]) -> None:
+        self.state, self.written, self.incoming = state, written, incoming
+
+    def links_to(self, name: str) -> set[str]:
+        linking = self.state.linking_to([name])
+        if self.incoming:
+            linking = {n for n in linking if not _in_sorted(self.written, n)}
+        return linking.union(self.incoming.get(name, ()))
 
 
 def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dict[str, str]) -> None:
@@ -1420,6 +1537,9 @@ class PresentNames(AbstractSet[str]):
         return self._known[name]
 
     def __iter__(self) -> Iterator[str]:
+        if isinstance(self.planned, PlanTable):  # a full build plans every package the state knows
+            yield from self.state.present_after_full_build()
+            return
         yield from (n for n in self.state.present_names() if n not in self.planned)
         yield from (n for n, plan in self.planned.items() if plan.present)
 
@@ -1445,33 +1565,38 @@ def _incoming_links(run: _Run, names: list[str]) -> dict[str, list[str]]:
     the last build's list and again after."""
     incoming: dict[str, list[str]] = defaultdict(list)  # a list of a few names: a quarter of a set's size
     for name in names:
-        releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
-        meta = _meta_of(run.settings, run.state, name)
-        tags = choose_dist_tags(releases, (meta or PackageMeta(name=name)).dist_tags)
-        if not tags:
-            continue
-        try:
-            manifest = _load_cached(run.cache, releases[tags["latest"]], run.settings)["manifest"]
-        except RegistryError:
-            continue  # its write reports the problem; a missed link only costs a second render
-        for target in site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}):
+        for target in _predicted_links(run, name):
             incoming[target].append(name)  # linked_names has each target once
     return incoming
 
 
+def _predicted_links(run: _Run, name: str) -> list[str]:
+    """The names the page of `name` will link to once written, from its latest manifest."""
+    releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
+    meta = _meta_of(run.settings, run.state, name)
+    tags = choose_dist_tags(releases, (meta or PackageMeta(name=name)).dist_tags)
+    if not tags:
+        return []
+    try:
+        manifest = _load_cached(run.cache, releases[tags["latest"]], run.settings)["manifest"]
+    except RegistryError:
+        return []  # its write reports the problem; a missed link only costs a second render
+    return list(site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}))
+
+
 def _jobs(
     run: _Run,
-    names: list[str],
+    names: Iterable[str],
     relinked: set[str],
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
     registry_names: AbstractSet[str],
-    incoming: Mapping[str, list[str]],
+    links_to: Callable[[str], set[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
     does not grow with the registry. New first-seen times are collected (fresh, and the part a
-    registry-meta.json keeps), stored by the caller. `incoming`: who links to each package among
-    those being written, from their manifests (the state knows only the links of the last build).
-    `names`: sorted (a full build's are every package: looked up by bisection, not copied to a set)."""
+    registry-meta.json keeps), stored by the caller. `links_to`: who will link to a package once
+    this build is done (for the packages being written, from their manifests: the state knows
+    only the links of the last build)."""
     state, settings = run.state, run.settings
     fresh_times, meta_times = times_found
     for name in names:
@@ -1488,10 +1613,9 @@ def _jobs(
         digest = _package_digest(name, releases, times, meta)
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        # Links from the packages being rewritten are in `incoming` (their new manifests), not the state's.
-        linking = {n for n in state.linking_to([name]) if not (incoming and _in_sorted(names, n))}.union(incoming.get(name, ()))
-        dependents = tuple(sorted(n for n in linking if n in registry_names))
-        run.rendered_dependents[name] = dependents
+        dependents = tuple(sorted(n for n in links_to(name) if n in registry_names))
+        if not run.full:  # a full build knows which lists may be stale without them (_write_everything)
+            run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 
 
@@ -1518,7 +1642,7 @@ def _commit(run: _Run) -> BuildResult:
     state, result = run.state, run.result
     meta_issues, _ = _meta_problems(state)
     result.packages, result.versions = state.totals()
-    result.skipped = result.packages - len(result.rebuilt_packages)
+    result.skipped = result.packages - result.rebuilt
     archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()]
     archive_issues += [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
     result.refused = len({issue.path for issue in archive_issues})
