@@ -22,6 +22,7 @@ import marshal
 import os
 import shutil
 import stat as stat_module
+import tempfile
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -1047,18 +1048,23 @@ class _WriterContext:
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
 
 
-def _init_writer(settings: Settings, cache_path: str, names: bytes) -> None:
-    """`names`: the packages with a page after this build, one a line (names_blob)."""
+def _init_writer(settings: Settings, cache_path: str, names_file: str) -> None:
+    """`names_file`: the packages with a page after this build, one a line (write_names)."""
     global _worker_context
     cache = ManifestCache(Path(cache_path), readonly=True)
-    registry_names = set(names.decode().split("\n")) - {""}
+    registry_names = set(Path(names_file).read_text(encoding="utf-8").split("\n")) - {""}
     _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
 
-def names_blob(names: Iterable[str]) -> bytes:
-    """Package names one a line (a name holds no line break), as the worker processes get them:
-    ~3 MB at 100,000 packages, where the set of them the build process held was ~10 MB."""
-    return "\n".join(names).encode()
+def write_names(folder: Path, names: Iterable[str]) -> Path:
+    """Package names one a line (a name holds no line break) in a new file of `folder`, as the
+    worker processes get them: written as they come from the state, never joined in the build's
+    heap (at 100,000 packages the joined blob and its parts were ~10 MB, held while workers ran)."""
+    handle, path = tempfile.mkstemp(prefix="names-", suffix=".tmp", dir=folder)
+    with open(handle, "w", encoding="utf-8") as out:
+        for name in names:
+            out.write(name + "\n")
+    return Path(path)
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -1100,11 +1106,15 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with worker_pool(workers, _init_writer, (settings, str(cache.path), names_blob(registry_names))) as pool:
-            for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
-                if progress:
-                    progress("write", index + 1, at_most)
-                yield outcome
+        names_file = write_names(settings.state_folder, registry_names)
+        try:
+            with worker_pool(workers, _init_writer, (settings, str(cache.path), str(names_file))) as pool:
+                for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
+                    if progress:
+                        progress("write", index + 1, at_most)
+                    yield outcome
+        finally:
+            names_file.unlink(missing_ok=True)
     else:
         context = _WriterContext(settings, cache, registry_names, signer)
         for index, job in enumerate(jobs):
@@ -1520,7 +1530,7 @@ def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dic
 class PresentNames(AbstractSet[str]):
     """The packages with a page after this build: the state's, with this build's plans applied.
     Asked name by name (a page links a dependency only if it is here), so a build of one package
-    does not load every name; worker processes get it as one blob (names_blob)."""
+    does not load every name; worker processes get it as one file (write_names)."""
 
     def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan]):
         self.state = state

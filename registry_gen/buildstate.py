@@ -680,7 +680,7 @@ class BuildState:
         return int(self.db.execute("SELECT COUNT(*) FROM packages WHERE present").fetchone()[0])
 
     def present_names(self) -> Iterator[str]:
-        """One at a time (the worker processes get them as one blob: a set here was ~10 MB at 1M versions)."""
+        """One at a time (the worker processes get them as one file: a set here was ~10 MB at 1M versions)."""
         return (row[0] for row in self.db.execute("SELECT name FROM packages WHERE present"))
 
     # -- a full build's working set, per package (the plans, who will link to whom): temporary

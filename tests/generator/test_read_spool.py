@@ -53,7 +53,7 @@ def test_a_spooled_full_build_reads_and_writes_what_a_held_one_does(tmp_path: Pa
     assert spooled_rows == held_rows and len(spooled_rows) == 34
     assert spooled_tree == held_tree
     assert spooled_progress == held_progress and spooled_progress[-1] == (34, 34)
-    # The writing workers got the present names (as one blob): a present dependency is linked, a missing one not.
+    # The writing workers got the present names (as one file): a present dependency is linked, a missing one not.
     page = spooled_tree["-/web/package/lonely/index.html"].decode()
     assert 'href="../../package/spool-03/index.html"' in page
     assert "missing-dep" in page and "package/missing-dep/" not in page
