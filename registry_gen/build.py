@@ -237,8 +237,9 @@ class PathSpool:
     """Paths to read, handed out in path order. Past SPOOL_HELD of them (a full build finds every
     archive) they go to a temporary table of `state`, so a build holds a few thousand at most."""
 
-    def __init__(self, state: BuildState | None = None) -> None:
+    def __init__(self, state: BuildState | None = None, spool: str = "spooled_paths") -> None:
         self.state = state
+        self.spool = spool  # its table (BuildState.SPOOLS): the archives' or the meta files'
         self.held: list[str] = []
         self.count = 0
         self.spilled = False
@@ -247,7 +248,7 @@ class PathSpool:
         self.held.append(path)
         self.count += 1
         if len(self.held) >= SPOOL_HELD and self.state is not None:
-            self.state.spool_paths(self.held, fresh=not self.spilled)
+            self.state.spool_paths(self.held, fresh=not self.spilled, spool=self.spool)
             self.held.clear()
             self.spilled = True
 
@@ -259,20 +260,20 @@ class PathSpool:
         if not self.spilled or self.state is None:
             held, self.held = sorted(self.held), []
             return iter(held)
-        self.state.spool_paths(self.held)
+        self.state.spool_paths(self.held, spool=self.spool)
         self.held.clear()
-        return self.state.spooled_paths()
+        return self.state.spooled_paths(spool=self.spool)
 
 
 @dataclass
 class ContentChanges:
     """What differs between content/ and the state's folder listings. The new listings go
-    straight into the state (same transaction), and so do the new archives' paths past a few
-    thousand (PathSpool): neither is held in memory."""
+    straight into the state (same transaction), and so do the new archive and meta paths past a few
+    thousand (PathSpool): none of them is held in memory."""
 
     archives: PathSpool = field(default_factory=PathSpool)  # new or changed
     removed_archives: list[str] = field(default_factory=list)
-    metas: list[str] = field(default_factory=list)
+    metas: PathSpool = field(default_factory=PathSpool)  # new or changed (a full build finds one per package or so)
     removed_metas: list[str] = field(default_factory=list)
 
     def add(self, folder: str, old: dict[str, tuple[int, int]], new: Listing | None) -> None:
@@ -300,7 +301,7 @@ def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
     """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
     mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
     known = state.listings()
-    changes = ContentChanges(PathSpool(state))
+    changes = ContentChanges(PathSpool(state), metas=PathSpool(state, "spooled_metas"))
     for folder, listing in _walk_listings(content_dir):
         old = known.pop(folder, None)
         blob = marshal.dumps(listing)
@@ -510,7 +511,7 @@ def _update_metas(
         if previous and previous[0]:
             affected.add(previous[0])
         state.delete_meta(relative)
-    for relative in sorted(changes.metas):
+    for relative in changes.metas:  # in path order
         previous = state.meta(relative)
         previous_name = previous[0] if previous else None
         if previous_name:

@@ -389,20 +389,26 @@ class BuildState:
     # versions), so past a few thousand they wait in a temporary table (the temp database, on
     # disk past its small page cache), not in the heap.
 
-    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False) -> None:
+    SPOOLS = ("spooled_paths", "spooled_metas")  # the archive paths, the meta file paths
+
+    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False, spool: str = "spooled_paths") -> None:
+        if spool not in self.SPOOLS:
+            raise ValueError(f"not a spool: {spool}")
         if fresh:
-            self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+            self.db.execute(f"DROP TABLE IF EXISTS temp.{spool}")  # the table name is one of SPOOLS, checked above
         # No key: appending is ~4x faster than keeping a B-tree in order (1M paths: ~3 s against
         # ~11 s), and the one ORDER BY sorts in bounded memory (SQLite's sorter spills to disk).
-        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS spooled_paths (path TEXT NOT NULL)")
-        self.db.executemany("INSERT INTO temp.spooled_paths (path) VALUES (?)", ((path,) for path in paths))
+        self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {spool} (path TEXT NOT NULL)")
+        self.db.executemany(f"INSERT INTO temp.{spool} (path) VALUES (?)", ((path,) for path in paths))
 
-    def spooled_paths(self, batch: int = 1000) -> Iterator[str]:
+    def spooled_paths(self, batch: int = 1000, spool: str = "spooled_paths") -> Iterator[str]:
         """The spooled paths in path order, a batch at a time; the spool is dropped once they are all out."""
-        rows = self.db.execute("SELECT path FROM temp.spooled_paths ORDER BY path")
+        if spool not in self.SPOOLS:
+            raise ValueError(f"not a spool: {spool}")
+        rows = self.db.execute(f"SELECT path FROM temp.{spool} ORDER BY path")
         while block := rows.fetchmany(batch):
             yield from (path for (path,) in block)
-        self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+        self.db.execute(f"DROP TABLE IF EXISTS temp.{spool}")
 
     # -- archives
 
