@@ -1463,7 +1463,7 @@ def _write_everything(run: _Run) -> None:
         after = set(outcome.record["links"]) if outcome.record is not None else before
         # Rendered from the predicted links: a package whose links came out otherwise (or whose
         # write failed) changed its targets' lists after they were rendered. A package not
-        # written here (a broken meta file) has its page rendered again when its list changed.
+        # written here (its meta files in conflict, or unreadable) has its page rendered again when its list changed.
         recheck.update(state.predicted_links_of(outcome.name) ^ after)
         recheck.update(n for n in before ^ after if n in plans and plans[n].action is not Action.WRITE)
         if outcome.record is None:

@@ -4,6 +4,7 @@ tree it writes, Dependents lists included, must be the one builds of a few packa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -65,11 +66,15 @@ def test_a_full_build_in_small_batches_writes_what_builds_of_a_few_packages_writ
 
 
 def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A package gone (others link to it) and one new: the full build removes, plans and links from
-    the state's tables what the incremental build takes from the plans it holds."""
+    """A package gone (others link to it), one new, one kept as it was (a second meta file for it):
+    the full build removes, plans and links from the state's tables what the incremental build
+    takes from the plans it holds, and brings the kept package's Dependents list up to date."""
     monkeypatch.setattr(build, "PLAN_BATCH", 2)
     first = _settings(tmp_path / "first")
     archives = _web(first.content_dir)
+    meta = {"name": "web-05", "dist-tags": {"latest": "1.0.0"}}
+    (first.content_dir / "web-05").mkdir()
+    (first.content_dir / "web-05" / "registry-meta.json").write_text(json.dumps(meta))
     assert not run_build(first).errors
     assert _dependents(first, "web-05") == ["web-00", "web-01"]  # 0 + 5 and 1 * 4 + 1
     incremental = _settings(tmp_path / "incremental")
@@ -78,11 +83,15 @@ def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build
             shutil.copytree(getattr(first, folder), getattr(incremental, folder))
     forced = first.with_updates(content_dir=incremental.content_dir)  # one content/ for both
     shutil.move(first.content_dir, incremental.content_dir)
-    (incremental.content_dir / archives[1].name).unlink()
-    make_tarball(incremental.content_dir, "web-new", "1.0.0", dependencies={"web-05": "^1.0.0", "web-02": "^1.0.0"})
+    (incremental.content_dir / archives[2].name).unlink()  # web-06 and web-07 link to it
+    make_tarball(incremental.content_dir, "web-new", "1.0.0", dependencies={"web-05": "^1.0.0", "web-03": "^1.0.0"})
+    (incremental.content_dir / "zz-web-05").mkdir()
+    (incremental.content_dir / "zz-web-05" / "registry-meta.json").write_text(json.dumps(meta))
     by_steps, by_full = run_build(incremental), run_build(forced, full=True)
-    assert not by_full.errors and not by_steps.errors
-    assert by_full.rebuilt == 9 and by_steps.rebuilt < 9  # all written again, or the ones the change touched
+    assert [str(e) for e in by_full.errors] == [str(e) for e in by_steps.errors] == [
+        "zz-web-05/registry-meta.json: a second registry-meta.json for web-05"
+    ]
+    assert by_full.rebuilt == 8 and by_steps.rebuilt < 8  # all but web-05 written again, or the ones the change touched
     assert _tree(forced.out_dir) == _tree(incremental.out_dir)
-    assert not (forced.out_dir / "web-01").exists()
-    assert _dependents(forced, "web-05") == ["web-00", "web-new"]
+    assert not (forced.out_dir / "web-02").exists()
+    assert _dependents(forced, "web-05") == ["web-00", "web-01", "web-new"]  # its page rendered again, from its document
