@@ -723,16 +723,13 @@ class BuildState:
 
     def planned(self, action: str | None = None, batch: int = 1000) -> Iterator[str]:
         """The planned names (with `action`, or all), by name, a batch at a time."""
-        sql, args = ("SELECT name FROM temp.full_plans WHERE action = ? ORDER BY name", (action,)) if action else (
-            "SELECT name FROM temp.full_plans ORDER BY name", ()
-        )
-        rows = self.db.execute(sql, args)
+        # ?1 IS NULL: every action; else the (action, name) index gives them in name order.
+        rows = self.db.execute("SELECT name FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1 ORDER BY name", (action,))
         while block := rows.fetchmany(batch):
             yield from (name for (name,) in block)
 
     def planned_count(self, action: str | None = None) -> int:
-        sql, args = ("SELECT COUNT(*) FROM temp.full_plans WHERE action = ?", (action,)) if action else ("SELECT COUNT(*) FROM temp.full_plans", ())
-        return int(self.db.execute(sql, args).fetchone()[0])
+        return int(self.db.execute("SELECT COUNT(*) FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1", (action,)).fetchone()[0])
 
     def present_after_full_build(self, batch: int = 1000) -> Iterator[str]:
         rows = self.db.execute("SELECT name FROM temp.full_plans WHERE present ORDER BY name")

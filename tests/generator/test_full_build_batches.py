@@ -65,7 +65,9 @@ def test_a_full_build_in_small_batches_writes_what_builds_of_a_few_packages_writ
     assert _dependents(full, "web-01") == ["web-00", "web-05"]
 
 
-def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A package gone (others link to it), one new, one kept as it was (a second meta file for it):
     the full build removes, plans and links from the state's tables what the incremental build
     takes from the plans it holds, and brings the kept package's Dependents list up to date."""
