@@ -27,11 +27,13 @@ from typing import Any
 
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
 SHARDS_STALE = "search_shards_stale"  # setting: every search shard is to be written again (a schema-7 state's)
 RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
-MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8)  # 7 gains the shard leaves and the duplicate-meta table; 8 the listings table
+# 7 gains the shard leaves and the duplicate-meta table; 8 the listings table; 9 loses the packages
+# table's copies of a listing's browse key and modified time (the listings table has them).
+MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9)
 # Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
 SEARCH_LEAF_MAX = 200
@@ -40,13 +42,13 @@ CACHE_KEPT = tuple(range(7, SCHEMA_VERSION))  # the cache's tables are unchanged
 LEGACY_STATE_FILE = "state.json"
 
 # The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
-# the site search (served, with versions, readable by anyone); range_key: its browse key
-# (site.name_key: the browse pages are ranges of its prefixes); search_text: what the API's search
-# filters on (lower-case name, description, keywords, maintainers). search_keys: the site-search shards a listed package sits in.
+# the site search (served, with versions, readable by anyone); search_text: what the API's search
+# filters on (lower-case name, description, keywords, maintainers). search_keys: the site-search
+# shards a listed package sits in. Its browse key (site.name_key: the browse pages are ranges of its
+# prefixes) and modified time are in the listings table (schema 9; the packages table's copies of
+# them went with schema 10).
 _INDEX_COLUMNS = (
     ("listed", "INTEGER NOT NULL DEFAULT 0"),
-    ("modified", "TEXT NOT NULL DEFAULT ''"),
-    ("range_key", "TEXT NOT NULL DEFAULT ''"),
     ("search_text", "TEXT NOT NULL DEFAULT ''"),
 )
 _INDEX_SCHEMA = """
@@ -209,6 +211,7 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
             _fill_schema_8_tables(db)
         if version in MIGRATED_IN_PLACE:
             _move_listings(db)
+            _drop_listing_copies(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
@@ -244,6 +247,15 @@ def _move_listings(db: sqlite3.Connection) -> None:
         " SELECT name, range_key, modified, summary, search_entry FROM packages WHERE listed"
     )
     db.execute("ALTER TABLE packages DROP COLUMN search_entry")
+
+
+def _drop_listing_copies(db: sqlite3.Connection) -> None:
+    """Schema 10: the packages table loses `modified` (written, never read) and `range_key` (the
+    listings table's copy is the one read), whichever of them an older state has."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(packages)")}
+    for column in ("modified", "range_key"):
+        if column in have:  # an index on it went with _move_listings
+            db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
 
 
 def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
@@ -520,8 +532,8 @@ class BuildState:
         was = self._forget_listing(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
-            " search_fragment, listed, modified, range_key, search_text)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " search_fragment, listed, search_text)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 name,
                 record["digest"],
@@ -532,8 +544,6 @@ class BuildState:
                 fragments[0],
                 fragments[1],
                 int(listing.listed),
-                listing.modified,
-                listing.range_key,
                 listing.search_text,
             ),
         )
@@ -557,14 +567,15 @@ class BuildState:
     def _forget_listing(self, name: str, *, versions_now: int | None) -> tuple[str, set[str]] | None:
         """Moves the package and version counters (versions_now None: the package goes) and drops
         its listing row; returns where it was listed (browse key, shards), None if it was not."""
-        row = self.db.execute("SELECT versions, listed, range_key FROM packages WHERE name = ?", (name,)).fetchone()
+        row = self.db.execute("SELECT versions FROM packages WHERE name = ?", (name,)).fetchone()
         before = int(row[0]) if row else 0
         self._add_counter("packages", (versions_now is not None) - (row is not None))
         self._add_counter("versions", (versions_now or 0) - before)
-        if not (row and row[1]):
+        listed = self.db.execute("SELECT range_key FROM listings WHERE name = ?", (name,)).fetchone() if row else None
+        if listed is None:
             return None
         self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
-        return row[2], {k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))}
+        return listed[0], {k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))}
 
     def _move_listing(self, name: str, was: tuple[str, set[str]] | None, now: ListingPlace | None) -> None:
         """Moves the package from where it was listed to `now` (None: unlisted), marking what
