@@ -196,28 +196,48 @@ def _walk_listings(content_dir: Path) -> Iterator[tuple[str, Listing]]:
     root = str(content_dir)
     if not os.path.isdir(root):
         return
-    stack = [""]
+    stack: list[Iterator[str]] = [iter([""])]  # per folder being walked: its subfolders still to walk
     while stack:
-        folder = stack.pop()
-        listing: Listing = []
-        try:
-            with os.scandir(os.path.join(root, folder) if folder else root) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if not is_candidate(name):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
-                        stack.append(f"{folder}/{name}" if folder else name)
-                    elif content_kind(name) is not None and entry.is_file(
-                        follow_symlinks=False
-                    ):
-                        stat = entry.stat(follow_symlinks=False)
-                        listing.append((name, stat.st_size, stat.st_mtime_ns))
-        except FileNotFoundError:
-            continue  # removed while we walked
+        folder = next(stack[-1], None)
+        if folder is None:
+            stack.pop()
+            continue
+        listing, subfolders = _scan_folder(root, folder)
+        if subfolders:
+            stack.append(_subfolders(folder, subfolders))
         if listing:
-            listing.sort()
             yield folder, listing
+
+
+def _scan_folder(root: str, folder: str) -> tuple[Listing, bytearray]:
+    """One folder's candidate files, by name, and its subfolders' names, each ended by a NUL (no
+    file name holds one): one buffer of ~1.2 MB for content/'s 70,000 package folders, where a
+    list of their names held ~6 MB through the whole walk."""
+    listing: Listing = []
+    subfolders = bytearray()
+    try:
+        with os.scandir(os.path.join(root, folder) if folder else root) as entries:
+            for entry in entries:
+                name = entry.name
+                if not is_candidate(name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
+                    subfolders += os.fsencode(name) + b"\0"
+                elif content_kind(name) is not None and entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    listing.append((name, stat.st_size, stat.st_mtime_ns))
+    except FileNotFoundError:
+        return [], bytearray()  # removed while we walked
+    listing.sort()
+    return listing, subfolders
+
+
+def _subfolders(folder: str, names: bytearray) -> Iterator[str]:
+    start = 0
+    while start < len(names):
+        end = names.index(b"\0", start)
+        yield _join(folder, os.fsdecode(bytes(names[start:end])))
+        start = end + 1
 
 
 def _join(folder: str, name: str) -> str:
