@@ -38,6 +38,7 @@ from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
     SHARDS_STALE,
     WHOLE_STALE,
+    Discarding,
     ListingChanges,
     ListingPlace,
     CACHE_FILE,
@@ -1347,11 +1348,11 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
     (none for a full build, which then writes every package the state knows, from a cursor)."""
     state = run.state
     affected: set[str] = set()
-    touched = _Discarded() if run.full else affected
+    touched = Discarding() if run.full else affected  # a full build writes every package the state knows
     for relative in changes.removed_archives:
         previous = state.archive(relative)
         if previous:
-            affected.update([previous.name] if previous.name else [])
+            touched.update([previous.name] if previous.name else [])
             _drop_tarball(run, previous.shasum)
             state.delete_archive(relative)
     pending: list[tuple[str, CachedManifest]] = []
@@ -1370,16 +1371,6 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
     run.result.archives_read = len(changes.archives)
     _update_metas(run.settings, state, changes, run.errors, touched)
     return affected
-
-
-class _Discarded(set):  # type: ignore[type-arg]
-    """Where a full build's reading puts the names it touches: nowhere (it writes them all)."""
-
-    def update(self, *items: Iterable[Any]) -> None:
-        pass
-
-    def add(self, item: object) -> None:
-        pass
 
 
 def _drop_tarball(run: _Run, shasum: str | None) -> None:

@@ -168,13 +168,16 @@ class ListingChanges:
     def ignored(cls) -> ListingChanges:
         """For a full build, which writes every listing page and shard: nothing is collected (the
         sets would hold an entry per package and per shard leaf, never read)."""
-        return cls(True, _Ignored(), _Ignored(), _Ignored(), _Ignored())
+        return cls(True, Discarding(), Discarding(), Discarding(), Discarding())
 
 
-class _Ignored(set):  # type: ignore[type-arg]
-    """A set that stays empty: what ListingChanges.ignored() collects into."""
+class Discarding(set):  # type: ignore[type-arg]
+    """A set that stays empty, for what a full build would collect and never read."""
 
     def add(self, item: object) -> None:
+        pass
+
+    def update(self, *items: Iterable[Any]) -> None:
         pass
 
 
