@@ -13,6 +13,7 @@ import pytest
 
 from registry_gen import build
 from registry_gen.build import NameLog, run_build
+from registry_gen.errors import PruneRefused
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 
@@ -97,3 +98,21 @@ def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build
     assert _tree(forced.out_dir) == _tree(incremental.out_dir)
     assert not (forced.out_dir / "web-02").exists()
     assert _dependents(forced, "web-05") == ["web-00", "web-01", "web-new"]  # its page rendered again, from its document
+
+
+def test_a_full_build_that_would_remove_most_packages_stops_before_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of packages going is taken batch by batch as the plans are made, before anything is written."""
+    monkeypatch.setattr(build, "PLAN_BATCH", 2)
+    settings = _settings(tmp_path)
+    archives = _web(settings.content_dir)
+    run_build(settings)
+    tree = _tree(settings.out_dir)
+    for archive in archives[:6]:
+        archive.unlink()
+    with pytest.raises(PruneRefused, match="would remove 6 of the 9 packages"):
+        run_build(settings, full=True)
+    assert _tree(settings.out_dir) == tree
+    result = run_build(settings.with_updates(prune=True), full=True)
+    assert result.packages == 3 and not (settings.out_dir / "web-00").exists()
