@@ -521,8 +521,9 @@ def _memory_rows(results: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         if not flat:
             note += (
                 f"; not flat: +{(rss - base) * 1024 / (versions - base_scale):.3f} KB per version over the "
-                f"{base_scale:,}-version build. Bounded by what a full build holds per package (~100 B each): the plans, "
-                "the names written, the Dependents lists rendered, the listing changes (bench/PROFILE.md, goal 4)"
+                f"{base_scale:,}-version build. A full build keeps nothing per package in its heap (plans and links wait "
+                "in temporary tables of the state; bench/PROFILE.md, goal 4): look for a new per-package structure, or "
+                "a cache past its bound"
             )
         if m.get("cached"):
             note += f"; {m['cached']}"

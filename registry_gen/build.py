@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -21,6 +22,7 @@ import marshal
 import os
 import shutil
 import stat as stat_module
+import tempfile
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,6 +38,8 @@ from registry_gen.buildlock import holding_build_lock
 from registry_gen.buildstate import (
     SHARDS_STALE,
     WHOLE_STALE,
+    Discarding,
+    ListingChanges,
     ListingPlace,
     CACHE_FILE,
     LEGACY_STATE_FILE,
@@ -90,6 +94,7 @@ PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker pr
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
 SPOOL_HELD = 4096  # new archive paths held in memory before they wait in the state (PathSpool)
+PLAN_BATCH = 1000  # packages a full build plans at a time (the plans then wait in the state)
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
@@ -131,6 +136,13 @@ class PathLog(list):  # type: ignore[type-arg]
             self.append(path)
 
 
+class NameLog(PathLog):
+    """The packages a build wrote again: all counted (`total`), the first KEPT named. A full build
+    writes every package; the watch and serve lines name ten, the tests name what small builds wrote."""
+
+    KEPT = 1_000
+
+
 @dataclass
 class BuildResult:
     packages: int = 0
@@ -138,11 +150,16 @@ class BuildResult:
     written: list[str] = field(default_factory=PathLog)  # the first PathLog.KEPT; .total counts all
     removed: list[str] = field(default_factory=PathLog)
     skipped: int = 0
-    rebuilt_packages: list[str] = field(default_factory=list)
+    rebuilt_packages: list[str] = field(default_factory=NameLog)  # the first NameLog.KEPT; .total counts all
     archives_read: int = 0
     errors: list[BuildIssue] = field(default_factory=list)
     refused: int = 0  # archives of content/ not served: unreadable, unaddressable, or in conflict
     seconds: float = 0.0
+
+    @property
+    def rebuilt(self) -> int:
+        """How many packages this build wrote again (rebuilt_packages names only the first ones)."""
+        return getattr(self.rebuilt_packages, "total", len(self.rebuilt_packages))
 
     def refusals(self, package: str, files: Iterable[str]) -> list[BuildIssue]:
         """What this build refused of `package`: any of `files` of content/, or the package itself."""
@@ -180,28 +197,48 @@ def _walk_listings(content_dir: Path) -> Iterator[tuple[str, Listing]]:
     root = str(content_dir)
     if not os.path.isdir(root):
         return
-    stack = [""]
+    stack: list[Iterator[str]] = [iter([""])]  # per folder being walked: its subfolders still to walk
     while stack:
-        folder = stack.pop()
-        listing: Listing = []
-        try:
-            with os.scandir(os.path.join(root, folder) if folder else root) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if not is_candidate(name):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
-                        stack.append(f"{folder}/{name}" if folder else name)
-                    elif content_kind(name) is not None and entry.is_file(
-                        follow_symlinks=False
-                    ):
-                        stat = entry.stat(follow_symlinks=False)
-                        listing.append((name, stat.st_size, stat.st_mtime_ns))
-        except FileNotFoundError:
-            continue  # removed while we walked
+        folder = next(stack[-1], None)
+        if folder is None:
+            stack.pop()
+            continue
+        listing, subfolders = _scan_folder(root, folder)
+        if subfolders:
+            stack.append(_subfolders(folder, subfolders))
         if listing:
-            listing.sort()
             yield folder, listing
+
+
+def _scan_folder(root: str, folder: str) -> tuple[Listing, bytearray]:
+    """One folder's candidate files, by name, and its subfolders' names, each ended by a NUL (no
+    file name holds one): one buffer of ~1.2 MB for content/'s 70,000 package folders, where a
+    list of their names held ~6 MB through the whole walk."""
+    listing: Listing = []
+    subfolders = bytearray()
+    try:
+        with os.scandir(os.path.join(root, folder) if folder else root) as entries:
+            for entry in entries:
+                name = entry.name
+                if not is_candidate(name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):  # from the directory entry: no syscall
+                    subfolders += os.fsencode(name) + b"\0"
+                elif content_kind(name) is not None and entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    listing.append((name, stat.st_size, stat.st_mtime_ns))
+    except FileNotFoundError:
+        return [], bytearray()  # removed while we walked
+    listing.sort()
+    return listing, subfolders
+
+
+def _subfolders(folder: str, names: bytearray) -> Iterator[str]:
+    start = 0
+    while start < len(names):
+        end = names.index(b"\0", start)
+        yield _join(folder, os.fsdecode(bytes(names[start:end])))
+        start = end + 1
 
 
 def _join(folder: str, name: str) -> str:
@@ -221,8 +258,9 @@ class PathSpool:
     """Paths to read, handed out in path order. Past SPOOL_HELD of them (a full build finds every
     archive) they go to a temporary table of `state`, so a build holds a few thousand at most."""
 
-    def __init__(self, state: BuildState | None = None) -> None:
+    def __init__(self, state: BuildState | None = None, spool: str = "spooled_paths") -> None:
         self.state = state
+        self.spool = spool  # its table (BuildState.SPOOLS): the archives' or the meta files'
         self.held: list[str] = []
         self.count = 0
         self.spilled = False
@@ -231,7 +269,7 @@ class PathSpool:
         self.held.append(path)
         self.count += 1
         if len(self.held) >= SPOOL_HELD and self.state is not None:
-            self.state.spool_paths(self.held, fresh=not self.spilled)
+            self.state.spool_paths(self.held, fresh=not self.spilled, spool=self.spool)
             self.held.clear()
             self.spilled = True
 
@@ -243,20 +281,20 @@ class PathSpool:
         if not self.spilled or self.state is None:
             held, self.held = sorted(self.held), []
             return iter(held)
-        self.state.spool_paths(self.held)
+        self.state.spool_paths(self.held, spool=self.spool)
         self.held.clear()
-        return self.state.spooled_paths()
+        return self.state.spooled_paths(spool=self.spool)
 
 
 @dataclass
 class ContentChanges:
     """What differs between content/ and the state's folder listings. The new listings go
-    straight into the state (same transaction), and so do the new archives' paths past a few
-    thousand (PathSpool): neither is held in memory."""
+    straight into the state (same transaction), and so do the new archive and meta paths past a few
+    thousand (PathSpool): none of them is held in memory."""
 
     archives: PathSpool = field(default_factory=PathSpool)  # new or changed
     removed_archives: list[str] = field(default_factory=list)
-    metas: list[str] = field(default_factory=list)
+    metas: PathSpool = field(default_factory=PathSpool)  # new or changed (a full build finds one per package or so)
     removed_metas: list[str] = field(default_factory=list)
 
     def add(self, folder: str, old: dict[str, tuple[int, int]], new: Listing | None) -> None:
@@ -284,7 +322,7 @@ def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
     """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
     mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
     known = state.listings()
-    changes = ContentChanges(PathSpool(state))
+    changes = ContentChanges(PathSpool(state), metas=PathSpool(state, "spooled_metas"))
     for folder, listing in _walk_listings(content_dir):
         old = known.pop(folder, None)
         blob = marshal.dumps(listing)
@@ -485,17 +523,16 @@ def _version_extras(cache: ManifestCache, record: ArchiveRecord, settings: Setti
 
 
 def _update_metas(
-    settings: Settings, state: BuildState, changes: ContentChanges, errors: list[BuildIssue]
-) -> set[str]:
-    """Re-reads the meta files that changed; returns the names they concern. What was parsed is
-    not kept (a full build would hold every meta file): _meta_of reads a package's file again."""
-    affected: set[str] = set()
+    settings: Settings, state: BuildState, changes: ContentChanges, errors: list[BuildIssue], affected: set[str]
+) -> None:
+    """Re-reads the meta files that changed; adds the names they concern to `affected`. What was
+    parsed is not kept (a full build would hold every meta file): _meta_of reads a package's file again."""
     for relative in changes.removed_metas:
         previous = state.meta(relative)
         if previous and previous[0]:
             affected.add(previous[0])
         state.delete_meta(relative)
-    for relative in sorted(changes.metas):
+    for relative in changes.metas:  # in path order
         previous = state.meta(relative)
         previous_name = previous[0] if previous else None
         if previous_name:
@@ -513,7 +550,6 @@ def _update_metas(
             continue
         state.put_meta(relative, meta.name, None)
         affected.add(meta.name)
-    return affected
 
 
 def _meta_problems(state: BuildState) -> tuple[list[BuildIssue], set[str]]:
@@ -961,17 +997,22 @@ def _resolve_times(
     return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
-def _refuse_mass_removal(settings: Settings, state: BuildState, plans: Mapping[str, PackagePlan]) -> None:
-    """Stops a build that would take most of the tree's packages away when content/ does not say
-    they went (a wrong folder, a half-finished copy, an unmounted disk): only `--prune` does that.
-    A package whose registry-meta.json records its unpublishing went on purpose."""
+def _going(settings: Settings, state: BuildState, plans: Iterable[PackagePlan]) -> int:
+    """How many of the packages planned would leave the tree unasked (see _refuse_mass_removal);
+    0 with `--prune`. A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
-        return
-    going = [n for n, plan in plans.items() if not plan.present and state.is_present(n) and not _unpublished(settings, state, n)]
-    present = state.present_count() if len(going) > 1 else 0  # counted only when it can matter
-    if len(going) > 1 and 2 * len(going) > present:
+        return 0
+    return sum(1 for p in plans if not p.present and state.is_present(p.name) and not _unpublished(settings, state, p.name))
+
+
+def _refuse_mass_removal(settings: Settings, state: BuildState, going: int) -> None:
+    """Stops a build that would take most of the tree's packages away (`going` of them, _going)
+    when content/ does not say they went (a wrong folder, a half-finished copy, an unmounted
+    disk): only `--prune` does that."""
+    present = state.present_count() if going > 1 else 0  # counted only when it can matter
+    if going > 1 and 2 * going > present:
         raise PruneRefused(
-            f"this build would remove {len(going)} of the {present} packages in {settings.out_dir} because "
+            f"this build would remove {going} of the {present} packages in {settings.out_dir} because "
             f"{settings.content_dir} no longer holds their archives; nothing was changed. If that is intended, "
             "run again with --prune"
         )
@@ -1029,18 +1070,23 @@ class _WriterContext:
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
 
 
-def _init_writer(settings: Settings, cache_path: str, names: bytes) -> None:
-    """`names`: the packages with a page after this build, one a line (names_blob)."""
+def _init_writer(settings: Settings, cache_path: str, names_file: str) -> None:
+    """`names_file`: the packages with a page after this build, one a line (write_names)."""
     global _worker_context
     cache = ManifestCache(Path(cache_path), readonly=True)
-    registry_names = set(names.decode().split("\n")) - {""}
+    registry_names = set(Path(names_file).read_text(encoding="utf-8").split("\n")) - {""}
     _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
 
-def names_blob(names: Iterable[str]) -> bytes:
-    """Package names one a line (a name holds no line break), as the worker processes get them:
-    ~3 MB at 100,000 packages, where the set of them the build process held was ~10 MB."""
-    return "\n".join(names).encode()
+def write_names(folder: Path, names: Iterable[str]) -> Path:
+    """Package names one a line (a name holds no line break) in a new file of `folder`, as the
+    worker processes get them: written as they come from the state, never joined in the build's
+    heap (at 100,000 packages the joined blob and its parts were ~10 MB, held while workers ran)."""
+    handle, path = tempfile.mkstemp(prefix="names-", suffix=".tmp", dir=folder)
+    with open(handle, "w", encoding="utf-8") as out:
+        for name in names:
+            out.write(name + "\n")
+    return Path(path)
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
@@ -1082,11 +1128,15 @@ def _write_packages(
     """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
     workers = _worker_count()
     if at_most >= PARALLEL_PACKAGES and workers > 1:
-        with worker_pool(workers, _init_writer, (settings, str(cache.path), names_blob(registry_names))) as pool:
-            for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
-                if progress:
-                    progress("write", index + 1, at_most)
-                yield outcome
+        names_file = write_names(settings.state_folder, registry_names)
+        try:
+            with worker_pool(workers, _init_writer, (settings, str(cache.path), str(names_file))) as pool:
+                for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
+                    if progress:
+                        progress("write", index + 1, at_most)
+                    yield outcome
+        finally:
+            names_file.unlink(missing_ok=True)
     else:
         context = _WriterContext(settings, cache, registry_names, signer)
         for index, job in enumerate(jobs):
@@ -1242,12 +1292,14 @@ def _build_in_transaction(
     changes = _detect(run, changed, force_full)
     affected = _read(run, changes)
     del changes  # its meta and removed paths: read, not needed again
-    plans = _plan(settings, state, affected)
-    # A full build plans and writes every package already (affected holds them all).
-    relinked = set() if run.full else _relinked(state, plans)
-    plans.update(_plan(settings, state, relinked - affected))
-    del affected
-    _write(run, plans, relinked)
+    if run.full:
+        _write_everything(run)
+    else:
+        plans = _plan(settings, state, affected)
+        relinked = _relinked(state, plans)
+        plans.update(_plan(settings, state, relinked - affected))
+        del affected
+        _write(run, plans, relinked)
     _write_indexes(run, defer_whole and not run.full)
     publish_keys(settings, state, run.signer, run.result.written)
     return _commit(run), run.dropped
@@ -1260,7 +1312,7 @@ def _write_indexes(run: _Run, defer_whole: bool) -> None:
         _write_fixed_files(settings, run.result)
     if state.listing_changes.front or run.full or state.get_setting(SHARDS_STALE):
         _write_listings(run)
-    changed = bool(run.result.rebuilt_packages or run.package_set_changed or run.full)
+    changed = bool(run.result.rebuilt or run.package_set_changed or run.full)
     if not (changed or state.get_setting(WHOLE_STALE)):
         return
     if defer_whole:
@@ -1285,25 +1337,28 @@ def _detect(run: _Run, changed: Iterable[str | Path] | None, force_full: bool) -
     if run.full:
         state.forget_content()  # a new generator or new settings: read every archive again
         run.dropped = None  # and afterwards drop every cached manifest no archive uses
+        state.listing_changes = ListingChanges.ignored()  # it writes every listing page and shard
     if changed is None or run.full:
         return detect_changes(settings.content_dir, state)
     return detect_hinted_changes(settings.content_dir, state, changed)
 
 
 def _read(run: _Run, changes: ContentChanges) -> set[str]:
-    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
+    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch
+    (none for a full build, which then writes every package the state knows, from a cursor)."""
     state = run.state
     affected: set[str] = set()
+    touched = Discarding() if run.full else affected  # a full build writes every package the state knows
     for relative in changes.removed_archives:
         previous = state.archive(relative)
         if previous:
-            affected.update([previous.name] if previous.name else [])
+            touched.update([previous.name] if previous.name else [])
             _drop_tarball(run, previous.shasum)
             state.delete_archive(relative)
     pending: list[tuple[str, CachedManifest]] = []
     for record, body in _read_changed(run.settings, changes.archives, run.progress):
         previous = state.archive(record.path)
-        affected.update(n for n in (previous.name if previous else None, record.name) if n)
+        touched.update(n for n in (previous.name if previous else None, record.name) if n)
         if previous and previous.shasum != record.shasum:
             _drop_tarball(run, previous.shasum)
         state.put_archive(record)
@@ -1314,11 +1369,7 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
                 pending.clear()
     run.cache.put_many(pending)
     run.result.archives_read = len(changes.archives)
-    affected |= _update_metas(run.settings, state, changes, run.errors)
-    if run.full:
-        affected.update(state.package_names())
-        affected.update(state.archive_names())
-        affected.update(state.meta_names())
+    _update_metas(run.settings, state, changes, run.errors, touched)
     return affected
 
 
@@ -1359,12 +1410,8 @@ def _relinked(state: BuildState, plans: Mapping[str, PackagePlan]) -> set[str]:
 def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None:
     """Phase 4: records what the plan found, removes what went, writes what changed."""
     settings, state = run.settings, run.state
-    for plan in plans.values():
-        if plan.refusals is not None:
-            state.set_issues(plan.name, list(plan.refusals))
-        if plan.error is not None:
-            run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
-    _refuse_mass_removal(settings, state, plans)
+    _record_plans(run, plans.values())
+    _refuse_mass_removal(settings, state, _going(settings, state, plans.values()))
     # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one
     # gained or lost.
     dependents_changed: set[str] = set()
@@ -1376,7 +1423,8 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     fresh_times: dict[str, dict[str, str]] = {}
     meta_times: dict[str, dict[str, str]] = {}  # the part of fresh_times a registry-meta.json keeps
     incoming = _incoming_links(run, to_write) if len(to_write) > 1 else {}
-    jobs = _jobs(run, to_write, relinked, (fresh_times, meta_times), registry_names, incoming)
+    links_to = HeldIncoming(state, to_write, incoming).links_to
+    jobs = _jobs(run, to_write, relinked, (fresh_times, meta_times), registry_names, links_to)
     for outcome in _write_packages(settings, run.cache, registry_names, jobs, len(to_write), run.progress, run.signer):
         before = set((state.package(outcome.name) or {}).get("links", ()))
         _take_outcome(run, outcome, plans[outcome.name].present)
@@ -1392,6 +1440,97 @@ def _write(run: _Run, plans: dict[str, PackagePlan], relinked: set[str]) -> None
     _refresh_dependents(run, {n for n in dependents_changed if n in registry_names}, registry_names)
 
 
+def _record_plans(run: _Run, plans: Iterable[PackagePlan]) -> None:
+    """What the plans found wrong: the archives each package refused, the meta files unread."""
+    for plan in plans:
+        if plan.refusals is not None:
+            run.state.set_issues(plan.name, list(plan.refusals))
+        if plan.error is not None:
+            run.errors.append(BuildIssue(plan.name, plan.error, plan.name))
+
+
+def _write_everything(run: _Run) -> None:
+    """Phases 3 and 4 of a full build, which writes every package: from cursors over the state, a
+    batch at a time. What it needs per package (the plans, who will link to whom) waits in
+    temporary tables of the state, so its memory does not grow with the registry's size."""
+    settings, state = run.settings, run.state
+    state.start_full_build()
+    _refuse_mass_removal(settings, state, _plan_everything(run))
+    recheck: set[str] = set()  # whose Dependents list may differ from the one rendered (few)
+    for name in state.planned(Action.REMOVE.value):
+        recheck.update(_remove(run, name))  # what it linked to: rendered after this without it
+    plans = PlanTable(state)
+    recheck = {n for n in recheck if n in plans and plans[n].action is not Action.WRITE}
+    for name in state.planned(Action.WRITE.value):
+        state.put_predicted_links(name, _predicted_links(run, name))
+    registry_names = PresentNames(state, plans)
+    times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]] = ({}, {})
+    links_to = functools.partial(state.linking_after_full_build, action=Action.WRITE.value)
+    jobs = _jobs(run, state.planned(Action.WRITE.value), set(), times_found, registry_names, links_to)
+    written = state.planned_count(Action.WRITE.value)
+    for outcome in _write_packages(settings, run.cache, registry_names, jobs, written, run.progress, run.signer):
+        before = set((state.package(outcome.name) or {}).get("links", ()))
+        _take_outcome(run, outcome, plans[outcome.name].present)
+        after = set(outcome.record["links"]) if outcome.record is not None else before
+        # Rendered from the predicted links: a package whose links came out otherwise (or whose
+        # write failed) changed its targets' lists after they were rendered. A package not
+        # written here (its meta files in conflict, or unreadable) has its page rendered again when its list changed.
+        recheck.update(state.predicted_links_of(outcome.name) ^ after)
+        recheck.update(n for n in before ^ after if n in plans and plans[n].action is not Action.WRITE)
+        if outcome.record is None:
+            recheck.add(outcome.name)
+        _store_times(state, outcome.name, times_found[0].pop(outcome.name, {}), times_found[1].pop(outcome.name, {}))
+    _refresh_dependents(run, {n for n in recheck if n in registry_names}, registry_names)
+
+
+def _plan_everything(run: _Run) -> int:
+    """Phase 3 of a full build: every package the state knows, planned into its plan table a batch
+    at a time, with what the plans found recorded; returns how many present packages would go."""
+    settings, state = run.settings, run.state
+    _, broken = _meta_problems(state)
+    going = 0
+    names = state.every_package_name()
+    while batch := list(itertools.islice(names, PLAN_BATCH)):
+        plans = [_plan_package(settings, state, name, name in broken) for name in batch]
+        _record_plans(run, plans)
+        going += _going(settings, state, plans)
+        state.put_plans((p.name, p.action.value, p.present, p.was_present) for p in plans)
+    return going
+
+
+class PlanTable(Mapping[str, PackagePlan]):
+    """A full build's plans, as the state's plan table holds them (their findings already recorded)."""
+
+    def __init__(self, state: BuildState) -> None:
+        self.state = state
+
+    def __getitem__(self, name: str) -> PackagePlan:
+        row = self.state.plan_of(name)
+        if row is None:
+            raise KeyError(name)
+        return PackagePlan(name, Action(row[0]), row[1], row[2])
+
+    def __iter__(self) -> Iterator[str]:
+        return self.state.planned()
+
+    def __len__(self) -> int:
+        return self.state.planned_count()
+
+
+class HeldIncoming:
+    """Who will link to each package of a build that writes a few: the packages it writes by
+    their new manifests (`incoming`), the others by the links the state has for them."""
+
+    def __init__(self, state: BuildState, written: list[str], incoming: Mapping[str, list[str]]) -> None:
+        self.state, self.written, self.incoming = state, written, incoming
+
+    def links_to(self, name: str) -> set[str]:
+        linking = self.state.linking_to([name])
+        if self.incoming:
+            linking = {n for n in linking if not _in_sorted(self.written, n)}
+        return linking.union(self.incoming.get(name, ()))
+
+
 def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dict[str, str]) -> None:
     """First-seen times into the state (durably: nothing else records them), and the ones a
     registry-meta.json already keeps (not durably)."""
@@ -1403,7 +1542,7 @@ def _store_times(state: BuildState, name: str, stamps: dict[str, str], kept: dic
 class PresentNames(AbstractSet[str]):
     """The packages with a page after this build: the state's, with this build's plans applied.
     Asked name by name (a page links a dependency only if it is here), so a build of one package
-    does not load every name; worker processes get it as one blob (names_blob)."""
+    does not load every name; worker processes get it as one file (write_names)."""
 
     def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan]):
         self.state = state
@@ -1420,6 +1559,9 @@ class PresentNames(AbstractSet[str]):
         return self._known[name]
 
     def __iter__(self) -> Iterator[str]:
+        if isinstance(self.planned, PlanTable):  # a full build plans every package the state knows
+            yield from self.state.present_after_full_build()
+            return
         yield from (n for n in self.state.present_names() if n not in self.planned)
         yield from (n for n, plan in self.planned.items() if plan.present)
 
@@ -1445,33 +1587,38 @@ def _incoming_links(run: _Run, names: list[str]) -> dict[str, list[str]]:
     the last build's list and again after."""
     incoming: dict[str, list[str]] = defaultdict(list)  # a list of a few names: a quarter of a set's size
     for name in names:
-        releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
-        meta = _meta_of(run.settings, run.state, name)
-        tags = choose_dist_tags(releases, (meta or PackageMeta(name=name)).dist_tags)
-        if not tags:
-            continue
-        try:
-            manifest = _load_cached(run.cache, releases[tags["latest"]], run.settings)["manifest"]
-        except RegistryError:
-            continue  # its write reports the problem; a missed link only costs a second render
-        for target in site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}):
+        for target in _predicted_links(run, name):
             incoming[target].append(name)  # linked_names has each target once
     return incoming
 
 
+def _predicted_links(run: _Run, name: str) -> list[str]:
+    """The names the page of `name` will link to once written, from its latest manifest."""
+    releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
+    meta = _meta_of(run.settings, run.state, name)
+    tags = choose_dist_tags(releases, (meta or PackageMeta(name=name)).dist_tags)
+    if not tags:
+        return []
+    try:
+        manifest = _load_cached(run.cache, releases[tags["latest"]], run.settings)["manifest"]
+    except RegistryError:
+        return []  # its write reports the problem; a missed link only costs a second render
+    return list(site.linked_names({"dist-tags": {"latest": "x"}, "versions": {"x": manifest}}))
+
+
 def _jobs(
     run: _Run,
-    names: list[str],
+    names: Iterable[str],
     relinked: set[str],
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]],
     registry_names: AbstractSet[str],
-    incoming: Mapping[str, list[str]],
+    links_to: Callable[[str], set[str]],
 ) -> Iterator[PackageJob]:
     """The packages whose inputs changed (or whose page links did), one at a time so that memory
     does not grow with the registry. New first-seen times are collected (fresh, and the part a
-    registry-meta.json keeps), stored by the caller. `incoming`: who links to each package among
-    those being written, from their manifests (the state knows only the links of the last build).
-    `names`: sorted (a full build's are every package: looked up by bisection, not copied to a set)."""
+    registry-meta.json keeps), stored by the caller. `links_to`: who will link to a package once
+    this build is done (for the packages being written, from their manifests: the state knows
+    only the links of the last build)."""
     state, settings = run.state, run.settings
     fresh_times, meta_times = times_found
     for name in names:
@@ -1488,10 +1635,9 @@ def _jobs(
         digest = _package_digest(name, releases, times, meta)
         if previous and previous["digest"] == digest and not run.full and name not in relinked:
             continue
-        # Links from the packages being rewritten are in `incoming` (their new manifests), not the state's.
-        linking = {n for n in state.linking_to([name]) if not (incoming and _in_sorted(names, n))}.union(incoming.get(name, ()))
-        dependents = tuple(sorted(n for n in linking if n in registry_names))
-        run.rendered_dependents[name] = dependents
+        dependents = tuple(sorted(n for n in links_to(name) if n in registry_names))
+        if not run.full:  # a full build knows which lists may be stale without them (_write_everything)
+            run.rendered_dependents[name] = dependents
         yield PackageJob(name, releases, times, meta or PackageMeta(name=name), previous or {}, digest, dependents)
 
 
@@ -1518,7 +1664,7 @@ def _commit(run: _Run) -> BuildResult:
     state, result = run.state, run.result
     meta_issues, _ = _meta_problems(state)
     result.packages, result.versions = state.totals()
-    result.skipped = result.packages - len(result.rebuilt_packages)
+    result.skipped = result.packages - result.rebuilt
     archive_issues = [BuildIssue(p, r) for p, r in state.archive_errors()]
     archive_issues += [BuildIssue(p, r, n) for n, p, r in state.all_issues()]
     result.refused = len({issue.path for issue in archive_issues})

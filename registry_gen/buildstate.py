@@ -28,11 +28,13 @@ from typing import Any
 from registry_gen import heldopen
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 9  # any change to the tables below bumps it: a current state skips the schema script
+SCHEMA_VERSION = 10  # any change to the tables below bumps it: a current state skips the schema script
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
 SHARDS_STALE = "search_shards_stale"  # setting: every search shard is to be written again (a schema-7 state's)
 RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
-MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8)  # 7 gains the shard leaves and the duplicate-meta table; 8 the listings table
+# 7 gains the shard leaves and the duplicate-meta table; 8 the listings table; 9 loses the packages
+# table's copies of a listing's browse key and modified time (the listings table has them).
+MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9)
 # Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
 SEARCH_LEAF_MAX = 200
@@ -41,13 +43,13 @@ CACHE_KEPT = tuple(range(7, SCHEMA_VERSION))  # the cache's tables are unchanged
 LEGACY_STATE_FILE = "state.json"
 
 # The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
-# the site search (served, with versions, readable by anyone); range_key: its browse key
-# (site.name_key: the browse pages are ranges of its prefixes); search_text: what the API's search
-# filters on (lower-case name, description, keywords, maintainers). search_keys: the site-search shards a listed package sits in.
+# the site search (served, with versions, readable by anyone); search_text: what the API's search
+# filters on (lower-case name, description, keywords, maintainers). search_keys: the site-search
+# shards a listed package sits in. Its browse key (site.name_key: the browse pages are ranges of its
+# prefixes) and modified time are in the listings table (schema 9; the packages table's copies of
+# them went with schema 10).
 _INDEX_COLUMNS = (
     ("listed", "INTEGER NOT NULL DEFAULT 0"),
-    ("modified", "TEXT NOT NULL DEFAULT ''"),
-    ("range_key", "TEXT NOT NULL DEFAULT ''"),
     ("search_text", "TEXT NOT NULL DEFAULT ''"),
 )
 _INDEX_SCHEMA = """
@@ -163,6 +165,22 @@ class ListingChanges:
     shards: set[str] = field(default_factory=set)  # shards whose leaves were cut or joined
     leaves: set[tuple[str, str]] = field(default_factory=set)  # (shard, bound) whose records changed
 
+    @classmethod
+    def ignored(cls) -> ListingChanges:
+        """For a full build, which writes every listing page and shard: nothing is collected (the
+        sets would hold an entry per package and per shard leaf, never read)."""
+        return cls(True, Discarding(), Discarding(), Discarding(), Discarding())
+
+
+class Discarding(set):  # type: ignore[type-arg]
+    """A set that stays empty, for what a full build would collect and never read."""
+
+    def add(self, item: object) -> None:
+        pass
+
+    def update(self, *items: Iterable[Any]) -> None:
+        pass
+
 
 _ARCHIVE_FIELDS = tuple(f.name for f in fields(ArchiveRecord))
 _ARCHIVE_COLUMNS = ", ".join(_ARCHIVE_FIELDS)
@@ -200,6 +218,7 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
             _fill_schema_8_tables(db)
         if version in MIGRATED_IN_PLACE:
             _move_listings(db)
+            _drop_listing_copies(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
@@ -235,6 +254,15 @@ def _move_listings(db: sqlite3.Connection) -> None:
         " SELECT name, range_key, modified, summary, search_entry FROM packages WHERE listed"
     )
     db.execute("ALTER TABLE packages DROP COLUMN search_entry")
+
+
+def _drop_listing_copies(db: sqlite3.Connection) -> None:
+    """Schema 10: the packages table loses `modified` (written, never read) and `range_key` (the
+    listings table's copy is the one read), whichever of them an older state has."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(packages)")}
+    for column in ("modified", "range_key"):
+        if column in have:  # an index on it went with _move_listings
+            db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
 
 
 def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
@@ -383,20 +411,26 @@ class BuildState:
     # versions), so past a few thousand they wait in a temporary table (the temp database, on
     # disk past its small page cache), not in the heap.
 
-    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False) -> None:
+    SPOOLS = ("spooled_paths", "spooled_metas")  # the archive paths, the meta file paths
+
+    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False, spool: str = "spooled_paths") -> None:
+        if spool not in self.SPOOLS:
+            raise ValueError(f"not a spool: {spool}")
         if fresh:
-            self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+            self.db.execute(f"DROP TABLE IF EXISTS temp.{spool}")  # the table name is one of SPOOLS, checked above
         # No key: appending is ~4x faster than keeping a B-tree in order (1M paths: ~3 s against
         # ~11 s), and the one ORDER BY sorts in bounded memory (SQLite's sorter spills to disk).
-        self.db.execute("CREATE TEMP TABLE IF NOT EXISTS spooled_paths (path TEXT NOT NULL)")
-        self.db.executemany("INSERT INTO temp.spooled_paths (path) VALUES (?)", ((path,) for path in paths))
+        self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {spool} (path TEXT NOT NULL)")
+        self.db.executemany(f"INSERT INTO temp.{spool} (path) VALUES (?)", ((path,) for path in paths))
 
-    def spooled_paths(self, batch: int = 1000) -> Iterator[str]:
+    def spooled_paths(self, batch: int = 1000, spool: str = "spooled_paths") -> Iterator[str]:
         """The spooled paths in path order, a batch at a time; the spool is dropped once they are all out."""
-        rows = self.db.execute("SELECT path FROM temp.spooled_paths ORDER BY path")
+        if spool not in self.SPOOLS:
+            raise ValueError(f"not a spool: {spool}")
+        rows = self.db.execute(f"SELECT path FROM temp.{spool} ORDER BY path")
         while block := rows.fetchmany(batch):
             yield from (path for (path,) in block)
-        self.db.execute("DROP TABLE IF EXISTS temp.spooled_paths")
+        self.db.execute(f"DROP TABLE IF EXISTS temp.{spool}")
 
     # -- archives
 
@@ -422,9 +456,6 @@ class BuildState:
 
     def archive_errors(self) -> list[tuple[str, str]]:
         return list(self.db.execute("SELECT path, error FROM archives WHERE error IS NOT NULL ORDER BY path"))
-
-    def archive_names(self) -> Iterator[str]:
-        return (row[0] for row in self.db.execute("SELECT DISTINCT name FROM archives WHERE name IS NOT NULL"))
 
     # -- meta files
 
@@ -463,9 +494,6 @@ class BuildState:
     def duplicate_metas(self) -> list[tuple[str, str]]:
         """(name, path) of every valid meta file after the first (by path) for the same name."""
         return list(self.db.execute("SELECT name, path FROM meta_duplicates ORDER BY path"))
-
-    def meta_names(self) -> Iterator[str]:
-        return (row[0] for row in self.db.execute("SELECT DISTINCT name FROM metas WHERE name IS NOT NULL"))
 
     # -- first-seen publish times
 
@@ -514,8 +542,8 @@ class BuildState:
         was = self._forget_listing(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
-            " search_fragment, listed, modified, range_key, search_text)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " search_fragment, listed, search_text)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 name,
                 record["digest"],
@@ -526,8 +554,6 @@ class BuildState:
                 fragments[0],
                 fragments[1],
                 int(listing.listed),
-                listing.modified,
-                listing.range_key,
                 listing.search_text,
             ),
         )
@@ -551,14 +577,15 @@ class BuildState:
     def _forget_listing(self, name: str, *, versions_now: int | None) -> tuple[str, set[str]] | None:
         """Moves the package and version counters (versions_now None: the package goes) and drops
         its listing row; returns where it was listed (browse key, shards), None if it was not."""
-        row = self.db.execute("SELECT versions, listed, range_key FROM packages WHERE name = ?", (name,)).fetchone()
+        row = self.db.execute("SELECT versions FROM packages WHERE name = ?", (name,)).fetchone()
         before = int(row[0]) if row else 0
         self._add_counter("packages", (versions_now is not None) - (row is not None))
         self._add_counter("versions", (versions_now or 0) - before)
-        if not (row and row[1]):
+        listed = self.db.execute("SELECT range_key FROM listings WHERE name = ?", (name,)).fetchone() if row else None
+        if listed is None:
             return None
         self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
-        return row[2], {k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))}
+        return listed[0], {k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))}
 
     def _move_listing(self, name: str, was: tuple[str, set[str]] | None, now: ListingPlace | None) -> None:
         """Moves the package from where it was listed to `now` (None: unlisted), marking what
@@ -672,9 +699,6 @@ class BuildState:
                 (key, delta),
             )
 
-    def package_names(self) -> list[str]:
-        return [row[0] for row in self.db.execute("SELECT name FROM packages ORDER BY name")]
-
     def is_present(self, name: str) -> bool:
         row = self.db.execute("SELECT present FROM packages WHERE name = ?", (name,)).fetchone()
         return bool(row and row[0])
@@ -683,8 +707,73 @@ class BuildState:
         return int(self.db.execute("SELECT COUNT(*) FROM packages WHERE present").fetchone()[0])
 
     def present_names(self) -> Iterator[str]:
-        """One at a time (the worker processes get them as one blob: a set here was ~10 MB at 1M versions)."""
+        """One at a time (the worker processes get them as one file: a set here was ~10 MB at 1M versions)."""
         return (row[0] for row in self.db.execute("SELECT name FROM packages WHERE present"))
+
+    # -- a full build's working set, per package (the plans, who will link to whom): temporary
+    # tables of this connection, read back a batch at a time, so a full build holds none of it in
+    # the heap (held, it grew the build by ~750 B per package: 75 MB at 1M versions).
+
+    def start_full_build(self) -> None:
+        self.db.execute("DROP TABLE IF EXISTS temp.full_plans")
+        self.db.execute("DROP TABLE IF EXISTS temp.predicted_links")
+        self.db.execute(
+            "CREATE TEMP TABLE full_plans (name TEXT PRIMARY KEY, action TEXT NOT NULL, present INTEGER NOT NULL,"
+            " was_present INTEGER NOT NULL) WITHOUT ROWID"
+        )
+        self.db.execute("CREATE INDEX temp.full_plans_by_action ON full_plans (action, name)")
+        self.db.execute("CREATE TEMP TABLE predicted_links (target TEXT, name TEXT, PRIMARY KEY (target, name)) WITHOUT ROWID")
+        self.db.execute("CREATE INDEX temp.predicted_links_by_name ON predicted_links (name)")
+
+    def every_package_name(self, batch: int = 1000) -> Iterator[str]:
+        """Every name the state knows (packages, archives, meta files), by name, a batch at a time."""
+        rows = self.db.execute(
+            "SELECT name FROM packages UNION SELECT name FROM archives WHERE name IS NOT NULL"
+            " UNION SELECT name FROM metas WHERE name IS NOT NULL ORDER BY 1"
+        )
+        while block := rows.fetchmany(batch):
+            yield from (name for (name,) in block)
+
+    def put_plans(self, plans: Iterable[tuple[str, str, bool, bool]]) -> None:
+        """(name, action, present, was_present) of a full build's packages."""
+        self.db.executemany("INSERT OR REPLACE INTO temp.full_plans (name, action, present, was_present) VALUES (?, ?, ?, ?)", plans)
+
+    def plan_of(self, name: str) -> tuple[str, bool, bool] | None:
+        row = self.db.execute("SELECT action, present, was_present FROM temp.full_plans WHERE name = ?", (name,)).fetchone()
+        return (row[0], bool(row[1]), bool(row[2])) if row else None
+
+    def planned(self, action: str | None = None, batch: int = 1000) -> Iterator[str]:
+        """The planned names (with `action`, or all), by name, a batch at a time."""
+        # ?1 IS NULL: every action; else the (action, name) index gives them in name order.
+        rows = self.db.execute("SELECT name FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1 ORDER BY name", (action,))
+        while block := rows.fetchmany(batch):
+            yield from (name for (name,) in block)
+
+    def planned_count(self, action: str | None = None) -> int:
+        return int(self.db.execute("SELECT COUNT(*) FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1", (action,)).fetchone()[0])
+
+    def present_after_full_build(self, batch: int = 1000) -> Iterator[str]:
+        rows = self.db.execute("SELECT name FROM temp.full_plans WHERE present ORDER BY name")
+        while block := rows.fetchmany(batch):
+            yield from (name for (name,) in block)
+
+    def put_predicted_links(self, name: str, targets: Iterable[str]) -> None:
+        """The packages `name`'s page will link to, from its manifest, before it is written."""
+        self.db.executemany("INSERT OR IGNORE INTO temp.predicted_links (target, name) VALUES (?, ?)", ((t, name) for t in targets))
+
+    def predicted_links_of(self, name: str) -> set[str]:
+        return {t for (t,) in self.db.execute("SELECT target FROM temp.predicted_links WHERE name = ?", (name,))}
+
+    def linking_after_full_build(self, target: str, action: str) -> set[str]:
+        """Who will link to `target` after this full build: the packages it rewrites (planned
+        `action`) by their predicted links, the others by their links in the state."""
+        rows = self.db.execute(
+            "SELECT name FROM links WHERE target = ?1 AND NOT EXISTS"
+            " (SELECT 1 FROM temp.full_plans p WHERE p.name = links.name AND p.action = ?2)"
+            " UNION SELECT name FROM temp.predicted_links WHERE target = ?1",
+            (target, action),
+        )
+        return {name for (name,) in rows}
 
     def linking_to(self, targets: Iterable[str]) -> set[str]:
         found: set[str] = set()

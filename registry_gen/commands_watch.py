@@ -23,7 +23,7 @@ def _echo_report(report: Any) -> None:
         typer.echo(f"error: {issue}", err=True)
     for issue in report.resolved_errors:
         typer.echo(f"resolved: {issue.path}", err=True)
-    changed = ", ".join(result.rebuilt_packages[:10]) + (" ..." if len(result.rebuilt_packages) > 10 else "")
+    changed = ", ".join(result.rebuilt_packages[:10]) + (" ..." if result.rebuilt > 10 else "")
     typer.echo(
         f"build {report.number} ({report.reason}): {result.summary()}" + (f"; rebuilt {changed}" if changed else ""),
     )

@@ -78,9 +78,11 @@ def is_valid_version(text: object) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=1 << 12)
 def version_key(text: str) -> semver.Version:
     # Remembered: every build sorts each package's versions several times (pure, immutable result).
+    # 4,096: more than a package has; a full build of many packages' distinct versions would
+    # otherwise keep up to 65,536 parsed versions to the end.
     import semver
 
     return semver.Version.parse(text)

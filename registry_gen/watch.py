@@ -375,8 +375,8 @@ class Watcher:
             "watch build %d (%s): %d packages rebuilt%s, %s",
             number,
             reason,
-            len(result.rebuilt_packages),
-            (": " + ", ".join(result.rebuilt_packages[:10]) + (" ..." if len(result.rebuilt_packages) > 10 else ""))
+            result.rebuilt,
+            (": " + ", ".join(result.rebuilt_packages[:10]) + (" ..." if result.rebuilt > 10 else ""))
             if result.rebuilt_packages
             else "",
             result.summary(),

@@ -103,7 +103,7 @@ def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settin
         db.execute("DROP TABLE prefixes")
         db.execute("DROP TABLE counters")
         db.execute("DROP TABLE listings")
-        for column in ("listed", "modified", "range_key", "search_text"):
+        for column in ("listed", "search_text"):  # (schema 10 has no modified and range_key columns there)
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
         db.execute("PRAGMA user_version=5")
         live = db.execute("SELECT COUNT(*) FROM live").fetchone()[0]
@@ -250,8 +250,18 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
     assert not any(p.startswith("-/web/search/") for p in run_build(settings).written)  # written once
 
 
+def _as_schema_9(db: sqlite3.Connection) -> None:
+    """Turns a current state into what schema 9 kept: a listed package's browse key and modified
+    time in the packages table as well as in the listings table."""
+    for column in ("modified", "range_key"):
+        db.execute(f"ALTER TABLE packages ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+        db.execute(f"UPDATE packages SET {column} = (SELECT l.{column} FROM listings l WHERE l.name = packages.name) WHERE listed")
+    db.execute("PRAGMA user_version=9")
+
+
 def _as_schema_8(db: sqlite3.Connection) -> None:
     """Turns a current state into what schema 8 kept: the listing rows inside the packages table."""
+    _as_schema_9(db)
     db.execute("ALTER TABLE packages ADD COLUMN search_entry BLOB NOT NULL DEFAULT x''")
     db.execute("UPDATE packages SET search_entry = (SELECT l.search_entry FROM listings l WHERE l.name = packages.name) WHERE listed")
     db.execute("DROP TABLE listings")
@@ -279,6 +289,27 @@ def test_a_schema_8_state_moves_its_listings_in_place_and_writes_nothing(setting
     shard = json.loads((settings.out_dir / site.search_shard_path("cr")).read_bytes())["packages"]
     assert [(p["name"], p["version"]) for p in shard] == [(n, "2.0.0" if n == "crowd-07" else "1.0.0") for n in names]
     assert '<span class="version">2.0.0</span>' in (settings.out_dir / site.browse_page_path("cr")).read_text()
+
+
+def test_a_schema_9_state_loses_its_listing_copies_in_place_and_writes_nothing(settings: Settings) -> None:
+    names = _crowd(settings, 11)
+    tree = {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()}
+    with sqlite3.connect(settings.state_file) as db:
+        _as_schema_9(db)
+        assert {"modified", "range_key"} <= {row[1] for row in db.execute("PRAGMA table_info(packages)")}
+    result = run_build(settings)
+    assert result.rebuilt_packages == [] and result.written == [] and result.removed == []
+    with sqlite3.connect(settings.state_file) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        assert {"modified", "range_key"}.isdisjoint(row[1] for row in db.execute("PRAGMA table_info(packages)"))
+    assert {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()} == tree
+    # The browse key a package leaves now comes from the listings table: its old range loses it.
+    (settings.content_dir / "crowd-03-1.0.0.tgz").unlink()
+    archive = make_tarball(settings.content_dir, "zed", "1.0.0")
+    run_build(settings, changed=[archive, settings.content_dir / "crowd-03-1.0.0.tgz"])
+    assert _names(settings, site.search_shard_path("cr")) == [n for n in names if n != "crowd-03"]
+    assert "crowd-03" not in (settings.out_dir / site.browse_page_path("cr")).read_text()
+    assert "zed" in (settings.out_dir / site.browse_page_path("ze")).read_text()
 
 
 def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_once(

@@ -26,7 +26,7 @@ DOCUMENTS = ("-/all/index.html", "-/search.json")
 def _in_memory_documents(settings: Settings) -> dict[str, bytes]:
     """What the build wrote before it streamed: every fragment read at once and joined in memory."""
     with contextlib.closing(sqlite3.connect(settings.state_file)) as db:
-        (stamp,) = db.execute("SELECT MAX(NULLIF(modified, '')) FROM packages WHERE listed").fetchone()
+        (stamp,) = db.execute("SELECT MAX(NULLIF(modified, '')) FROM listings").fetchone()  # one row per listed package
         rows = db.execute("SELECT all_fragment, search_fragment FROM packages WHERE listed ORDER BY name").fetchall()
     stamp_json = json.dumps(stamp or "1970-01-01T00:00:00.000Z").encode()
     members = b",".join(row[0] for row in rows)
