@@ -534,7 +534,7 @@ def _update_metas(
         state.delete_meta(relative)
     for relative in changes.metas:  # in path order
         previous = state.meta(relative)
-        previous_name = previous[0] if previous else None
+        previous_name = previous[0] if previous else state.forgotten_meta_name(relative)
         if previous_name:
             affected.add(previous_name)
         try:

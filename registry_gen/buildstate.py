@@ -385,6 +385,10 @@ class BuildState:
         """Every archive and meta file will be read again (new generator or settings)."""
         self.db.execute("DELETE FROM folders")
         self.db.execute("DELETE FROM archives")
+        # Which package each meta file was for outlives its row: a file now invalid keeps that
+        # package at its last good tree through a full build too (forgotten_meta_name).
+        self.db.execute("DROP TABLE IF EXISTS temp.forgotten_metas")
+        self.db.execute("CREATE TEMP TABLE forgotten_metas AS SELECT path, name FROM metas WHERE name IS NOT NULL")
         self.db.execute("DELETE FROM metas")
         self.db.execute("DELETE FROM meta_duplicates")
         self.db.execute("DELETE FROM issues")
@@ -462,6 +466,13 @@ class BuildState:
     def meta(self, path: str) -> tuple[str | None, str | None] | None:
         row = self.db.execute("SELECT name, error FROM metas WHERE path = ?", (path,)).fetchone()
         return (row[0], row[1]) if row else None
+
+    def forgotten_meta_name(self, path: str) -> str | None:
+        """The package a meta file was for before this build forgot the content (forget_content)."""
+        if self.db.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'forgotten_metas'").fetchone() is None:
+            return None
+        row = self.db.execute("SELECT name FROM temp.forgotten_metas WHERE path = ?", (path,)).fetchone()
+        return row[0] if row else None
 
     def put_meta(self, path: str, name: str | None, error: str | None) -> None:
         before = self.meta(path)
