@@ -193,6 +193,12 @@ def _record(row: tuple[Any, ...]) -> ArchiveRecord:
     return record
 
 
+def _first_column(rows: sqlite3.Cursor, batch: int) -> Iterator[Any]:
+    """A query's first column, fetched `batch` rows at a time: never the whole result in the heap."""
+    while block := rows.fetchmany(batch):
+        yield from (row[0] for row in block)
+
+
 def _connect(path: Path, schema: str) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -210,7 +216,7 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
         return db  # the version is written after the script: its tables are all there (a publish skips ~1 ms of DDL)
     # The cache's tables have not changed since schema 7: a state migration keeps its manifests.
     kept = MIGRATED_IN_PLACE if schema is _STATE_SCHEMA else CACHE_KEPT
-    if version != SCHEMA_VERSION and version not in kept:
+    if version not in kept:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
             db.execute(f'DROP TABLE IF EXISTS "{table}"')
@@ -434,9 +440,7 @@ class BuildState:
         """The spooled paths in path order, a batch at a time; the spool is dropped once they are all out."""
         if spool not in self.SPOOLS:
             raise ValueError(f"not a spool: {spool}")
-        rows = self.db.execute(f"SELECT path FROM temp.{spool} ORDER BY path")
-        while block := rows.fetchmany(batch):
-            yield from (path for (path,) in block)
+        yield from _first_column(self.db.execute(f"SELECT path FROM temp.{spool} ORDER BY path"), batch)
         self.db.execute(f"DROP TABLE IF EXISTS temp.{spool}")
 
     # -- archives
@@ -745,8 +749,7 @@ class BuildState:
             "SELECT name FROM packages UNION SELECT name FROM archives WHERE name IS NOT NULL"
             " UNION SELECT name FROM metas WHERE name IS NOT NULL ORDER BY 1"
         )
-        while block := rows.fetchmany(batch):
-            yield from (name for (name,) in block)
+        return _first_column(rows, batch)
 
     def put_plans(self, plans: Iterable[tuple[str, str, bool, bool]]) -> None:
         """(name, action, present, was_present) of a full build's packages."""
@@ -760,16 +763,13 @@ class BuildState:
         """The planned names (with `action`, or all), by name, a batch at a time."""
         # ?1 IS NULL: every action; else the (action, name) index gives them in name order.
         rows = self.db.execute("SELECT name FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1 ORDER BY name", (action,))
-        while block := rows.fetchmany(batch):
-            yield from (name for (name,) in block)
+        return _first_column(rows, batch)
 
     def planned_count(self, action: str | None = None) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1", (action,)).fetchone()[0])
 
     def present_after_full_build(self, batch: int = 1000) -> Iterator[str]:
-        rows = self.db.execute("SELECT name FROM temp.full_plans WHERE present ORDER BY name")
-        while block := rows.fetchmany(batch):
-            yield from (name for (name,) in block)
+        return _first_column(self.db.execute("SELECT name FROM temp.full_plans WHERE present ORDER BY name"), batch)
 
     def put_predicted_links(self, name: str, targets: Iterable[str]) -> None:
         """The packages `name`'s page will link to, from its manifest, before it is written."""
@@ -813,9 +813,7 @@ class BuildState:
         if column not in ("all_fragment", "search_fragment"):
             raise ValueError(f"not a fragment column: {column}")
         rows = self.db.execute(f"SELECT {column} FROM packages WHERE listed ORDER BY name")  # the column name is one of two, checked above
-        while block := rows.fetchmany(batch):
-            for (fragment,) in block:
-                yield fragment
+        return _first_column(rows, batch)
 
     def ranges(self) -> list[tuple[str, int]]:
         """The front page's two-character ranges with their package counts."""
