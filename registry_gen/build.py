@@ -22,7 +22,6 @@ import marshal
 import os
 import shutil
 import stat as stat_module
-import tempfile
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -1078,15 +1077,19 @@ def _init_writer(settings: Settings, cache_path: str, names_file: str) -> None:
     _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
 
+PRESENT_NAMES_FILE = "present-names.txt"  # in the state folder, while a build's workers run
+
+
 def write_names(folder: Path, names: Iterable[str]) -> Path:
-    """Package names one a line (a name holds no line break) in a new file of `folder`, as the
-    worker processes get them: written as they come from the state, never joined in the build's
-    heap (at 100,000 packages the joined blob and its parts were ~10 MB, held while workers ran)."""
-    handle, path = tempfile.mkstemp(prefix="names-", suffix=".tmp", dir=folder)
-    with open(handle, "w", encoding="utf-8") as out:
+    """Package names one a line (a name holds no line break) in `folder`, as the worker processes
+    get them: written as they come from the state, never joined in the build's heap (at 100,000
+    packages the joined blob and its parts were ~10 MB, held while workers ran). One fixed name:
+    builds hold the build lock, and a build killed before removing it leaves one file, replaced next time."""
+    path = folder / PRESENT_NAMES_FILE
+    with open(path, "w", encoding="utf-8") as out:
         for name in names:
             out.write(name + "\n")
-    return Path(path)
+    return path
 
 
 def _pooled_write(job: PackageJob) -> PackageOutcome:
