@@ -15,6 +15,7 @@ the path is blanked (`user_api.web.loggable_path`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -68,8 +69,14 @@ def request_line(environ: Mapping[str, Any]) -> str:
     return f"{environ.get('REQUEST_METHOD', '-')} {target} {environ.get('SERVER_PROTOCOL', 'HTTP/1.1')}"
 
 
+@functools.lru_cache(maxsize=4)
+def _stamp(second: int) -> str:
+    """The time field: formatted once per second, however many lines share it."""
+    return time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(second))
+
+
 def access_line(environ: Mapping[str, Any], status: str, size: int | None, arrived: float, seconds: float) -> str:
-    stamp = time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(arrived))
+    stamp = _stamp(int(arrived))
     return (
         f"{_token(environ.get('REMOTE_ADDR') or '-')} - {_token(environ.get(ACCESS_USER_KEY) or '-')} [{stamp}] "
         f'"{_field(request_line(environ))}" {status} {size if size else "-"} '

@@ -16,6 +16,7 @@ import functools
 import json
 import mimetypes
 import os
+import stat
 from collections.abc import Callable, Iterable
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
@@ -85,10 +86,15 @@ def _wants_abbreviated(accept: str) -> bool:
 
 
 class StaticTree:
-    """Serves OUT like a careful static host (the same rules the nginx config encodes)."""
+    """Serves OUT like a careful static host (the same rules the nginx config encodes).
+
+    Every read of `serve` comes through here, so the path is kept lean (issue 15, goal 5): string
+    paths and `os.stat` rather than pathlib objects (their parsing and `str()` were most of a
+    request's cost), one `open` + `fstat` for the file sent, and Last-Modified values remembered."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._root = os.fspath(root).rstrip("/") or "/"
 
     def _locate(self, path: str) -> list[str] | None:
         segments = [s for s in path.split("/") if s]
@@ -97,30 +103,28 @@ class StaticTree:
             return None
         return segments
 
-    def _pick(self, segments: list[str], environ: dict[str, Any]) -> tuple[Path, str, bool, bool] | None:
+    def _pick(self, segments: list[str], environ: dict[str, Any]) -> tuple[str, str, bool, bool] | None:
         """(file, content type, varies by Accept, the request named a folder) for a request, or None."""
-        target = self.root.joinpath(*segments) if segments else self.root
+        target = "/".join([self._root, *segments]) if segments else self._root
+        mode = _mode(target)
         is_web = segments[:2] == ["-", "web"]
-        if target.is_dir():
-            abbreviated = target / ABBREVIATED_FILE
-            if not is_web and abbreviated.is_file():
+        if stat.S_ISDIR(mode):
+            abbreviated = target + "/" + ABBREVIATED_FILE
+            if not is_web and stat.S_ISREG(_mode(abbreviated)):
                 if _wants_abbreviated(str(environ.get("HTTP_ACCEPT") or "")):
                     return abbreviated, ABBREVIATED_TYPE, True, True
-                return target / PACKUMENT_FILE, JSON_TYPE, True, True
-            target = target / PACKUMENT_FILE
-            if not target.is_file():
+                return target + "/" + PACKUMENT_FILE, JSON_TYPE, True, True
+            target = target + "/" + PACKUMENT_FILE
+            if not stat.S_ISREG(_mode(target)):
                 return None
             return target, ("text/html; charset=utf-8" if is_web else JSON_TYPE), False, True
-        if not target.is_file():
+        if not stat.S_ISREG(mode):
             return None
-        name = target.name
+        name = segments[-1]
         if name.endswith(".tgz"):
             return target, "application/octet-stream", False, False
         if is_web or ("." in name and not name.endswith((".html", ".json"))):
-            guessed = mimetypes.guess_type(name)[0] or "application/octet-stream"
-            if guessed.startswith("text/") or guessed in ("application/javascript", "image/svg+xml"):
-                guessed += "; charset=utf-8"
-            return target, guessed, False, False
+            return target, _guessed_type(name), False, False
         return target, (ABBREVIATED_TYPE if name == ABBREVIATED_FILE else JSON_TYPE), False, False
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -143,42 +147,42 @@ class StaticTree:
         return self._send(environ, start_response, target, content_type, varies, head)
 
     def _send(
-        self, environ: dict[str, Any], start_response: StartResponse, target: Path, content_type: str, varies: bool, head: bool
+        self, environ: dict[str, Any], start_response: StartResponse, target: str, content_type: str, varies: bool, head: bool
     ) -> Iterable[bytes]:
         vary = ["Accept"] if varies else []
         encoding = None
         identity = target
-        compressed = target.with_name(target.name + ".gz")
-        if not target.name.endswith((".tgz", ".gz")) and compressed.is_file():
+        is_tarball = target.endswith(".tgz")
+        if not is_tarball and not target.endswith(".gz") and stat.S_ISREG(_mode(target + ".gz")):
             vary.append("Accept-Encoding")
             if "gzip" in str(environ.get("HTTP_ACCEPT_ENCODING") or "").lower():
-                target, encoding = compressed, "gzip"
+                target, encoding = target + ".gz", "gzip"
         try:
             handle = open(target, "rb")
         except (FileNotFoundError, IsADirectoryError):
             return _json_reply(start_response, "404 Not Found", {"error": "not found"}, head)
-        stat = os.fstat(handle.fileno())
-        etag, other_coding = _etags(identity if encoding else target, stat, gzip=encoding is not None)
+        sent = os.fstat(handle.fileno())
+        etag, other_coding = _etags(identity, sent, gzip=encoding is not None)
         headers = [
             ("ETag", etag),
-            ("Last-Modified", formatdate(stat.st_mtime, usegmt=True)),
-            ("Cache-Control", TARBALL_CACHE if target.name.endswith(".tgz") else DOCUMENT_CACHE),
+            ("Last-Modified", _http_date(sent.st_mtime)),
+            ("Cache-Control", TARBALL_CACHE if is_tarball else DOCUMENT_CACHE),
             ("X-Content-Type-Options", "nosniff"),
         ]
         if vary:
             headers.append(("Vary", ", ".join(vary)))
-        if self._not_modified(environ, (etag, other_coding), stat.st_mtime):
+        if self._not_modified(environ, (etag, other_coding), sent.st_mtime):
             handle.close()
             start_response("304 Not Modified", headers)
             return []
-        headers += [("Content-Type", content_type), ("Content-Length", str(stat.st_size))]
+        headers += [("Content-Type", content_type), ("Content-Length", str(sent.st_size))]
         if encoding:
             headers.append(("Content-Encoding", encoding))
         start_response("200 OK", headers)
         if head:
             handle.close()
             return []
-        if stat.st_size > STREAM_THRESHOLD and "wsgi.file_wrapper" in environ:
+        if sent.st_size > STREAM_THRESHOLD and "wsgi.file_wrapper" in environ:
             return environ["wsgi.file_wrapper"](handle, 64 * 1024)  # type: ignore[no-any-return]
         with handle:
             return [handle.read()]
@@ -199,13 +203,36 @@ class StaticTree:
             return False
 
 
-def _etags(identity: Path, served: os.stat_result, *, gzip: bool) -> tuple[str, str]:
+def _mode(path: str) -> int:
+    """The file type bits of `path` (following links), 0 when it cannot be stat'ed: what
+    `Path.is_file()`/`is_dir()` answer, without building a Path."""
+    try:
+        return os.stat(path).st_mode
+    except (OSError, ValueError):
+        return 0
+
+
+@functools.lru_cache(maxsize=256)
+def _guessed_type(name: str) -> str:
+    guessed = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    if guessed.startswith("text/") or guessed in ("application/javascript", "image/svg+xml"):
+        guessed += "; charset=utf-8"
+    return guessed
+
+
+@functools.lru_cache(maxsize=4096)
+def _http_date(mtime: float) -> str:
+    """Last-Modified of a file: the tree's files keep their times, so each is formatted once."""
+    return formatdate(mtime, usegmt=True)
+
+
+def _etags(identity: str, served: os.stat_result, *, gzip: bool) -> tuple[str, str]:
     """(the tag of what is sent, the tag of the other coding): both derive from the uncompressed
     file, so the plain and the gzip answer of one document differ only by "-gz"."""
     base = served
     if gzip:
         try:
-            base = identity.stat()
+            base = os.stat(identity)
         except OSError:  # a rebuild between the two opens: the gzip file's own stat still names it
             base = served
     plain = f'"{base.st_size:x}-{base.st_mtime_ns:x}"'
