@@ -24,7 +24,7 @@ from user_api.registry_context import (
     required_caller,
     throttle,
 )
-from user_api.web import BASIC_REALM, HttpError, basic_credentials, json_response
+from user_api.web import BASIC_REALM, HttpError, basic_credentials, json_response, note_user
 
 log = logging.getLogger(__name__)
 WRONG_PASSWORD = "incorrect username or password"
@@ -118,7 +118,11 @@ def _existing_user_login(username: str) -> User:
 
 def logout(token: str) -> bottle.HTTPResponse:
     # Always 2xx: npm keeps the local credentials when this fails, which would strand the user.
-    revoked = context().store.revoke_token_value(token)
+    store = context().store
+    owner = store.authenticate_token(token)
+    if owner is not None:  # the access line names whose token went, as for any other request
+        note_user(bottle.request.environ, owner[0].username)
+    revoked = store.revoke_token_value(token)
     return ok(200, revoked=revoked)
 
 

@@ -63,7 +63,7 @@ def test_one_access_line_per_request(server: RegistryProcess) -> None:
     assert access(server, "GET /-/whoami HTTP/1.1", bad.status)["user"] == "-"  # a refused token names nobody
     # npm logout puts the token in the path: the line shows the request, never the token.
     assert http("DELETE", f"{base}-/user/token/{token}", token=token).status == 200
-    access(server, "DELETE /-/user/token/<token> HTTP/1.1", 200)
+    assert access(server, "DELETE /-/user/token/<token> HTTP/1.1", 200)["user"] == "alice"
     assert not any(token in line for line in server.output)
 
 
