@@ -1555,8 +1555,9 @@ class PresentNames(AbstractSet[str]):
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
-        if name in self.planned:
-            return self.planned[name].present
+        plan = self.planned.get(name)  # one lookup: a full build's plans are rows of the state
+        if plan is not None:
+            return plan.present
         if name not in self._known:
             self._known[name] = self.state.is_present(name)
         return self._known[name]
