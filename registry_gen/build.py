@@ -1298,6 +1298,8 @@ def _build_in_transaction(
     if run.full:
         _write_everything(run)
     else:
+        # A package whose write failed before is tried again, whatever changed (_take_outcome).
+        affected |= state.unwritten_names()
         plans = _plan(settings, state, affected)
         relinked = _relinked(state, plans)
         plans.update(_plan(settings, state, relinked - affected))
@@ -1653,6 +1655,7 @@ def _in_sorted(items: list[str], item: str) -> bool:
 def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:
     run.result.written.extend(outcome.written)
     run.result.removed.extend(outcome.removed)
+    run.state.set_unwritten(outcome.name, None if outcome.record is not None else outcome.error or "failed")
     if outcome.record is None:
         run.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
         return

@@ -28,13 +28,14 @@ from typing import Any
 from registry_gen import heldopen
 from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
 
-SCHEMA_VERSION = 10  # any change to the tables below bumps it: a current state skips the schema script
+SCHEMA_VERSION = 11  # any change to the tables below bumps it: a current state skips the schema script
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
 SHARDS_STALE = "search_shards_stale"  # setting: every search shard is to be written again (a schema-7 state's)
 RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
 # 7 gains the shard leaves and the duplicate-meta table; 8 the listings table; 9 loses the packages
-# table's copies of a listing's browse key and modified time (the listings table has them).
-MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9)
+# table's copies of a listing's browse key and modified time (the listings table has them); 11
+# gains the table of packages whose write failed.
+MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9, 10)
 # Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
 SEARCH_LEAF_MAX = 200
@@ -112,6 +113,9 @@ CREATE TABLE IF NOT EXISTS live (
     PRIMARY KEY (name, version)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS live_by_shasum ON live (shasum);
+-- Schema 11: packages whose last write failed (the tree keeps their last good files): every build
+-- plans them again, so the failure is retried and reported until it is gone, not only once.
+CREATE TABLE IF NOT EXISTS unwritten (name TEXT PRIMARY KEY, reason TEXT NOT NULL) WITHOUT ROWID;
 """
 
 # The README sits apart from the manifest: a package document needs every version's manifest but
@@ -586,9 +590,20 @@ class BuildState:
             "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
         )
 
+    def set_unwritten(self, name: str, reason: str | None) -> None:
+        """Records that the package's write failed (reason), or that it succeeded (None)."""
+        if reason is None:
+            self.db.execute("DELETE FROM unwritten WHERE name = ?", (name,))
+        else:
+            self.db.execute("INSERT OR REPLACE INTO unwritten (name, reason) VALUES (?, ?)", (name, reason))
+
+    def unwritten_names(self) -> set[str]:
+        return {row[0] for row in self.db.execute("SELECT name FROM unwritten")}
+
     def delete_package(self, name: str) -> None:
         self._move_listing(name, self._forget_listing(name, versions_now=None), None)
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
+        self.db.execute("DELETE FROM unwritten WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.execute("DELETE FROM live WHERE name = ?", (name,))
 

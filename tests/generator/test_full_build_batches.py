@@ -13,7 +13,7 @@ import pytest
 
 from registry_gen import build
 from registry_gen.build import NameLog, run_build
-from registry_gen.errors import PruneRefused
+from registry_gen.errors import PruneRefused, RegistryError
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 
@@ -116,3 +116,46 @@ def test_a_full_build_that_would_remove_most_packages_stops_before_writing(
     assert _tree(settings.out_dir) == tree
     result = run_build(settings.with_updates(prune=True), full=True)
     assert result.packages == 3 and not (settings.out_dir / "web-00").exists()
+
+
+def test_a_full_build_mends_the_dependents_lists_its_predictions_got_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages are rendered with Dependents lists predicted from the latest manifests; a package whose
+    links came out otherwise has its targets' pages rendered again, so the tree is the same."""
+    right = _settings(tmp_path / "right")
+    _web(right.content_dir)
+    assert not run_build(right).errors
+    monkeypatch.setattr(build, "PLAN_BATCH", 2)
+    monkeypatch.setattr(build, "_predicted_links", lambda run, name: [])  # every prediction wrong
+    wrong = _settings(tmp_path / "wrong")
+    shutil.copytree(right.content_dir, wrong.content_dir)
+    result = run_build(wrong)
+    assert not result.errors
+    assert _tree(wrong.out_dir) == _tree(right.out_dir)
+    assert _dependents(wrong, "web-01") == ["web-00", "web-05"]
+
+
+def test_a_full_build_takes_a_failed_package_out_of_the_dependents_lists_it_predicted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """web-01 links to web-05 and web-06, whose pages are rendered expecting it; its write fails, so
+    they are rendered again without it. Each later build tries it again, with nothing changed in
+    content/ (and reports it while it fails), so once the cause is gone it is written."""
+    settings = _settings(tmp_path)
+    _web(settings.content_dir)
+    write_package = build._write_package
+
+    def failing(context: object, job: build.PackageJob, local: object) -> object:
+        if job.name == "web-01":
+            raise RegistryError("the disk said no")
+        return write_package(context, job, local)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_write_package", failing)
+    result = run_build(settings)
+    assert [str(e) for e in result.errors] == ["web-01: the disk said no"]
+    assert "web-01" not in _dependents(settings, "web-05") + _dependents(settings, "web-06")
+    assert _dependents(settings, "web-05") == ["web-00"] and _dependents(settings, "web-06") == ["web-08"]
+    assert [str(e) for e in run_build(settings).errors] == ["web-01: the disk said no"]  # tried again
+    monkeypatch.setattr(build, "_write_package", write_package)
+    assert not run_build(settings).errors
+    assert (settings.out_dir / "web-01" / "index.html").is_file()
+    assert _dependents(settings, "web-05") == ["web-00", "web-01"] and _dependents(settings, "web-06") == ["web-01", "web-08"]

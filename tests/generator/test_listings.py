@@ -300,7 +300,7 @@ def test_a_schema_9_state_loses_its_listing_copies_in_place_and_writes_nothing(s
     result = run_build(settings)
     assert result.rebuilt_packages == [] and result.written == [] and result.removed == []
     with sqlite3.connect(settings.state_file) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 10
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
         assert {"modified", "range_key"}.isdisjoint(row[1] for row in db.execute("PRAGMA table_info(packages)"))
     assert {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()} == tree
     # The browse key a package leaves now comes from the listings table: its old range loses it.
@@ -310,6 +310,18 @@ def test_a_schema_9_state_loses_its_listing_copies_in_place_and_writes_nothing(s
     assert _names(settings, site.search_shard_path("cr")) == [n for n in names if n != "crowd-03"]
     assert "crowd-03" not in (settings.out_dir / site.browse_page_path("cr")).read_text()
     assert "zed" in (settings.out_dir / site.browse_page_path("ze")).read_text()
+
+
+def test_a_schema_10_state_gains_the_unwritten_table_in_place_and_writes_nothing(settings: Settings) -> None:
+    _crowd(settings, 3)
+    with sqlite3.connect(settings.state_file) as db:
+        db.execute("DROP TABLE unwritten")
+        db.execute("PRAGMA user_version=10")
+    result = run_build(settings)
+    assert result.rebuilt_packages == [] and result.written == [] and result.removed == []
+    with sqlite3.connect(settings.state_file) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert db.execute("SELECT COUNT(*) FROM unwritten").fetchone()[0] == 0
 
 
 def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_once(
