@@ -1468,7 +1468,7 @@ def _write_everything(run: _Run) -> None:
     recheck = {n for n in recheck if n in plans and plans[n].action is not Action.WRITE}
     for name in state.planned(Action.WRITE.value):
         state.put_predicted_links(name, _predicted_links(run, name))
-    registry_names = PresentNames(state, plans)
+    registry_names = PresentNames(state, plans, full=True)
     times_found: tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]] = ({}, {})
     links_to = functools.partial(state.linking_after_full_build, action=Action.WRITE.value)
     jobs = _jobs(run, state.planned(Action.WRITE.value), set(), times_found, registry_names, links_to)
@@ -1549,9 +1549,10 @@ class PresentNames(AbstractSet[str]):
     Asked name by name (a page links a dependency only if it is here), so a build of one package
     does not load every name; worker processes get it as one file (write_names)."""
 
-    def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan]):
+    def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan], *, full: bool = False):
         self.state = state
         self.planned = planned  # the packages this build plans (the plans themselves: no copy of them all)
+        self.full = full  # a full build plans every package the state knows
         self._known: dict[str, bool] = {}
 
     def __contains__(self, name: object) -> bool:
@@ -1565,7 +1566,7 @@ class PresentNames(AbstractSet[str]):
         return self._known[name]
 
     def __iter__(self) -> Iterator[str]:
-        if isinstance(self.planned, PlanTable):  # a full build plans every package the state knows
+        if self.full:
             yield from self.state.present_after_full_build()
             return
         yield from (n for n in self.state.present_names() if n not in self.planned)
