@@ -30,7 +30,7 @@ from registry_gen.archive import build_npm_tarball
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.hosts.clients import CLIENTS, NPM, clean_env, install_client
-from tests.hosts.servers import free_port, wait_for_port
+from tests.hosts.servers import free_port, stop_process, wait_for_port
 from tests.realworld.corpus import cache_root
 from tests.support import static_server
 
@@ -103,12 +103,7 @@ def serve_registry(root: Path) -> Iterator[str]:
             wait_for_port(port, process, deadline=60)
             yield base
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+            stop_process(process)
 
 
 def suite_env(workdir: Path, *, plugins: str | None) -> dict[str, str]:

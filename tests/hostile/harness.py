@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from registry_gen.archive import build_npm_tarball
 from registry_gen.settings import Limits
+from tests.hosts.servers import stop_process
 
 START_DEADLINE = 90.0
 READY = re.compile(r"and the API at (http://\S+/)")
@@ -135,12 +136,7 @@ class Server:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+            stop_process(self.process, grace=30)
 
     def __enter__(self) -> Server:
         return self.start()

@@ -33,6 +33,18 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[Any], grace: float = 20) -> None:
+    """Asks a server to stop (SIGTERM: it finishes what it owes), and kills it after `grace` seconds."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
 def wait_for_port(port: int, process: subprocess.Popen[Any] | None = None, deadline: float = 20.0) -> None:
     """Polls until something accepts on 127.0.0.1:port (or the process died, or time ran out)."""
     end = time.monotonic() + deadline

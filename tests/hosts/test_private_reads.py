@@ -26,7 +26,7 @@ from registry_gen.cli import main as registry_gen
 from registry_gen.settings import load_settings
 from tests.hosts.clients import ClientRun
 from tests.hosts.conftest import CellPackages
-from tests.hosts.servers import free_port, nginx_server, wait_for_port
+from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
 from tests.registry_api.helpers import RegistryProcess, add_user
 from tests.support import make_tarball
 
@@ -96,12 +96,7 @@ def nginx_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[
         with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=upstream, extra_args=["--config", str(config)]):
             yield PrivateRegistry("nginx+api", base, _accounts(base, config), root / "nginx" / "read_cache")
     finally:
-        api.terminate()
-        try:
-            api.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            api.kill()
-            api.wait(timeout=10)
+        stop_process(api)
         log.close()
 
 

@@ -23,7 +23,7 @@ import pytest
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.hosts.clients import ClientRun
-from tests.hosts.servers import free_port, nginx_server, wait_for_port
+from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
 from tests.registry_api.helpers import RegistryProcess, add_user
 
 pytestmark = pytest.mark.slow
@@ -72,12 +72,7 @@ def nginx_api_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wri
             assert served == base
             yield WritableRegistry("nginx+api", base, root / "public")
     finally:
-        api.terminate()
-        try:
-            api.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            api.kill()
-            api.wait(timeout=10)
+        stop_process(api)
         log.close()
 
 

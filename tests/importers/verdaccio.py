@@ -13,7 +13,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from tests.hosts.clients import clean_env
-from tests.hosts.servers import free_port, wait_for_port
+from tests.hosts.servers import free_port, stop_process, wait_for_port
 
 NPM = os.environ.get("NPM", "npm")
 CACHE = Path(os.environ.get("REGISTRY_GEN_TEST_CACHE", Path.home() / ".cache" / "registry-gen-tests"))
@@ -102,10 +102,5 @@ def verdaccio_server(
         wait_for_port(port, process, deadline=60)
         yield f"http://127.0.0.1:{port}/"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        stop_process(process)
         log.close()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from registry_gen.archive import build_npm_tarball
+from tests.hosts.servers import stop_process
 from tests.support import Npm
 
 START_DEADLINE = 60.0
@@ -174,12 +175,7 @@ class RegistryProcess:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+            stop_process(self.process)
 
     def npm(self, name: str, token: str | None = None) -> Npm:
         """An isolated npm whose user config holds `token` for this registry."""
