@@ -151,9 +151,9 @@ def _bound_note(bounds: dict[str, float], nginx_rps: float) -> str:
         f"sendfile: waitress's own (its hello-world app, {SERVE_THREADS} threads, same wrk, did {hello:,.0f} req/s in this "
         f"run, {hello / nginx_rps if nginx_rps else 0:.2f}× nginx: no app under waitress can do more) and the app's "
         f"(one package-document GET costs {app_us:.0f} µs of CPU called in-process without a server: at most "
-        f"{1e6 / app_us if app_us else 0:,.0f} req/s on one core, the GIL allowing one). Reaching the goal needs both a "
-        "server whose per-request work is outside the GIL and a leaner static path in the app: bench/SERVE_SERVERS.md "
-        "has the figures of the options (granian, in-memory cache) and what keeps each from `serve` today"
+        f"{1e6 / app_us if app_us else 0:,.0f} req/s on one core, the GIL allowing one; 45-48 µs before the lean static "
+        "path of user_api/server.py). What is left to reach the goal is a server whose per-request work is outside the "
+        "GIL: bench/SERVE_SERVERS.md has the figures of the options (granian) and what keeps each from `serve` today"
     )
 
 
