@@ -1465,7 +1465,7 @@ def _write_everything(run: _Run) -> None:
     for name in state.planned(Action.REMOVE.value):
         recheck.update(_remove(run, name))  # what it linked to: rendered after this without it
     plans = PlanTable(state)
-    recheck = {n for n in recheck if n in plans and plans[n].action is not Action.WRITE}
+    recheck = {n for n in recheck if _planned_unwritten(plans, n)}
     for name in state.planned(Action.WRITE.value):
         state.put_predicted_links(name, _predicted_links(run, name))
     registry_names = PresentNames(state, plans, full=True)
@@ -1481,11 +1481,17 @@ def _write_everything(run: _Run) -> None:
         # write failed) changed its targets' lists after they were rendered. A package not
         # written here (its meta files in conflict, or unreadable) has its page rendered again when its list changed.
         recheck.update(state.predicted_links_of(outcome.name) ^ after)
-        recheck.update(n for n in before ^ after if n in plans and plans[n].action is not Action.WRITE)
+        recheck.update(n for n in before ^ after if _planned_unwritten(plans, n))
         if outcome.record is None:
             recheck.add(outcome.name)
         _store_times(state, outcome.name, times_found[0].pop(outcome.name, {}), times_found[1].pop(outcome.name, {}))
     _refresh_dependents(run, {n for n in recheck if n in registry_names}, registry_names)
+
+
+def _planned_unwritten(plans: Mapping[str, PackagePlan], name: str) -> bool:
+    """A package this full build plans but does not write (kept or removed): one lookup of its plan."""
+    plan = plans.get(name)
+    return plan is not None and plan.action is not Action.WRITE
 
 
 def _plan_everything(run: _Run) -> int:
