@@ -28,6 +28,8 @@ IDLE_CONNECTIONS = 300  # issue 15, goal 5: the same figure while 300 idle keep-
 IDLE_DEADLINE = 30.0  # seconds to open them and get their first answers: bounded, whatever the server does
 SERVE_THREADS = 8  # `registry-gen serve`'s default --threads: the hello-world ceiling is measured with the same
 APP_CALLS = 5000  # package-document GETs called in-process to measure the app's own CPU time per request
+PROFILED_CALLS = 2000  # and again under cProfile, for the report's profile section
+_sections: dict[str, str] = {}
 
 
 def _row(figure: str, note: str) -> dict[str, Any]:
@@ -128,20 +130,53 @@ def _app_cpu_us(config: Path, data: Path, name: str) -> float:
     access = logging.getLogger(ACCESS_LOGGER)
     level = access.level
     access.setLevel(logging.WARNING)  # the line is built, not written: `serve` hands it to a writer thread
+
+    def get() -> None:
+        body = app({**environ, "wsgi.input": io.BytesIO()}, lambda status, headers, exc_info=None: statuses.append(status))
+        for _chunk in body:
+            pass
+        body.close()  # type: ignore[attr-defined]
+
     try:
         started = time.process_time()
         for _ in range(APP_CALLS):
-            body = app({**environ, "wsgi.input": io.BytesIO()}, lambda status, headers, exc_info=None: statuses.append(status))
-            for _chunk in body:
-                pass
-            body.close()  # type: ignore[attr-defined]
+            get()
         elapsed = time.process_time() - started
+        _sections["Serve profile: one package-document GET in-process"] = _profile(get, name)
     finally:
         access.setLevel(level)
         store.close()
     if set(statuses) != {"200 OK"}:
         raise RuntimeError(f"in-process GET /{name} answered {sorted(set(statuses))}")
     return elapsed / APP_CALLS * 1e6
+
+
+def _profile(get: Any, name: str) -> str:
+    """cProfile of the same calls: where the app's share of a request goes (top functions by own time)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(PROFILED_CALLS):
+        get()
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    top = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:15]  # type: ignore[attr-defined]
+    lines = [
+        f"{row[2] / PROFILED_CALLS * 1e6:7.2f} µs own  {row[3] / PROFILED_CALLS * 1e6:7.2f} µs cum  {row[1] / PROFILED_CALLS:5.1f} calls  "
+        f"{Path(file).name}:{line}({function})"
+        for (file, line, function), row in top
+    ]
+    return (
+        f"`GET /{name}` through `serve`'s WSGI app (access log line included, written by no one), {PROFILED_CALLS:,} calls "
+        "under cProfile, per request (the profiler inflates each figure several times over: read the shares). What is not here is waitress's own "
+        "share, the larger one (its hello-world row):\n\n```\n" + "\n".join(lines) + "\n```"
+    )
+
+
+def sections(quick: bool) -> dict[str, str]:
+    return dict(_sections)
 
 
 def _bound_note(bounds: dict[str, float], nginx_rps: float) -> str:
