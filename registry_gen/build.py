@@ -1590,6 +1590,7 @@ def _remove(run: _Run, name: str) -> list[str]:
         run.state.delete_package(name)
         run.package_set_changed = True
     run.state.delete_times(name)
+    run.state.set_unwritten(name, None)  # a package that never got written, gone before it was
     return list(previous.get("links", [])) if previous else []
 
 

@@ -603,7 +603,6 @@ class BuildState:
     def delete_package(self, name: str) -> None:
         self._move_listing(name, self._forget_listing(name, versions_now=None), None)
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
-        self.db.execute("DELETE FROM unwritten WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.execute("DELETE FROM live WHERE name = ?", (name,))
 

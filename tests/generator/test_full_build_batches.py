@@ -159,3 +159,25 @@ def test_a_full_build_takes_a_failed_package_out_of_the_dependents_lists_it_pred
     assert not run_build(settings).errors
     assert (settings.out_dir / "web-01" / "index.html").is_file()
     assert _dependents(settings, "web-05") == ["web-00", "web-01"] and _dependents(settings, "web-06") == ["web-01", "web-08"]
+
+
+def test_a_package_whose_write_failed_and_whose_archive_went_is_not_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(tmp_path)
+    archives = _web(settings.content_dir)
+    write_package = build._write_package
+
+    def failing(context: object, job: build.PackageJob, local: object) -> object:
+        if job.name == "web-01":
+            raise RegistryError("the disk said no")
+        return write_package(context, job, local)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_write_package", failing)
+    assert run_build(settings).errors
+    archives[1].unlink()  # web-01 is gone from content/ before it was ever written
+    assert not run_build(settings).errors
+    planned: list[str] = []
+    plan = build._plan_package
+    monkeypatch.setattr(build, "_plan_package", lambda s, st, name, broken: planned.append(name) or plan(s, st, name, broken))
+    assert not run_build(settings).errors and planned == []  # nothing left to try
