@@ -134,6 +134,19 @@ def test_a_full_build_mends_the_dependents_lists_its_predictions_got_wrong(tmp_p
     assert _dependents(wrong, "web-01") == ["web-00", "web-05"]
 
 
+def _fail_writing(monkeypatch: pytest.MonkeyPatch, failing: str) -> object:
+    """Makes every write of package `failing` fail as a package error does; returns the real writer."""
+    write_package = build._write_package
+
+    def write(context: object, job: build.PackageJob, local: object) -> object:
+        if job.name == failing:
+            raise RegistryError("the disk said no")
+        return write_package(context, job, local)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(build, "_write_package", write)
+    return write_package
+
+
 def test_a_full_build_takes_a_failed_package_out_of_the_dependents_lists_it_predicted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -142,14 +155,7 @@ def test_a_full_build_takes_a_failed_package_out_of_the_dependents_lists_it_pred
     content/ (and reports it while it fails), so once the cause is gone it is written."""
     settings = _settings(tmp_path)
     _web(settings.content_dir)
-    write_package = build._write_package
-
-    def failing(context: object, job: build.PackageJob, local: object) -> object:
-        if job.name == "web-01":
-            raise RegistryError("the disk said no")
-        return write_package(context, job, local)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(build, "_write_package", failing)
+    write_package = _fail_writing(monkeypatch, "web-01")
     result = run_build(settings)
     assert [str(e) for e in result.errors] == ["web-01: the disk said no"]
     assert "web-01" not in _dependents(settings, "web-05") + _dependents(settings, "web-06")
@@ -166,14 +172,7 @@ def test_a_package_whose_write_failed_and_whose_archive_went_is_not_tried_again(
 ) -> None:
     settings = _settings(tmp_path)
     archives = _web(settings.content_dir)
-    write_package = build._write_package
-
-    def failing(context: object, job: build.PackageJob, local: object) -> object:
-        if job.name == "web-01":
-            raise RegistryError("the disk said no")
-        return write_package(context, job, local)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(build, "_write_package", failing)
+    _fail_writing(monkeypatch, "web-01")
     assert run_build(settings).errors
     archives[1].unlink()  # web-01 is gone from content/ before it was ever written
     assert not run_build(settings).errors
