@@ -39,8 +39,12 @@ def _backup(live: Settings, backups: Path) -> None:
     """README's table, row by row."""
     shutil.copytree(live.content_dir, backups / "content", ignore=shutil.ignore_patterns(".*"))
     (backups / "data").mkdir(parents=True)
-    with sqlite3.connect(live.data_dir / "users.sqlite3") as source, sqlite3.connect(backups / "data" / "users.sqlite3") as copy:
+    source, copy = sqlite3.connect(live.data_dir / "users.sqlite3"), sqlite3.connect(backups / "data" / "users.sqlite3")
+    try:
         source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
     (backups / "public.state").mkdir()
     shutil.copy2(live.state_folder / "first-seen.jsonl", backups / "public.state" / "first-seen.jsonl")
 
