@@ -93,8 +93,7 @@ class StaticTree:
     request's cost), one `open` + `fstat` for the file sent, and Last-Modified values remembered."""
 
     def __init__(self, root: Path):
-        self.root = Path(root)
-        self._root = os.fspath(root).rstrip("/") or "/"
+        self.root = os.fspath(root).rstrip("/") or "/"
 
     def _locate(self, path: str) -> list[str] | None:
         segments = [s for s in path.split("/") if s]
@@ -105,7 +104,7 @@ class StaticTree:
 
     def _pick(self, segments: list[str], environ: dict[str, Any]) -> tuple[str, str, bool, bool] | None:
         """(file, content type, varies by Accept, the request named a folder) for a request, or None."""
-        target = "/".join([self._root, *segments]) if segments else self._root
+        target = "/".join([self.root, *segments]) if segments else self.root
         mode = _mode(target)
         is_web = segments[:2] == ["-", "web"]
         if stat.S_ISDIR(mode):
