@@ -1278,6 +1278,16 @@ class _Run:
     # Each browse page written by this build -> what _write_browse_page returned for it: the
     # changed keys' paths share their upper pages, rendered once however many keys walk them.
     browse_pages: dict[str, list[str] | None] = field(default_factory=dict)
+    # Packages whose last write failed (the state's unwritten table, read once): tried again.
+    unwritten: set[str] = field(default_factory=set)
+
+    def record_write(self, name: str, error: str | None) -> None:
+        """Keeps the unwritten table current: a failure noted, a success (or a removal) cleared.
+        A package not in it costs nothing here (no statement per package written)."""
+        if error is not None:
+            self.state.set_unwritten(name, error)
+        elif name in self.unwritten:
+            self.state.set_unwritten(name, None)
 
 
 def _build_in_transaction(
@@ -1291,7 +1301,7 @@ def _build_in_transaction(
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
-    run = _Run(settings, state, cache, progress)
+    run = _Run(settings, state, cache, progress, unwritten=state.unwritten_names())
     changes = _detect(run, changed, force_full)
     affected = _read(run, changes)
     del changes  # its meta and removed paths: read, not needed again
@@ -1299,7 +1309,7 @@ def _build_in_transaction(
         _write_everything(run)
     else:
         # A package whose write failed before is tried again, whatever changed (_take_outcome).
-        affected |= state.unwritten_names()
+        affected |= run.unwritten
         plans = _plan(settings, state, affected)
         relinked = _relinked(state, plans)
         plans.update(_plan(settings, state, relinked - affected))
@@ -1590,7 +1600,7 @@ def _remove(run: _Run, name: str) -> list[str]:
         run.state.delete_package(name)
         run.package_set_changed = True
     run.state.delete_times(name)
-    run.state.set_unwritten(name, None)  # a package that never got written, gone before it was
+    run.record_write(name, None)  # a package that never got written, gone before it was
     return list(previous.get("links", [])) if previous else []
 
 
@@ -1663,7 +1673,7 @@ def _in_sorted(items: list[str], item: str) -> bool:
 def _take_outcome(run: _Run, outcome: PackageOutcome, present: bool) -> None:
     run.result.written.extend(outcome.written)
     run.result.removed.extend(outcome.removed)
-    run.state.set_unwritten(outcome.name, None if outcome.record is not None else outcome.error or "failed")
+    run.record_write(outcome.name, None if outcome.record is not None else outcome.error or "failed")
     if outcome.record is None:
         run.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
         return

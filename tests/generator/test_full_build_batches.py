@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,8 @@ def test_a_full_build_takes_a_failed_package_out_of_the_dependents_lists_it_pred
     monkeypatch.setattr(build, "_write_package", write_package)
     assert not run_build(settings).errors
     assert (settings.out_dir / "web-01" / "index.html").is_file()
+    with sqlite3.connect(settings.state_file) as db:
+        assert db.execute("SELECT name FROM unwritten").fetchall() == []  # not tried again once written
     assert _dependents(settings, "web-05") == ["web-00", "web-01"] and _dependents(settings, "web-06") == ["web-01", "web-08"]
 
 
