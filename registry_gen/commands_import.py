@@ -1,5 +1,5 @@
 """`registry-gen import verdaccio|registry|lockfile` and `registry-gen export verdaccio`: thin
-typer commands over registry_gen.importers.run. Accounts (`--htpasswd`) come from the entry-point
+typer commands over registry_gen.importers.run and .remote. Accounts (`--htpasswd`) come from the entry-point
 group `registry_gen.account_importers` (the bundled user_api provides `htpasswd`), so this
 package never imports the user API."""
 
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from registry_gen.errors import RegistryError
-from registry_gen.importers.model import Skipped, Summary
+from registry_gen.importers.model import DEFAULT_DEADLINE, Skipped, Summary
 from registry_gen.plugins import entry_points
 from registry_gen.settings import Settings
 
@@ -25,7 +25,19 @@ ConfigOption = Annotated[
 FromOption = Annotated[str | None, typer.Option("--from", help="Registry URL (default: `npm config get registry`).")]
 ContentOption = Annotated[Path | None, typer.Option("--content", help="Folder of archives (default from config, else ./content).")]
 OutOption = Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default from config, else ./public).")]
-TokenOption = Annotated[str | None, typer.Option("--token", help="Bearer token for the --from registry.", envvar="REGISTRY_GEN_IMPORT_TOKEN")]
+TokenOption = Annotated[str | None, typer.Option(
+    "--token", help="Bearer token for the --from registry (sent to its origin only, never on a redirect elsewhere).",
+    envvar="REGISTRY_GEN_IMPORT_TOKEN",
+)]  # fmt: skip
+MergeIntoOption = Annotated[list[str] | None, typer.Option(
+    "--merge-into", metavar="NAME",
+    help="Merge the import into NAME although it is a package of this registry (published here, added by hand, or imported "
+    "from elsewhere); repeat for each. Without it such a package is refused and nothing is written for it.",
+)]  # fmt: skip
+DeadlineOption = Annotated[float, typer.Option(
+    "--download-deadline", metavar="SECONDS", min=0.1,
+    help="Seconds one download (a document or a tarball, redirects included) may take in all.",
+)]  # fmt: skip
 
 
 class RichProgress:
@@ -69,7 +81,9 @@ def reported(label: str) -> Iterator[RichProgress]:
 
 def print_summary(summary: Summary) -> None:
     for entry in summary.skipped:
-        typer.echo(f"{'failed' if entry.error else 'skipped'}: {entry}", err=True)
+        typer.echo(f"{entry.kind}: {entry}", err=True)
+    for problem in summary.unresolved:
+        typer.echo(f"not closed: {problem}", err=True)
     typer.echo(summary.line())
     if summary.failed:
         raise typer.Exit(1)
@@ -105,6 +119,7 @@ def _add_verdaccio(importing: typer.Typer, settings_from_options: Callable[..., 
             "--verdaccio-config", help="Verdaccio's config.yaml: users its `packages:` rules name as publishers become "
             "maintainers (default: config.yaml beside STORAGE)."
         )] = None,
+        merge_into: MergeIntoOption = None,
         content: ContentOption = None,
         out: OutOption = None,
         config: ConfigOption = None,
@@ -118,7 +133,7 @@ def _add_verdaccio(importing: typer.Typer, settings_from_options: Callable[..., 
             accounts = import_accounts(settings, htpasswd, summary) if htpasswd is not None else {}
             if verdaccio_config is not None and not verdaccio_config.is_file():
                 raise RegistryError(f"--verdaccio-config {verdaccio_config}: no such file")
-            result = import_verdaccio(settings, storage, progress, verdaccio_config, accounts)
+            result = import_verdaccio(settings, storage, progress, verdaccio_config, accounts, merge_into or ())
             result.accounts, result.skipped = summary.accounts, summary.skipped + result.skipped
         print_summary(result)
 
@@ -130,16 +145,25 @@ def _add_registry_and_lockfile(importing: typer.Typer, settings_from_options: Ca
         from_: FromOption = None,
         token: TokenOption = None,
         all_versions: Annotated[bool, typer.Option("--all-versions", help="Take every version, not one per spec.")] = False,
+        with_dependencies: Annotated[bool, typer.Option(
+            "--with-dependencies", help="Also import, transitively, the versions npm installs for their dependencies, "
+            "optional dependencies and non-optional peer dependencies.",
+        )] = False,  # fmt: skip
+        merge_into: MergeIntoOption = None,
+        deadline: DeadlineOption = DEFAULT_DEADLINE,
         content: ContentOption = None,
         out: OutOption = None,
         config: ConfigOption = None,
     ) -> None:
         """Import packages from an npm-protocol registry with their publish times, tags and deprecations."""
-        from registry_gen.importers.run import import_registry
+        from registry_gen.importers.remote import import_registry
 
         settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Importing") as progress:
-            summary = import_registry(settings, specs, registry=from_, token=token, all_versions=all_versions, progress=progress)
+            summary = import_registry(
+                settings, specs, registry=from_, token=token, all_versions=all_versions, with_dependencies=with_dependencies,
+                merge_into=merge_into or (), deadline=deadline, progress=progress,
+            )  # fmt: skip
         print_summary(summary)
 
     @importing.command("lockfile")
@@ -147,16 +171,20 @@ def _add_registry_and_lockfile(importing: typer.Typer, settings_from_options: Ca
         lockfile: Annotated[Path, typer.Argument(help="package-lock.json, npm-shrinkwrap.json, pnpm-lock.yaml or yarn.lock.")],
         from_: FromOption = None,
         token: TokenOption = None,
+        merge_into: MergeIntoOption = None,
+        deadline: DeadlineOption = DEFAULT_DEADLINE,
         content: ContentOption = None,
         out: OutOption = None,
         config: ConfigOption = None,
     ) -> None:
         """Import every package a lockfile resolves, checked against the lockfile's integrity."""
-        from registry_gen.importers.run import import_lockfile
+        from registry_gen.importers.remote import import_lockfile
 
         settings = settings_from_options(config, content_dir=content, out_dir=out)
         with reported("Importing") as progress:
-            summary = import_lockfile(settings, lockfile, registry=from_, token=token, progress=progress)
+            summary = import_lockfile(
+                settings, lockfile, registry=from_, token=token, merge_into=merge_into or (), deadline=deadline, progress=progress
+            )
         print_summary(summary)
 
 

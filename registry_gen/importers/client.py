@@ -1,65 +1,238 @@
 """An HTTP client for npm-protocol registries: retries with backoff, clear errors naming the entry.
 
+An upstream is not trusted (SECURITY.md, "Imports"), so every request is bounded:
+- its body is streamed (to a file for tarballs) and refused past a size cap, announced or not;
+- the whole request, redirects included, has a deadline: a timer shuts the socket when it passes,
+  so a server trickling a byte at a time fails then, not never;
+- redirects are followed to http and https only, and the token (`Authorization`) goes only to
+  the origin it was given for: a redirect that leaves that origin drops it.
+
 Concurrency lives in the orchestrator (a bounded thread pool calls these methods)."""
 
 from __future__ import annotations
 
+import functools
+import http.client
+import io
 import json
+import socket
+import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urljoin, urlsplit
 
-from registry_gen.importers.model import ImportProblem
+from registry_gen.importers.model import DEFAULT_DEADLINE, ImportProblem
 from registry_gen.importers.upstream import document_url, same_origin
 
 USER_AGENT = "registry-gen-import (+npm-protocol)"
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+FOLLOWED_SCHEMES = frozenset({"http", "https"})
+CHUNK = 64 * 1024
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # a package document is parsed in memory: the largest public ones stay well below
+
+
+class DownloadRefused(ImportProblem):
+    """A request that retrying cannot mend: over the cap, past the deadline, a refused redirect."""
+
+
+class Transfer:
+    """One request's deadline: at `seconds`, the socket in use is shut, which ends any read."""
+
+    def __init__(self, seconds: float):
+        self.lock = threading.Lock()
+        self.sock: socket.socket | None = None
+        self.expired = False
+        self.timer = threading.Timer(max(seconds, 0.0), self.expire)
+        self.timer.daemon = True
+
+    def attach(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sock = sock
+            if self.expired:
+                _shut(sock)
+
+    def expire(self) -> None:
+        with self.lock:
+            self.expired = True
+            if self.sock is not None:
+                _shut(self.sock)
+
+    def __enter__(self) -> Transfer:
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        # The plain socket's shutdown, also under TLS: it wakes a reader in another thread
+        # without tearing the SSL object down beneath it.
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed
+
+
+class TrackedHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, *args: Any, transfer: Transfer, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.transfer = transfer
+
+    def connect(self) -> None:
+        super().connect()
+        self.transfer.attach(self.sock)
+
+
+class TrackedHTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, *args: Any, transfer: Transfer, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.transfer = transfer
+
+    def connect(self) -> None:
+        super().connect()
+        self.transfer.attach(self.sock)
+
+
+class TrackedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, transfer: Transfer):
+        super().__init__()
+        self.transfer = transfer
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(TrackedHTTPConnection, transfer=self.transfer), req)
+
+
+class TrackedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, transfer: Transfer):
+        super().__init__()
+        self.transfer = transfer
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(functools.partial(TrackedHTTPSConnection, transfer=self.transfer), req, context=tls_context())
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+class OriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows http(s) redirects only; `Authorization` survives only while the origin stays the same."""
+
+    def __init__(self, origin: str):
+        self.origin = origin
+
+    def http_error_302(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Any) -> Any:
+        target = headers.get("location") or headers.get("uri")
+        if target is not None:
+            fp.close()  # the redirect's own body is never read: it could be of any size
+            joined = urljoin(req.full_url, target)
+            if urlsplit(joined).scheme.lower() not in FOLLOWED_SCHEMES:
+                raise DownloadRefused(f"{req.full_url} redirects to {joined[:200]!r}: only http and https redirects are followed")
+        return super().http_error_302(req, fp, code, msg, headers)
+
+    http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Any, newurl: str) -> Any:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and not same_origin(newurl, self.origin):
+            new.remove_header("Authorization")
+        return new
 
 
 @dataclass(frozen=True)
 class RegistryClient:
     registry: str
     token: str | None = None
+    token_origin: str | None = None  # where the token may be sent (default: `registry`)
     attempts: int = 4
     backoff: float = 0.5  # seconds before the second attempt; doubles each time
-    timeout: float = 60.0
-    max_bytes: int = 512 * 1024 * 1024
+    timeout: float = 60.0  # seconds one read may wait
+    deadline: float = DEFAULT_DEADLINE  # seconds one whole request may take
+    max_document_bytes: int = MAX_DOCUMENT_BYTES
 
     def document(self, name: str) -> dict[str, Any]:
         """The full package document (times included: the abbreviated form lacks them)."""
-        raw = self.get(document_url(self.registry, name), name, accept="application/json")
+        sink = io.BytesIO()
+        self.fetch(document_url(self.registry, name), name, lambda: _rewound(sink), self.max_document_bytes, "application/json")
         try:
-            doc = json.loads(raw.decode("utf-8"))
+            doc = json.loads(sink.getvalue().decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ImportProblem(f"{name}: the registry's answer is not JSON ({exc})") from exc
         if not isinstance(doc, dict) or not isinstance(doc.get("versions"), dict):
             raise ImportProblem(f"{name}: the registry's answer is not a package document")
         return doc
 
-    def get(self, url: str, entry: str, accept: str = "*/*") -> bytes:
+    def download(self, url: str, entry: str, target: Path, max_bytes: int) -> None:
+        """Streams `url` into `target` (created or truncated), refusing more than `max_bytes`."""
+        with open(target, "wb") as sink:
+            self.fetch(url, entry, lambda: _rewound(sink), max_bytes)
+
+    def fetch(self, url: str, entry: str, sink: Callable[[], IO[bytes]], cap: int, accept: str = "*/*") -> None:
+        """Writes the body of `url` into a fresh `sink()` per attempt; retries what may mend."""
         headers = {"User-Agent": USER_AGENT, "Accept": accept}
-        if self.token and same_origin(url, self.registry):
+        if self.token and same_origin(url, self.token_origin or self.registry):
             headers["Authorization"] = f"Bearer {self.token}"
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
             try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout) as reply:  # noqa: S310 - http(s) only, checked by the caller
-                    data = reply.read(self.max_bytes + 1)
-                if len(data) > self.max_bytes:
-                    raise ImportProblem(f"{entry}: {url} is larger than {self.max_bytes} bytes")
-                return data
+                return self._attempt(urllib.request.Request(url, headers=headers), entry, sink(), cap)
             except urllib.error.HTTPError as error:
                 if error.code not in RETRIED_STATUSES or attempt == self.attempts:
                     raise ImportProblem(f"{entry}: {url} answered {error.code}{_hint(error.code)}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:
                 if attempt == self.attempts:
                     reason = getattr(error, "reason", error)
                     raise ImportProblem(f"{entry}: cannot reach {url} ({reason}); check the URL and the network") from None
             time.sleep(delay)  # backoff between retries of a failed request, not synchronisation
             delay *= 2
         raise AssertionError("unreachable")
+
+    def _attempt(self, request: urllib.request.Request, entry: str, sink: IO[bytes], cap: int) -> None:
+        with Transfer(self.deadline) as transfer:
+            opener = urllib.request.build_opener(
+                TrackedHTTPHandler(transfer), TrackedHTTPSHandler(transfer), OriginRedirects(self.token_origin or self.registry)
+            )
+            try:
+                with opener.open(request, timeout=self.timeout) as reply:
+                    _stream(reply, sink, cap, f"{entry}: {reply.url}")
+            except DownloadRefused:
+                raise
+            except Exception:
+                if transfer.expired:
+                    raise self._late(entry, request.full_url) from None
+                raise
+            if transfer.expired:
+                raise self._late(entry, request.full_url)
+
+    def _late(self, entry: str, url: str) -> DownloadRefused:
+        return DownloadRefused(f"{entry}: {url} did not finish within the {self.deadline:g} s download deadline (--download-deadline)")
+
+
+def _rewound(sink: IO[bytes]) -> IO[bytes]:
+    sink.seek(0)
+    sink.truncate()
+    return sink
+
+
+def _stream(reply: http.client.HTTPResponse, sink: IO[bytes], cap: int, where: str) -> None:
+    """Copies the body chunk by chunk; refuses it once it is over `cap`, or when announced so."""
+    announced = reply.headers.get("Content-Length", "")
+    if announced.isdigit() and int(announced) > cap:
+        raise DownloadRefused(f"{where} announces {announced} bytes, more than the {cap}-byte cap; not downloaded")
+    total = 0
+    while chunk := reply.read1(CHUNK):
+        total += len(chunk)
+        if total > cap:
+            raise DownloadRefused(f"{where} is larger than the {cap}-byte cap; download stopped there")
+        sink.write(chunk)
 
 
 def _hint(status: int) -> str:

@@ -1,5 +1,8 @@
 """Lockfile parsers (pure): package-lock.json / npm-shrinkwrap.json (v1-v3), pnpm-lock.yaml
-(v5-v9), yarn.lock v1 and yarn berry. Each yields the registry packages the lockfile resolves."""
+(v5-v9), yarn.lock v1 and yarn berry. Each yields the registry packages the lockfile resolves, with
+or without a `resolved` URL (npm's `omit-lockfile-registry-resolved`, shrinkwraps: fetched by name,
+version and integrity), and lists what is no registry package at all (workspaces, `file:`, `link:`,
+git, plain URLs) as not applicable."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from registry_gen import ranges
 from registry_gen.importers.model import ImportProblem, Skipped
 from registry_gen.names import is_valid_name
 from registry_gen.versions import is_valid_version
@@ -68,6 +72,13 @@ def _registry_tarball(resolved: object) -> bool:
     return isinstance(resolved, str) and resolved.startswith(("http://", "https://")) and "/-/" in resolved
 
 
+def _elsewhere(entry: str, where: object, kind: str | None = None) -> Skipped:
+    """An entry that is no registry package: a workspace, a link, git, a plain URL."""
+    kind = kind or (ranges.parse_spec("x", where).kind if isinstance(where, str) else ranges.FILE)
+    label = {ranges.GIT: "git", ranges.URL: "a URL", ranges.FILE: "a folder or file", ranges.WORKSPACE: "a workspace"}.get(kind, kind)
+    return Skipped(entry, f"comes from {label} ({str(where)[:120]}), not from a registry", not_applicable=True)
+
+
 # ---------------------------------------------------------------- npm
 
 
@@ -87,18 +98,21 @@ def parse_package_lock(filename: str, text: str) -> Lockfile:
 
 def _npm_packages(filename: str, packages: Mapping[str, Any]) -> Iterator[LockEntry | Skipped]:
     for key, entry in packages.items():
-        if key == "" or not isinstance(entry, dict) or entry.get("link") or entry.get("inBundle"):
-            continue
+        if key == "" or not isinstance(entry, dict) or entry.get("inBundle"):
+            continue  # the project itself; a bundled copy ships inside its parent's tarball
         if "node_modules/" not in key:
-            continue  # a workspace folder: the project's own code
-        name = entry.get("name") or key.rsplit("node_modules/", 1)[1]
+            continue  # a workspace's (or a file: dependency's) own folder: listed by the link to it
         where = f"{filename}: packages[{key!r}]"
-        if not isinstance(entry.get("version"), str):
-            yield Skipped(where, "no version")
-        elif not _registry_tarball(entry.get("resolved")):
-            yield Skipped(f"{name}@{entry['version']}", f"resolved {entry.get('resolved')!r} is not a registry tarball")
-        else:
-            yield LockEntry(str(name), entry["version"], entry["resolved"], entry.get("integrity"))
+        resolved = entry.get("resolved")
+        name = entry.get("name") or key.rsplit("node_modules/", 1)[1]
+        if entry.get("link"):
+            yield _elsewhere(str(name), resolved, ranges.FILE)
+        elif resolved is not None and not _registry_tarball(resolved):
+            yield _elsewhere(f"{name}@{entry.get('version')}", resolved)
+        elif not isinstance(entry.get("version"), str):
+            yield Skipped(where, "no version", error=True)
+        else:  # without `resolved`, npm fetched it from the configured registry
+            yield LockEntry(str(name), entry["version"], resolved, entry.get("integrity"))
 
 
 def _npm_v1(filename: str, dependencies: Mapping[str, Any]) -> Iterator[LockEntry | Skipped]:
@@ -106,11 +120,13 @@ def _npm_v1(filename: str, dependencies: Mapping[str, Any]) -> Iterator[LockEntr
         if not isinstance(entry, dict) or entry.get("bundled"):
             continue
         version = str(entry.get("version", ""))
-        if _registry_tarball(entry.get("resolved")):
-            real = re.match(r"^npm:(.+)@([^@]+)$", version)
-            yield LockEntry(real.group(1) if real else name, real.group(2) if real else version, entry["resolved"], entry.get("integrity"))
-        else:
-            yield Skipped(f"{name}@{version}", f"resolved {entry.get('resolved')!r} is not a registry tarball")
+        real = re.match(r"^npm:(.+)@([^@]+)$", version)
+        name, version = (real.group(1), real.group(2)) if real else (name, version)
+        resolved = entry.get("resolved")
+        if is_valid_version(version):  # a registry package; npm may have omitted where it came from
+            yield LockEntry(name, version, resolved if _registry_tarball(resolved) else None, entry.get("integrity"))
+        else:  # git, file: and URL dependencies record their spec as the version
+            yield _elsewhere(f"{name}@{version}", version)
         if isinstance(entry.get("dependencies"), dict):
             yield from _npm_v1(filename, entry["dependencies"])
 
@@ -157,7 +173,8 @@ def _pnpm_entries(filename: str, packages: Mapping[str, Any]) -> Iterator[LockEn
             continue
         name, version = str(entry.get("name") or parsed[0]), str(entry.get("version") or parsed[1])
         if resolution.get("type") in ("git", "directory") or ("tarball" in resolution and "integrity" not in resolution):
-            yield Skipped(f"{name}@{version}", f"resolved from {resolution.get('type') or resolution.get('tarball')}, not a registry")
+            where = resolution.get("repo") or resolution.get("directory") or resolution.get("tarball")
+            yield _elsewhere(f"{name}@{version}", str(where) if resolution.get("type") != "git" else f"git+{where}")
             continue
         yield LockEntry(name, version, resolution.get("tarball"), resolution.get("integrity"))
 
@@ -201,13 +218,16 @@ def _yarn_v1_entries(filename: str, text: str) -> Iterator[LockEntry | Skipped]:
         alias = re.match(r"^npm:(.+)@[^@]*$", first[len(name) + 1 :])
         name = alias.group(1) if alias else name
         version, resolved = fields.get("version"), fields.get("resolved")
-        if not version:
-            yield Skipped(f"{filename}: {header!r}", "no version")
-        elif not _registry_tarball(resolved):
-            yield Skipped(f"{name}@{version}", f"resolved {resolved!r} is not a registry tarball")
-        else:
-            url, _, sha1 = str(resolved).partition("#")
-            yield LockEntry(name, version, url, fields.get("integrity"), sha1 if re.fullmatch(r"[0-9a-f]{40}", sha1) else None)
+        wanted = first[first.find("@", 1) + 1 :] if first.find("@", 1) > 0 else "*"
+        if not ranges.parse_spec(name, wanted).from_registry and not alias:
+            yield _elsewhere(f"{name}@{version}", wanted)
+        elif not version:
+            yield Skipped(f"{filename}: {header!r}", "no version", error=True)
+        elif resolved is not None and not _registry_tarball(resolved):
+            yield _elsewhere(f"{name}@{version}", resolved)
+        else:  # without `resolved`: from the configured registry
+            url, _, sha1 = str(resolved or "").partition("#")
+            yield LockEntry(name, version, url or None, fields.get("integrity"), sha1 if re.fullmatch(r"[0-9a-f]{40}", sha1) else None)
 
 
 def parse_yarn_berry(filename: str, text: str) -> Lockfile:
@@ -225,7 +245,7 @@ def _berry_entries(filename: str, data: Mapping[str, Any]) -> Iterator[LockEntry
             continue
         name, sep, version = resolution.rpartition("@npm:")
         if not sep:
-            if "@workspace:" not in resolution:
-                yield Skipped(resolution, "not resolved from a registry (only npm: resolutions are imported)")
+            if not resolution.endswith("@workspace:."):  # the project itself
+                yield _elsewhere(resolution, resolution[resolution.find("@", 1) + 1 :])
             continue
         yield LockEntry(name, version, None, None)

@@ -9,6 +9,9 @@ from datetime import UTC, datetime
 from registry_gen.errors import RegistryError
 
 
+DEFAULT_DEADLINE = 600.0  # seconds one download (a request and its redirects) may take in all
+
+
 class ImportProblem(RegistryError):
     """An import cannot go on: an unreachable registry, a 401/404, a malformed input. Names the entry."""
 
@@ -49,6 +52,7 @@ class PackageRecord:
     maintainers: tuple[dict[str, str], ...] = ()
     created: str | None = None
     modified: str | None = None
+    origin: str = ""  # where it comes from (`origins.registry_origin`, `origins.storage_origin`)
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,14 @@ class Skipped:
     entry: str  # name@version, a lockfile path, a storage folder...
     reason: str
     error: bool = False  # a failure (unreachable, 401/404, integrity mismatch), not a choice
+    not_applicable: bool = False  # not a registry package at all (a workspace, file:, link:, git)
 
     def __str__(self) -> str:
         return f"{self.entry}: {self.reason}"
+
+    @property
+    def kind(self) -> str:
+        return "failed" if self.error else "not applicable" if self.not_applicable else "skipped"
 
 
 @dataclass
@@ -69,13 +78,18 @@ class Summary:
     present: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     accounts: list[str] = field(default_factory=list)
+    # Dependencies the imported packages' `latest` versions need and this registry cannot
+    # satisfy: what `registry-gen verify` reports as dependency-missing.
+    unresolved: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[Skipped]:
         return [s for s in self.skipped if s.error]
 
     def line(self) -> str:
-        chosen = len(self.skipped) - len(self.failed)
-        text = f"imported {len(self.imported)}, already present {len(self.present)}, skipped {chosen}"
-        text += f", failed {len(self.failed)}" if self.failed else ""
-        return text + (f", accounts {len(self.accounts)}" if self.accounts else "")
+        counts = {kind: sum(1 for s in self.skipped if s.kind == kind) for kind in ("skipped", "not applicable", "failed")}
+        text = f"imported {len(self.imported)}, already present {len(self.present)}, skipped {counts['skipped']}"
+        text += f", not applicable {counts['not applicable']}" if counts["not applicable"] else ""
+        text += f", failed {counts['failed']}" if counts["failed"] else ""
+        text += f", accounts {len(self.accounts)}" if self.accounts else ""
+        return text + (f"; not closed: {len(self.unresolved)} dependencies missing" if self.unresolved else "")

@@ -1,15 +1,19 @@
-"""The orchestrators of `registry-gen import ...`: all the I/O (the export is in `export`).
+"""The orchestrators of `registry-gen import ...`: all the I/O (the export is in `export`; the
+registry and lockfile imports in `remote`).
 
-Downloads are staged under `<data_dir>/import-staging/` (verified, then renamed into place), so an
-interrupted run resumes from what it fetched and nothing half-written reaches content/. Each
-package lands through the write service (`WriteService.store_batch` running `landing.land_package`
-under the registry's write lock); one incremental build runs at the end."""
+Downloads are streamed into `<data_dir>/import-staging/` (verified whole, then renamed into
+place), so an interrupted run resumes from what it fetched and nothing half-written reaches
+content/. A tarball is verified before it lands: its digests, and the name and version its own
+package.json states (SECURITY.md, "Imports"). Each package lands through the write service
+(`WriteService.store_batch` running `landing.land_package` under the registry's write lock),
+unless it is owned here (`origins`); one incremental build runs at the end."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
-from collections import defaultdict
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -18,23 +22,27 @@ from typing import Protocol
 
 import yaml
 
+from registry_gen.archive import read_archive
 from registry_gen.build import run_build
-from registry_gen.errors import RegistryError
-from registry_gen.importers import lockfiles, upstream, verdaccio
-from registry_gen.importers.client import RegistryClient
-from registry_gen.importers.integrity import integrity_problem
-from registry_gen.importers.landing import land_package
+from registry_gen.errors import InvalidArchive, RegistryError, VersionConflict
+from registry_gen.importers import verdaccio
+from registry_gen.importers.identity import manifest_problem
+from registry_gen.importers.integrity import file_integrity_problem
+from registry_gen.importers.landing import Verified, land_package
 from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, Summary, VersionSource
+from registry_gen.importers.origins import OriginLedger, storage_origin
+from registry_gen.importers.upstream import dependency_specs
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir, tarball_filename
 from registry_gen.settings import Settings
-from registry_gen.storage import archive_key, meta_key, read_meta
+from registry_gen.storage import ContentStorage, archive_key, meta_key, read_meta
+from registry_gen.verify import check_dependency_closure, load_published
 from registry_gen.versions import is_valid_version
-from registry_gen.writer import atomic_write_bytes
 from registry_gen.writes import WriteService
 
 DEFAULT_WORKERS = 8
-Fetch = Callable[[VersionSource], bytes]
+# Where a version's tarball is, as a file: a fresh download (staged) or a file in a storage folder.
+Fetch = Callable[[VersionSource], Path]
 
 
 class Progress(Protocol):
@@ -54,7 +62,7 @@ class SilentProgress:
 @dataclass
 class Fetched:
     record: PackageRecord
-    archives: dict[str, bytes] = field(default_factory=dict)
+    archives: dict[str, Verified] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     present: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
@@ -74,29 +82,52 @@ def default_registry() -> str:
 
 @dataclass
 class Importer:
-    """One import run: content/ storage, the staging folder, the summary and the files touched."""
+    """One import run: content/ storage, the staging folder, the summary and the files touched.
+
+    `merge_into`: the names an administrator allows this run to merge into although they are
+    owned here (`origins.owned_here`)."""
 
     settings: Settings
     progress: Progress = field(default_factory=SilentProgress)
     summary: Summary = field(default_factory=Summary)
     touched: list[str] = field(default_factory=list)
+    merge_into: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.downloads: ThreadPoolExecutor | None = None
         self.writes = WriteService(self.settings)
         self.storage = self.writes.storage
         self.staging = self.settings.data_dir / "import-staging"
+        self.ledger = OriginLedger(self.settings)
+        self.names: set[str] = set()  # packages this run imported or found present
 
     # ------------------------------------------------------------ per package
 
     def fetch(self, record: PackageRecord, fetch: Fetch, stage: bool) -> Fetched:
-        """Classifies each version (present, skipped, needed) and fetches and verifies the needed ones."""
+        """Classifies each version (present, skipped, needed) and fetches and verifies the needed ones.
+
+        A package owned here gets nothing fetched (unless named in `merge_into`): it is refused."""
         out = Fetched(record)
         try:
             meta = read_meta(self.storage, meta_key(record.name)) or PackageMeta(record.name)
+            owner = self.ledger.refusal(record.name, record.origin) if record.name not in self.merge_into else None
         except (RegistryError, ValueError) as exc:
             out.skipped.append(Skipped(record.name, f"cannot be imported here: {exc}", error=True))
             return out
+        needed = self._classify(record, meta, out)
+        if owner is not None:
+            return self._refused(out, owner) if needed else dataclasses.replace(out, held=set())
+        # Tarballs go to their own bounded pool: package jobs wait on them, so they cannot share one.
+        mapper = self.downloads.map if self.downloads is not None and len(needed) > 1 else map
+        for source, result in zip(needed, mapper(lambda s: self._verified_or_problem(s, fetch, stage), needed), strict=True):
+            entry = f"{source.name}@{source.version}"
+            if isinstance(result, ImportProblem):
+                out.skipped.append(Skipped(entry, str(result).removeprefix(f"{entry}: "), error=True))
+            else:
+                out.archives[source.version] = result
+        return out
+
+    def _classify(self, record: PackageRecord, meta: PackageMeta, out: Fetched) -> list[VersionSource]:
         needed = []
         for source in record.versions:
             entry = f"{source.name}@{source.version}"
@@ -108,17 +139,16 @@ class Importer:
                 out.present.append(entry)
             else:
                 needed.append(source)
-        # Tarballs go to their own bounded pool: package jobs wait on them, so they cannot share one.
-        mapper = self.downloads.map if self.downloads is not None and len(needed) > 1 else map
-        for source, result in zip(needed, mapper(lambda s: self._verified_or_problem(s, fetch, stage), needed), strict=True):
-            entry = f"{source.name}@{source.version}"
-            if isinstance(result, ImportProblem):
-                out.skipped.append(Skipped(entry, str(result).removeprefix(f"{entry}: "), error=True))
-            else:
-                out.archives[source.version] = result
-        return out
+        return needed
 
-    def _verified_or_problem(self, source: VersionSource, fetch: Fetch, stage: bool) -> bytes | ImportProblem:
+    @staticmethod
+    def _refused(out: Fetched, owner: str) -> Fetched:
+        """Nothing of a package owned here is written: not a version, not a tag, not `latest`."""
+        name = out.record.name
+        reason = f"{owner}; not merged, nothing written for it (an administrator who means it: --merge-into {name})"
+        return Fetched(out.record, skipped=[*out.skipped, Skipped(name, reason, error=True)])
+
+    def _verified_or_problem(self, source: VersionSource, fetch: Fetch, stage: bool) -> Verified | ImportProblem:
         try:
             return self._verified(source, fetch, stage)
         except ImportProblem as exc:
@@ -129,39 +159,77 @@ class Importer:
             return "not a semantic version this registry can serve"
         if source.version in meta.unpublished:
             return "was unpublished here: its number stays retired"
-        existing = self.storage.read(archive_key(source.name, source.version))
-        if existing is not None and integrity_problem(existing, source.integrity, source.shasum):
+        existing = self.settings.content_dir / archive_key(source.name, source.version)
+        if existing.is_file() and file_integrity_problem(existing, source.integrity, source.shasum)[0]:
             return "content/ already holds different bytes for this version; kept those"
         return None
 
     def _staged_path(self, source: VersionSource) -> Path:
         return self.staging / package_dir(source.name) / tarball_filename(source.name, source.version)
 
-    def _verified(self, source: VersionSource, fetch: Fetch, stage: bool) -> bytes:
+    def download_path(self, source: VersionSource) -> Path:
+        """A fresh file beside the staged one for a download in progress (hidden: never reused)."""
+        staged = self._staged_path(source)
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        return staged.with_name(f".{staged.name}.{uuid.uuid4().hex}.part")
+
+    def _verified(self, source: VersionSource, fetch: Fetch, stage: bool) -> Verified:
         staged = self._staged_path(source)
         if stage and staged.is_file():
-            data = staged.read_bytes()
-            if integrity_problem(data, source.integrity, source.shasum) is None:
-                return data  # fetched by an interrupted run
-        data = fetch(source)
-        problem = integrity_problem(data, source.integrity, source.shasum)
+            problem, sha512 = self._check(staged, source)
+            if problem is None:
+                return Verified(staged, sha512, staged=True)  # fetched by an interrupted run
+        path = fetch(source)
+        problem, sha512 = self._check(path, source)
         if problem:
+            if stage:
+                path.unlink(missing_ok=True)
             raise ImportProblem(f"{problem}; not imported")
         if stage:
-            atomic_write_bytes(staged, data)
-        return data
+            os.replace(path, staged)
+        return Verified(staged if stage else path, sha512, staged=stage)
+
+    def _check(self, path: Path, source: VersionSource) -> tuple[str | None, str]:
+        """(why the file cannot land as source.name@source.version, or None; its sha512 SRI)."""
+        problem, sha512 = file_integrity_problem(path, source.integrity, source.shasum)
+        if problem is not None:
+            return problem, sha512
+        try:
+            with open(path, "rb") as archive:
+                manifest = read_archive(archive, self.settings.limits).manifest
+        except InvalidArchive as exc:
+            return f"the tarball cannot be served ({exc})", sha512
+        if not isinstance(manifest, dict):
+            return "the tarball's package.json is not an object", sha512
+        return manifest_problem(manifest, source.name, source.version, "tarball's package.json"), sha512
 
     def land(self, fetched: Fetched) -> None:
         self.summary.present += fetched.present
         self.summary.skipped += fetched.skipped
         if not fetched.archives and not fetched.held:
             return
-        written = self.writes.store_batch(lambda storage: land_package(storage, fetched.record, fetched.archives, fetched.held))
+        record = fetched.record
+        try:
+            written = self.writes.store_batch(lambda storage: self._land_locked(storage, fetched))
+        except (ImportProblem, VersionConflict) as exc:
+            self.summary.skipped.append(Skipped(record.name, str(exc), error=True))
+            return
         self.touched += written
-        name = fetched.record.name
-        self.summary.imported += [f"{name}@{v}" for v in fetched.archives]
-        for version in fetched.archives:
-            self._staged_path(VersionSource(name, version, "")).unlink(missing_ok=True)
+        self.names.add(record.name)
+        self.summary.imported += [f"{record.name}@{v}" for v in fetched.archives]
+        for verified in fetched.archives.values():
+            if verified.staged:
+                verified.path.unlink(missing_ok=True)
+
+    def _land_locked(self, storage: ContentStorage, fetched: Fetched) -> list[str]:
+        """Under the write lock: asks again whether the package is owned here (a publish may have
+        come in since `fetch`), then lands it."""
+        name, origin = fetched.record.name, fetched.record.origin
+        owner = self.ledger.refusal(name, origin)
+        if owner is not None and name not in self.merge_into:
+            raise ImportProblem(self._refused(Fetched(fetched.record), owner).skipped[-1].reason)
+        return land_package(storage, self.ledger, fetched.record, fetched.archives, fetched.held, adopted=owner is not None)
+
 
     def build(self) -> None:
         """One incremental build over what this run wrote (a full one when there is no tree yet)."""
@@ -173,6 +241,18 @@ class Importer:
         changed = [self.settings.content_dir / key for key in self.touched] if self.settings.state_file.exists() else None
         result = run_build(self.settings, changed=changed)
         self.summary.skipped += [Skipped("build", str(issue), error=True) for issue in result.errors]
+
+    def report_unresolved(self) -> None:
+        """Says when the imported set is not closed: what `registry-gen verify` reports as
+        dependency-missing for the `latest` version of each package this run imported."""
+        names = sorted(self.names)
+        if not names or not self.settings.out_dir.is_dir():
+            return
+        wanted = set(names)
+        for package in load_published(self.settings.out_dir, names).values():
+            wanted |= {dependency for dependency, _ in dependency_specs(package.latest or {})}
+        report = check_dependency_closure(self.settings.out_dir, sorted(wanted))
+        self.summary.unresolved += [str(p) for p in report.problems if p.path.rpartition("/")[0] in self.names]
 
     def run_concurrently(self, jobs: Iterable[Callable[[], Fetched]], total: int, workers: int = DEFAULT_WORKERS) -> None:
         """Fetches packages on a bounded pool; lands each one on this thread as it completes."""
@@ -229,135 +309,53 @@ def _verdaccio_config(path: Path | None) -> dict:
 
 def import_verdaccio(
     settings: Settings, storage_dir: Path, progress: Progress | None = None, config: Path | None = None,
-    accounts: Mapping[str, str] | None = None,
-) -> Summary:
+    accounts: Mapping[str, str] | None = None, merge_into: Iterable[str] = (),
+) -> Summary:  # fmt: skip
     """`config` defaults to the config.yaml beside the storage folder (Verdaccio's own layout).
-    `accounts` ({username: account id}, the ones this import created) bind the maintainers."""
-    importer = Importer(settings, progress or SilentProgress())
+    `accounts` ({username: account id}, the ones this import created) bind the maintainers of the
+    packages this import creates (never of one that was here before)."""
+    importer = Importer(settings, progress or SilentProgress(), merge_into=frozenset(merge_into))
     rules = _verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
     folders = verdaccio.package_folders(_storage_listing(storage_dir))
     importer.progress.start(len(folders))
 
-    def read_local(source: VersionSource) -> bytes:
-        try:
-            return (storage_dir / source.tarball).read_bytes()
-        except OSError as exc:
-            raise ImportProblem(f"tarball {source.tarball} cannot be read ({exc.strerror})") from exc
+    def read_local(source: VersionSource) -> Path:
+        path = storage_dir / source.tarball
+        if not path.is_file():
+            raise ImportProblem(f"tarball {source.tarball} cannot be read (no such file)")
+        return path
 
     for folder in folders:
-        document = storage_dir / folder / verdaccio.DOCUMENT
-        if not document.is_file():
-            importer.summary.skipped.append(Skipped(folder, f"no {verdaccio.DOCUMENT} in the folder (not a package)"))
-            continue
-        try:
-            record, skipped = verdaccio.record_from_document(verdaccio.parse_document(document.read_bytes(), folder), folder)
-        except ImportProblem as exc:
-            importer.summary.skipped.append(Skipped(folder, str(exc), error=True))
-            continue
-        if not record.maintainers:
-            record = dataclasses.replace(record, maintainers=verdaccio.publishers(rules, record.name))
-        record = dataclasses.replace(record, maintainers=verdaccio.bind_accounts(record.maintainers, accounts or {}))
-        # A proxying Verdaccio caches upstream documents listing versions whose tarballs it never fetched.
-        stored = tuple(v for v in record.versions if (storage_dir / v.tarball).is_file())
-        skipped += [Skipped(f"{v.name}@{v.version}", "listed by a cached upstream document but not stored by Verdaccio "
-                            "(use `import registry` for it)") for v in record.versions if v not in stored]  # fmt: skip
-        fetched = importer.fetch(dataclasses.replace(record, versions=stored), read_local, stage=False)
-        fetched.skipped += skipped
-        importer.land(fetched)
-        importer.progress.advance(record.name)
+        record, skipped = _storage_record(storage_dir, folder, rules, accounts or {}, importer.summary)
+        if record is not None:
+            fetched = importer.fetch(record, read_local, stage=False)
+            fetched.skipped += skipped
+            importer.land(fetched)
+        importer.progress.advance(folder)
     importer.build()
+    importer.report_unresolved()
     return importer.summary
 
 
-# ---------------------------------------------------------------- import registry
-
-
-def import_registry(
-    settings: Settings, specs: list[str], *, registry: str | None = None, token: str | None = None,
-    all_versions: bool = False, progress: Progress | None = None,
-) -> Summary:  # fmt: skip
-    importer = Importer(settings, progress or SilentProgress())
-    client = RegistryClient(registry or default_registry(), token)
-    wanted: dict[str, list[str | None]] = defaultdict(list)
-    for spec in specs:
-        name, selector = upstream.parse_spec(spec)
-        wanted[name].append(selector)
-
-    def job(name: str, selectors: list[str | None]) -> Callable[[], Fetched]:
-        def fetch_one() -> Fetched:
-            try:
-                doc = client.document(name)
-                versions: list[str] = []
-                for selector in selectors:
-                    spec = f"{name}@{selector}" if selector else name
-                    versions += [v for v in upstream.choose_versions(doc, spec, selector, all_versions) if v not in versions]
-            except ImportProblem as exc:
-                return Fetched(PackageRecord(name, ()), skipped=[Skipped(name, str(exc).removeprefix(f"{name}: "), error=True)])
-            record = upstream.record_from_packument(doc, versions)
-            return importer.fetch(record, lambda source: client.get(_http_url(source), f"{source.name}@{source.version}"), stage=True)
-
-        return fetch_one
-
-    importer.run_concurrently([job(n, s) for n, s in wanted.items()], len(wanted))
-    importer.build()
-    return importer.summary
-
-
-def _http_url(source: VersionSource) -> str:
-    if not source.tarball.startswith(("http://", "https://")):
-        raise ImportProblem(f"{source.name}@{source.version}: tarball URL {source.tarball!r} is not http(s)")
-    return source.tarball
-
-
-# ---------------------------------------------------------------- import lockfile
-
-
-def import_lockfile(
-    settings: Settings, lockfile: Path, *, registry: str | None = None, token: str | None = None,
-    progress: Progress | None = None,
-) -> Summary:  # fmt: skip
+def _storage_record(
+    storage_dir: Path, folder: str, rules: Mapping, accounts: Mapping[str, str], summary: Summary
+) -> tuple[PackageRecord | None, list[Skipped]]:
+    """The record of one storage folder (its stored versions only), or None when it is refused."""
+    document = storage_dir / folder / verdaccio.DOCUMENT
+    if not document.is_file():
+        summary.skipped.append(Skipped(folder, f"no {verdaccio.DOCUMENT} in the folder (not a package)"))
+        return None, []
     try:
-        raw = lockfile.read_bytes()
-    except OSError as exc:
-        raise ImportProblem(f"{lockfile}: cannot be read ({exc.strerror})") from exc
-    parsed = lockfiles.parse_lockfile(lockfile.name, raw)
-    importer = Importer(settings, progress or SilentProgress())
-    importer.summary.skipped += list(parsed.skipped)
-    fallback: list[str] = []  # asked for once, only when an entry names no registry
-
-    def registry_for(entry: lockfiles.LockEntry) -> str:
-        if registry:
-            return registry
-        found = upstream.registry_of(entry.resolved, entry.name) if entry.resolved else None
-        if found is None and not fallback:
-            fallback.append(default_registry())
-        return found or fallback[0]
-
-    by_name: dict[str, list[lockfiles.LockEntry]] = defaultdict(list)
-    for entry in parsed.entries:
-        by_name[entry.name].append(entry)
-    jobs = [_lock_job(importer, name, entries, RegistryClient(registry_for(entries[0]), token), keep_urls=registry is None)
-            for name, entries in by_name.items()]  # fmt: skip
-    importer.run_concurrently(jobs, len(jobs))
-    importer.build()
-    return importer.summary
-
-
-def _lock_job(importer: Importer, name: str, entries: list[lockfiles.LockEntry], client: RegistryClient, keep_urls: bool) -> Callable[[], Fetched]:
-    expected = {
-        e.version: VersionSource(name, e.version, (e.resolved or "") if keep_urls else "", e.integrity, e.shasum) for e in entries
-    }
-
-    def fetch_one() -> Fetched:
-        try:
-            doc = client.document(name)
-        except ImportProblem as exc:
-            return Fetched(PackageRecord(name, ()), skipped=[Skipped(name, str(exc).removeprefix(f"{name}: "), error=True)])
-        known = [v for v in expected if v in (doc.get("versions") or {})]
-        missing = [Skipped(f"{name}@{v}", "the registry no longer has this version", error=True) for v in expected if v not in known]
-        record = upstream.record_from_packument(doc, known, expected)
-        fetched = importer.fetch(record, lambda source: client.get(_http_url(source), f"{source.name}@{source.version}"), stage=True)
-        fetched.skipped += missing
-        return fetched
-
-    return fetch_one
+        parsed = verdaccio.parse_document(document.read_bytes(), folder)
+        record, skipped = verdaccio.record_from_document(parsed, folder, storage_origin(storage_dir))
+    except ImportProblem as exc:
+        summary.skipped.append(Skipped(folder, str(exc), error=True))
+        return None, []
+    if not record.maintainers:
+        record = dataclasses.replace(record, maintainers=verdaccio.publishers(rules, record.name))
+    record = dataclasses.replace(record, maintainers=verdaccio.bind_accounts(record.maintainers, accounts))
+    # A proxying Verdaccio caches upstream documents listing versions whose tarballs it never fetched.
+    stored = tuple(v for v in record.versions if (storage_dir / v.tarball).is_file())
+    skipped += [Skipped(f"{v.name}@{v.version}", "listed by a cached upstream document but not stored by Verdaccio "
+                        "(use `import registry` for it)") for v in record.versions if v not in stored]  # fmt: skip
+    return dataclasses.replace(record, versions=stored), skipped

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
-from registry_gen.importers.model import ImportProblem, PackageRecord, iso_time, Skipped, VersionSource
+from registry_gen.importers.identity import manifest_problem
+from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, VersionSource, iso_time
 from registry_gen.names import split_name, tarball_filename
 
 DOCUMENT = "package.json"
@@ -91,17 +92,24 @@ def _tarball_file(name: str, version: str, manifest: Mapping[str, Any]) -> str:
     return tarball_filename(name, version)
 
 
-def record_from_document(doc: Mapping[str, Any], folder: str) -> tuple[PackageRecord, list[Skipped]]:
-    """A PackageRecord whose tarballs are paths relative to the storage root."""
+def record_from_document(doc: Mapping[str, Any], folder: str, origin: str = "") -> tuple[PackageRecord, list[Skipped]]:
+    """A PackageRecord whose tarballs are paths relative to the storage root.
+
+    A storage entry is trusted only for the name it is filed under: a document naming another
+    package than its folder is refused whole, a version entry naming another package or version
+    is refused alone."""
     name = doc.get("name")
-    if not isinstance(name, str):
-        raise ImportProblem(f"{folder}/{DOCUMENT}: no package name")
+    if not isinstance(name, str) or not _files_under(folder, name):
+        raise ImportProblem(f"{folder}/{DOCUMENT}: the document is named {str(name)[:120]!r}, not {folder!r}: "
+                            "refused, nothing of it is imported")  # fmt: skip
     times = doc.get("time") if isinstance(doc.get("time"), dict) else {}
     tags = {k: v for k, v in (doc.get("dist-tags") or {}).items() if isinstance(k, str) and isinstance(v, str)}
     versions, skipped = [], []
     for version, manifest in doc["versions"].items():
-        if not isinstance(manifest, dict):
-            skipped.append(Skipped(f"{name}@{version}", f"{folder}/{DOCUMENT}: version entry is not an object"))
+        problem = f"{folder}/{DOCUMENT}: version entry is not an object" if not isinstance(manifest, dict) else (
+            manifest_problem(manifest, name, version, "version entry"))  # fmt: skip
+        if problem:
+            skipped.append(Skipped(f"{name}@{version}", problem, error=isinstance(manifest, dict)))
             continue
         dist = manifest.get("dist") if isinstance(manifest.get("dist"), dict) else {}
         deprecated = manifest.get("deprecated")
@@ -116,8 +124,16 @@ def record_from_document(doc: Mapping[str, Any], folder: str) -> tuple[PackageRe
         name, tuple(versions), tags, _maintainers(doc, latest if isinstance(latest, dict) else {}),
         created=iso_time(times.get("created")),
         modified=iso_time(times.get("modified")),
+        origin=origin,
     )
     return record, skipped
+
+
+def _files_under(folder: str, name: str) -> bool:
+    try:
+        return storage_folder(name) == folder
+    except ValueError:
+        return False
 
 
 # ---------------------------------------------------------------- export

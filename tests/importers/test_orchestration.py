@@ -95,21 +95,24 @@ def test_staged_downloads_are_reused_and_bad_ones_fetched_again(tmp_path: Path) 
     record = PackageRecord("p", (source,))
     fetched: list[str] = []
 
-    def fetch(wanted: VersionSource) -> bytes:
+    def fetch(wanted: VersionSource) -> Path:
         fetched.append(wanted.version)
-        return data
+        target = importer.download_path(wanted)
+        target.write_bytes(data)
+        return target
 
     importer.fetch(record, fetch, stage=True)
     assert fetched == ["1.0.0"]
 
-    def unreachable(wanted: VersionSource) -> bytes:
+    def unreachable(wanted: VersionSource) -> Path:
         raise ImportProblem("network down")
 
-    assert importer.fetch(record, unreachable, stage=True).archives == {"1.0.0": data}  # from the staging folder
     staged = tmp_path / "data" / "import-staging" / "p" / "p-1.0.0.tgz"
+    reused = importer.fetch(record, unreachable, stage=True).archives["1.0.0"]  # from the staging folder
+    assert reused.path == staged and reused.sha512 == sri_sha512(data)
     staged.write_bytes(b"half a download")
     fresh = importer.fetch(record, fetch, stage=True)
-    assert fresh.archives == {"1.0.0": data} and fetched == ["1.0.0", "1.0.0"]
+    assert fresh.archives["1.0.0"].path.read_bytes() == data and fetched == ["1.0.0", "1.0.0"]
     assert not (tmp_path / "content").exists()  # nothing lands before the verified whole
     importer.land(fresh)
     importer.build()

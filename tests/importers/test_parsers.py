@@ -32,8 +32,8 @@ def test_package_lock_v3_entries_aliases_links_and_git() -> None:
     }}  # fmt: skip
     parsed = parse_lockfile("package-lock.json", json.dumps(lock).encode())
     assert {(e.name, e.version) for e in parsed.entries} == {("a", "1.0.0"), ("@s/b", "2.0.0"), ("real", "3.0.0")}
-    assert [s.entry for s in parsed.skipped] == ["fromgit@1.0.0"]
-    assert "not a registry tarball" in parsed.skipped[0].reason
+    assert [(s.entry, s.kind) for s in parsed.skipped] == [("local", "not applicable"), ("fromgit@1.0.0", "not applicable")]
+    assert "from a folder or file (packages/local)" in parsed.skipped[0].reason and "from git" in parsed.skipped[1].reason
 
 
 def test_package_lock_v1_nested_dependencies() -> None:
@@ -128,7 +128,7 @@ def test_yarn_berry_npm_workspace_and_patch_resolutions() -> None:
     parsed = parse_lockfile("yarn.lock", text.encode())
     assert {(e.name, e.version) for e in parsed.entries} == {("debug", "4.3.4"), ("@s/b", "1.2.0")}
     assert all(e.integrity is None for e in parsed.entries)  # berry's checksum is of its zip, not the tarball
-    assert len(parsed.skipped) == 1 and "patch" in parsed.skipped[0].entry
+    assert len(parsed.skipped) == 1 and "patch" in parsed.skipped[0].entry and parsed.skipped[0].not_applicable
 
 
 @pytest.mark.parametrize(("filename", "raw", "words"), [
@@ -194,8 +194,8 @@ def test_iso_time_normalises_to_npm_format() -> None:
 
 def test_verdaccio_documents_folders_and_publish_rules() -> None:
     assert package_folders({"": ["@s", "a", ".cache"], "@s": ["b", ".x"]}) == ["@s/b", "a"]
-    doc = {"name": "@s/b", "versions": {"1.0.0": {"dist": {"tarball": "http://h/@s/b/-/@s/b-1.0.0.tgz", "shasum": "ab"},
-           "deprecated": "no"}}, "time": {"1.0.0": "2024-01-01T00:00:00.000Z"}, "dist-tags": {"latest": "1.0.0"}}  # fmt: skip
+    doc = {"name": "@s/b", "versions": {"1.0.0": {"name": "@s/b", "version": "1.0.0", "dist": {"tarball": "http://h/@s/b/-/@s/b-1.0.0.tgz",
+           "shasum": "ab"}, "deprecated": "no"}}, "time": {"1.0.0": "2024-01-01T00:00:00.000Z"}, "dist-tags": {"latest": "1.0.0"}}  # fmt: skip
     record, skipped = record_from_document(doc, "@s/b")
     assert record.versions[0].tarball == "@s/b/b-1.0.0.tgz" and record.versions[0].deprecated == "no" and not skipped
     rules = {"packages": {"@s/*": {"publish": "alice $authenticated"}, "**": {"publish": "$authenticated"}}}

@@ -1,0 +1,147 @@
+"""Where an imported package came from, and the rule that keeps imports out of packages owned here.
+
+The ledger (`<data_dir>/import-origins/<name>.json`, one file per package, written only by
+imports under the write lock) records the origin a package follows (a registry URL, a Verdaccio
+storage folder) and each archive an import from that origin put into content/ (key, size, sha512,
+mtime). A package is *owned here* for an import from origin O when content/ holds anything for it
+that no import from O wrote: a version published through the API, an archive dropped in by hand,
+a version imported from another origin, a registry-meta.json with no import behind it. An import
+never merges into such a package unless an administrator names it (`--merge-into NAME`); the
+package then follows O, with what it held then, until something is published here again.
+
+A ledger lost (a registry moved without its data folder) only makes imports refuse more."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from registry_gen.buildstate import BuildState
+from registry_gen.importers.integrity import file_sri
+from registry_gen.names import package_dir
+from registry_gen.settings import Settings
+from registry_gen.storage import meta_key
+from registry_gen.writer import atomic_write_bytes
+
+LEDGER_FOLDER = "import-origins"
+ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".zip")
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def registry_origin(url: str) -> str:
+    """A registry's identity: scheme, host, port (default ones dropped) and base path."""
+    parts = urlsplit(url)
+    scheme, host, port = parts.scheme.lower(), (parts.hostname or "").lower(), parts.port
+    netloc = host if port in (None, DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    return f"{scheme}://{netloc}{parts.path.rstrip('/')}/"
+
+
+def storage_origin(storage: Path) -> str:
+    return f"verdaccio:{storage.resolve()}"
+
+
+@dataclass(frozen=True)
+class FileMark:
+    """What an import wrote at a content key. `mtime_ns` None: not yet known (check the bytes)."""
+
+    size: int
+    sha512: str
+    mtime_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class OriginRecord:
+    name: str
+    origin: str
+    files: Mapping[str, FileMark]
+
+
+def owned_here(name: str, origin: str, keys: list[str], has_meta: bool, record: OriginRecord | None,
+               matches: Callable[[str, FileMark], bool]) -> str | None:  # fmt: skip
+    """Why `name` is owned here for an import from `origin` (None: new here, or it follows `origin`).
+
+    `keys`: the archives content/ holds for it; `matches(key, mark)`: the file at key is what the
+    import recorded."""
+    if not keys and not has_meta:
+        return None
+    if record is None:
+        held = f"archives ({_few(keys)})" if keys else "a registry-meta.json"
+        return f"{name} is a package of this registry: it has {held} that no import wrote"
+    if record.origin != origin:
+        return f"{name} was imported from {record.origin}, not from {origin}"
+    foreign = [key for key in keys if key not in record.files or not matches(key, record.files[key])]
+    if foreign:
+        return f"{name} has versions published here ({_few(foreign)}) that no import from {origin} wrote"
+    return None
+
+
+def _few(keys: list[str]) -> str:
+    return ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+class OriginLedger:
+    """The ledger's files and what content/ holds for a package (call under the write lock for a
+    decision that must hold until the write)."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.content = settings.content_dir
+
+    def path(self, name: str) -> Path:
+        return self.settings.data_dir / LEDGER_FOLDER / f"{package_dir(name)}.json"
+
+    def read(self, name: str) -> OriginRecord | None:
+        try:
+            data = json.loads(self.path(name).read_bytes())
+            files = {str(k): FileMark(int(v["size"]), str(v["sha512"]), v.get("mtime_ns")) for k, v in data["files"].items()}
+            return OriginRecord(str(data["name"]), str(data["origin"]), files)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # unreadable: as if absent, so imports refuse rather than trust it
+
+    def write(self, record: OriginRecord) -> None:
+        files = {key: {"size": m.size, "sha512": m.sha512, "mtime_ns": m.mtime_ns} for key, m in sorted(record.files.items())}
+        data = {"name": record.name, "origin": record.origin, "files": files}
+        atomic_write_bytes(self.path(record.name), (json.dumps(data, indent=2) + "\n").encode())
+
+    def held(self, name: str) -> tuple[list[str], bool]:
+        """(the archive keys content/ holds for `name`, whether it has a registry-meta.json).
+
+        Archives: those the build attributes to it, and any archive file in its own folder
+        (dropped in, not yet built)."""
+        keys: set[str] = set()
+        folder = self.content / package_dir(name)
+        if folder.is_dir():
+            keys |= {f"{package_dir(name)}/{p.name}" for p in folder.iterdir() if p.is_file() and p.name.endswith(ARCHIVE_SUFFIXES)}
+        has_meta = (self.content / meta_key(name)).is_file()
+        if self.settings.state_file.exists():
+            state = BuildState.reading(self.settings.state_file)
+            try:
+                keys |= {r.path for r in state.archives_of(name) if (self.content / r.path).is_file()}
+                has_meta = has_meta or any(error is None and (self.content / path).is_file() for path, error in state.metas_of(name))
+            finally:
+                state.close()
+        return sorted(keys), has_meta
+
+    def matches(self, key: str, mark: FileMark) -> bool:
+        """The file at `key` is the one recorded: same size, and same mtime or same bytes."""
+        try:
+            stat = (self.content / key).stat()
+        except OSError:
+            return False
+        if stat.st_size != mark.size:
+            return False
+        return stat.st_mtime_ns == mark.mtime_ns or self.mark(key).sha512 == mark.sha512
+
+    def mark(self, key: str, sha512: str | None = None) -> FileMark:
+        path = self.content / key
+        stat = path.stat()
+        return FileMark(stat.st_size, sha512 or file_sri(path), stat.st_mtime_ns)
+
+    def refusal(self, name: str, origin: str) -> str | None:
+        keys, has_meta = self.held(name)
+        return owned_here(name, origin, keys, has_meta, self.read(name), self.matches)
