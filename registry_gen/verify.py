@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,7 +330,7 @@ def check_dependency_closure(out_dir: Path, names: list[str], *, allow_external:
 
 def _dependency_entries(manifest: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
     """(field, dependency, spec) to resolve; bundled dependencies ship inside the tarball itself."""
-    bundled = _bundled(manifest)
+    bundled = bundled_dependencies(manifest)
     for field_name in CLOSURE_FIELDS:
         entries = manifest.get(field_name)
         if isinstance(entries, dict):
@@ -339,7 +339,8 @@ def _dependency_entries(manifest: dict[str, Any]) -> Iterator[tuple[str, str, st
                     yield field_name, dependency, spec_text
 
 
-def _bundled(manifest: dict[str, Any]) -> set[str]:
+def bundled_dependencies(manifest: Mapping[str, Any]) -> set[str]:
+    """The dependencies a manifest ships inside its tarball (npm never looks them up)."""
     for field_name in ("bundleDependencies", "bundledDependencies"):
         value = manifest.get(field_name)
         if value is True:

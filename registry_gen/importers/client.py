@@ -80,24 +80,24 @@ def _shut(sock: socket.socket) -> None:
         pass  # already closed
 
 
-class TrackedHTTPConnection(http.client.HTTPConnection):
+class Tracked:
+    """A connection that hands its socket to its request's `Transfer` once connected."""
+
     def __init__(self, *args: Any, transfer: Transfer, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.transfer = transfer
 
     def connect(self) -> None:
-        super().connect()
-        self.transfer.attach(self.sock)
+        super().connect()  # type: ignore[misc]
+        self.transfer.attach(self.sock)  # type: ignore[attr-defined]
 
 
-class TrackedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, transfer: Transfer, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.transfer = transfer
+class TrackedHTTPConnection(Tracked, http.client.HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self.transfer.attach(self.sock)
+
+class TrackedHTTPSConnection(Tracked, http.client.HTTPSConnection):
+    pass
 
 
 class TrackedHTTPHandler(urllib.request.HTTPHandler):

@@ -15,6 +15,7 @@ from registry_gen.importers.identity import document_problem, manifest_problem
 from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, VersionSource, iso_time
 from registry_gen.importers.origins import registry_origin
 from registry_gen.names import escaped_name, validate_name
+from registry_gen.verify import bundled_dependencies
 from registry_gen.versions import is_valid_version
 
 # What npm (7 and later) installs for a package: its dependencies, the optional ones it can, and
@@ -153,7 +154,7 @@ def dependency_specs(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
 
     Bundled dependencies ship inside the tarball; git, URL, file and workspace specs never come
     from a registry; an `npm:` alias is looked up under its target's name."""
-    bundled = _bundled(manifest)
+    bundled = bundled_dependencies(manifest)
     optional_peers = manifest.get("peerDependenciesMeta") if isinstance(manifest.get("peerDependenciesMeta"), dict) else {}
     for field_name in CLOSURE_FIELDS:
         entries = manifest.get(field_name)
@@ -169,16 +170,6 @@ def dependency_specs(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                 yield spec.name, spec.selector
 
 
-def _bundled(manifest: Mapping[str, Any]) -> set[str]:
-    for field_name in ("bundleDependencies", "bundledDependencies"):
-        value = manifest.get(field_name)
-        if value is True:
-            return set(manifest.get("dependencies") or {}) | set(manifest.get("optionalDependencies") or {})
-        if isinstance(value, list):
-            return {name for name in value if isinstance(name, str)}
-    return set()
-
-
 @dataclass
 class Closure:
     """The versions to import per name, the (slim) documents they come from, what failed."""
@@ -186,6 +177,7 @@ class Closure:
     versions: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     documents: dict[str, dict[str, Any]] = field(default_factory=dict)
     failed: list[Skipped] = field(default_factory=list)
+    unreachable: set[str] = field(default_factory=set)  # names whose document could not be had
 
 
 Documents = Callable[[list[str]], Mapping[str, Mapping[str, Any] | ImportProblem]]
@@ -210,10 +202,11 @@ def resolve_closure(roots: Mapping[str, list[str | None]], documents: Documents,
 
 
 def _fetch_level(closure: Closure, names: list[str], documents: Documents) -> None:
-    fresh = [name for name in names if name not in closure.documents and not any(f.entry == name for f in closure.failed)]
+    fresh = [name for name in names if name not in closure.documents and name not in closure.unreachable]
     for name, answer in documents(fresh).items():
         problem = str(answer).removeprefix(f"{name}: ") if isinstance(answer, ImportProblem) else document_problem(answer, name)
         if problem:
+            closure.unreachable.add(name)
             closure.failed.append(Skipped(name, problem, error=True))
         else:
             closure.documents[name] = slim_document(answer)  # type: ignore[arg-type]
