@@ -84,6 +84,19 @@ def test_a_lockfile_resolved_at_an_attackers_host_cannot_write_another_package(t
 # ---------------------------------------------------------------- redirects and the token
 
 
+def test_a_lockfile_never_sends_the_token_to_the_hosts_it_names(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, config = make_root(tmp_path)
+    with hostile_upstream() as attacker:
+        data = attacker.publish("plain-pkg", "1.0.0")
+        lock = {"name": "app", "lockfileVersion": 3, "packages": {"": {}, "node_modules/plain-pkg": {
+            "version": "1.0.0", "integrity": sri_sha512(data), "resolved": f"{attacker.base}plain-pkg/-/plain-pkg-1.0.0.tgz"}}}  # fmt: skip
+        (tmp_path / "package-lock.json").write_text(json.dumps(lock))
+        # No --from: the token belongs to npm's configured registry, not to the lockfile's host.
+        assert _import(config, "lockfile", str(tmp_path / "package-lock.json"), "--token", "s3cr3t-upstream-token") == 0
+    assert attacker.hits and all("authorization" not in hit.headers for hit in attacker.hits)
+    assert (root / "content" / "plain-pkg" / "plain-pkg-1.0.0.tgz").read_bytes() == data
+
+
 def test_the_token_never_follows_a_redirect_to_another_origin(tmp_path: Path) -> None:
     root, config = make_root(tmp_path)
     with hostile_upstream() as registry, hostile_upstream() as cdn:
