@@ -296,6 +296,14 @@ def _bytes_to_keep(path: str, keep_all: bool, limits: Limits) -> int | None:
     return limits.max_readme_bytes
 
 
+def _link_refusal(info: tarfile.TarInfo) -> str:
+    """Why a link member is refused. npm and pnpm skip links, but yarn creates them on install
+    (yarn 4 with their targets, leading outside the package), and the registry cannot know which
+    client installs: RATIONALE.md §7."""
+    kind = "symbolic link" if info.issym() else "hard link"
+    return f"member {info.name!r} is a {kind} to {info.linkname[:200]!r} (yarn would create it on install)"
+
+
 def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterator[_Member]:
     inflated = _GunzipReader(source, budget.limits)
     try:
@@ -307,7 +315,7 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
                         budget.folder(path)
                     continue
                 if info.issym() or info.islnk():
-                    raise InvalidArchive("member-type", f"member {info.name!r} is a link")
+                    raise InvalidArchive("member-type", _link_refusal(info))
                 if not info.isfile():
                     raise InvalidArchive("member-type", f"member {info.name!r} is not a regular file")
                 if info.sparse is not None:

@@ -109,9 +109,8 @@ class LoginGuard:
 
 
 # Keyed weakly by the store, so a closed store's guard goes with it (an id() could be reused by a
-# new store, which would then inherit old buckets); objects that take no weak reference fall back to id().
+# new store, which would then inherit old buckets). Every store takes weak references.
 _SHARED: weakref.WeakKeyDictionary[object, LoginGuard] = weakref.WeakKeyDictionary()
-_SHARED_BY_ID: dict[int, LoginGuard] = {}
 _SHARED_LOCK = threading.Lock()
 
 
@@ -121,10 +120,7 @@ def shared_login_guard(store: object, *, per_address: tuple[float, int] = (30, 3
     take theirs from here, so guesses through one count against the other. The rates are those of
     the first caller for that store (the server builds both apps from one limits object)."""
     with _SHARED_LOCK:
-        try:
-            found = _SHARED.get(store)
-        except TypeError:
-            return _SHARED_BY_ID.setdefault(id(store), LoginGuard(per_address, per_account))
+        found = _SHARED.get(store)
         if found is None:
             found = _SHARED[store] = LoginGuard(per_address, per_account)
         return found

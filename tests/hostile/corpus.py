@@ -186,6 +186,13 @@ def _tar_cases() -> list[Case]:
         # member types
         Case("tar-symlink", "member-type", lambda: p("f", special_info("package/link", tarfile.SYMTYPE, "/etc/passwd"))),
         Case("tar-hardlink", "member-type", lambda: p("g", special_info("package/hard", tarfile.LNKTYPE, "package/package.json"))),
+        # Links are refused wherever they point, also over a file, below a link or as the only
+        # package.json: yarn 1 and yarn 4 create them when installing (RATIONALE.md §7).
+        Case("tar-symlink-climbing-then-file", "member-type", lambda: p("f2", special_info("package/x", tarfile.SYMTYPE, "../../.."), file_info("package/x/pwned.js", b"1"))),
+        Case("tar-hardlink-outside-then-file", "member-type", lambda: p("g2", special_info("package/shadow", tarfile.LNKTYPE, "/etc/shadow"), file_info("package/shadow", b"x"))),
+        Case("tar-file-then-symlink", "member-type", lambda: p("f3", file_info("package/index.js", b"1"), special_info("package/index.js", tarfile.SYMTYPE, "/etc/passwd"))),
+        Case("tar-symlink-as-manifest", "member-type", lambda: tgz([special_info("package/package.json", tarfile.SYMTYPE, "/etc/passwd"), file_info("package/index.js", b"1")])),
+        Case("tar-symlink-without-top-folder", "member-type", lambda: tgz([file_info("package.json", manifest_bytes("f4")), special_info("evil", tarfile.SYMTYPE, "/etc/passwd")])),
         Case("tar-char-device", "member-type", lambda: p("h", special_info("package/tty", tarfile.CHRTYPE))),
         Case("tar-block-device", "member-type", lambda: p("i", special_info("package/sda", tarfile.BLKTYPE))),
         Case("tar-fifo", "member-type", lambda: p("j", special_info("package/pipe", tarfile.FIFOTYPE))),

@@ -4,71 +4,18 @@ bind the same port (a worker holding the listening socket used to make that fail
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.support import make_tarball
+from tests.hostile.processes import alive, descendants, many_archives, poll, registry_env, serve
+from tests.hosts.servers import free_port
 
 pytestmark = pytest.mark.slow
-
-ARCHIVES = 400  # well past the build's threshold for worker processes
-DEADLINE = 90.0
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] != "Z":  # a zombie has exited already
-            tree.setdefault(int(fields[1]), []).append(int(entry.name))
-    return tree
-
-
-def _descendants(pid: int) -> set[int]:
-    tree, found, todo = _children(), set(), [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    tree = _children()
-    living = {child for children in tree.values() for child in children}
-    return pids & living
-
-
-def _poll(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def _content(root: Path) -> Path:
-    content = root / "content"
-    for n in range(ARCHIVES):
-        make_tarball(content, f"orphan-{n:03d}", "1.0.0")
-    return content
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
 
 
 def _kill_while_workers_run(process: subprocess.Popen[bytes]) -> set[int]:
@@ -77,42 +24,30 @@ def _kill_while_workers_run(process: subprocess.Popen[bytes]) -> set[int]:
 
     def has_workers() -> bool:
         assert process.poll() is None, "the process ended before it started workers"
-        workers.update(_descendants(process.pid))
+        workers.update(descendants(process.pid))
         return len(workers) >= 2
 
-    _poll(has_workers, "worker processes")
+    poll(has_workers, "worker processes")
     process.kill()
     process.wait(timeout=30)
     return workers
 
 
 def test_sigkill_of_build_takes_its_workers_with_it(tmp_path: Path) -> None:
-    content = _content(tmp_path)
+    content = many_archives(tmp_path)
     command = [sys.executable, "-m", "registry_gen", "build", str(content), "--out", str(tmp_path / "public")]
-    build = subprocess.Popen(command, cwd=tmp_path, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    build = subprocess.Popen(command, cwd=tmp_path, env=registry_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     workers = _kill_while_workers_run(build)
-    _poll(lambda: not _alive(workers), f"workers {sorted(_alive(workers))} to exit after the build was killed")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _serve(root: Path, port: int, output: int = subprocess.PIPE) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "registry_gen", "serve", str(root / "content"), "--out", str(root / "public"),
-               "--host", "127.0.0.1", "--port", str(port)]
-    return subprocess.Popen(command, cwd=root, env=_env(), stdout=output, stderr=subprocess.STDOUT)
+    poll(lambda: not alive(workers), f"workers {sorted(alive(workers))} to exit after the build was killed")
 
 
 def test_sigkill_of_serve_during_its_build_frees_the_port(tmp_path: Path) -> None:
-    _content(tmp_path)
-    port = _free_port()
-    server = _serve(tmp_path, port, subprocess.DEVNULL)
+    many_archives(tmp_path)
+    port = free_port()
+    server = serve(tmp_path, port, subprocess.DEVNULL)
     workers = _kill_while_workers_run(server)
-    _poll(lambda: not _alive(workers), f"workers {sorted(_alive(workers))} to exit after serve was killed")
-    again = _serve(tmp_path, port)
+    poll(lambda: not alive(workers), f"workers {sorted(alive(workers))} to exit after serve was killed")
+    again = serve(tmp_path, port)
     try:
         assert again.stdout is not None
         lines = []

@@ -301,6 +301,22 @@ def ensure_corpus(log: Any = None) -> Corpus:
     return Corpus(root, entries)
 
 
+def ensure_tarball(entry: Entry, folder: str) -> Path:
+    """One tarball a test needs outside the lockfile's tree (the registry refuses it, say), fetched
+    as the corpus's are (`npm pack`, checked against `entry.integrity`, the public registry's) into
+    `<cache root>/<folder>/content/<name>/<file>`, and fetched again if the cached bytes differ."""
+    root = cache_root() / folder
+    target = root / "content" / entry.relpath
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / ".fetch.lock"), timeout=NPM_TIMEOUT):
+        if target.is_file() and integrity_matches(target.read_bytes(), entry.integrity):
+            return target
+        failures = pack_batch(root, [entry], npm_env(cache_root() / "npm-cache"))
+        if failures:
+            raise FetchError("\n".join(failures))
+    return target
+
+
 def main(argv: Sequence[str]) -> int:
     if list(argv) not in (["fetch"], ["path"]):
         print("usage: python -m tests.realworld.corpus fetch|path", file=sys.stderr)

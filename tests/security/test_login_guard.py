@@ -13,9 +13,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from registry_gen.settings import load_settings
+from registry_gen.settings import Settings, load_settings
 from tests.registry_api.helpers import RegistryProcess, add_user
+from tests.registry_api.helpers import http as send
+from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
 from user_api.ratelimit import LoginGuard, shared_login_guard
+from user_api.store import open_user_store
 from user_api.web import WebLimits, web_limits
 
 
@@ -49,10 +52,14 @@ def test_the_owners_address_is_still_limited() -> None:
     assert [guard.admit("victim", "192.0.2.7")[0] for _ in range(12)].count(True) == 10
 
 
-def test_one_guard_per_store() -> None:
-    store_a, store_b = object(), object()
-    assert shared_login_guard(store_a) is shared_login_guard(store_a)
-    assert shared_login_guard(store_a) is not shared_login_guard(store_b)
+def test_one_guard_per_store(tmp_path: Path) -> None:
+    store_a, store_b = (open_user_store(Settings(data_dir=tmp_path / name)) for name in ("a", "b"))
+    try:
+        assert shared_login_guard(store_a) is shared_login_guard(store_a)
+        assert shared_login_guard(store_a) is not shared_login_guard(store_b)
+    finally:
+        store_a.close()
+        store_b.close()
 
 
 # ---------------------------------------------------------------- against a real serve
@@ -84,6 +91,64 @@ def _login_from(base: str, source: str) -> int:
 def test_user_api_login_guesses_from_many_addresses_hit_the_account_limit(served: RegistryProcess) -> None:
     statuses = [_login_from(served.base, f"127.0.1.{i}") for i in range(1, 21)]
     assert 429 in statuses
+
+
+# ---------------------------------------------------------------- one guard for both apps of a real serve
+
+# Three guesses per account and no refill while the test runs: the fourth must be refused,
+# whichever app it goes to.
+SHARED_LIMITS = "auth_limits:\n  login_per_account_per_minute: 0.01\n  login_per_account_burst: 3\n"
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresServer]:
+    server = start_postgres_or_skip()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def two_apps(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
+    """A real serve on a real store holding two accounts, made by the CLI (no login counted yet)."""
+    root = tmp_path_factory.mktemp(f"two-apps-{request.param}")
+    database = f"database_url: {request.getfixturevalue('postgres').url()}\n" if request.param == "postgres" else ""
+    (root / "registry.yaml").write_text(SHARED_LIMITS + database)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    for name in ("victim-npm-first", "victim-user-first"):
+        subprocess.run([sys.executable, "-m", "registry_gen", "user", "add", name, "--password-stdin"], cwd=root, env=env,
+                       input="the-right-password-1\n", capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    process = RegistryProcess(root).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _guess_through_npm_login(base: str, username: str) -> int:
+    """npm's (and pnpm's, yarn 1's) login: the registry app, Basic credentials."""
+    return send("PUT", f"{base}-/user/org.couchdb.user:{username}", body={"name": username, "password": "wrong-guess-1"},
+                basic=(username, "wrong-guess-1")).status  # fmt: skip
+
+
+def _guess_through_user_api(base: str, username: str) -> int:
+    """The /user app's token login."""
+    return send("POST", f"{base}-/user-api/tokens", body={"username": username, "password": "wrong-guess-1"}).status
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("username", "first", "then"),
+    [("victim-npm-first", _guess_through_npm_login, _guess_through_user_api),
+     ("victim-user-first", _guess_through_user_api, _guess_through_npm_login)],
+    ids=["npm-then-user-api", "user-api-then-npm"],
+)  # fmt: skip
+def test_guesses_through_one_app_count_against_the_other(two_apps: RegistryProcess, username: str, first, then) -> None:  # type: ignore[no-untyped-def]
+    """A guard per app would give an attacker the account's guesses once per app."""
+    assert [first(two_apps.base, username) for _ in range(3)] == [401, 401, 401]
+    assert then(two_apps.base, username) == 429
+    assert first(two_apps.base, username) == 429
 
 
 # ---------------------------------------------------------------- the limits in registry.yaml

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import itertools
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 import webtest
 
 from registry_gen.settings import Settings
-from tests.user_api.pg_server import PostgresServer, start_postgres
+from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
 from user_api.app import ApiLimits, create_user_app
 from user_api.credentials import PasswordHasher
 from user_api.models import User
@@ -40,13 +39,7 @@ def tmp_settings(root: Path, **values: Any) -> Settings:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    try:
-        server = start_postgres()
-    except FileNotFoundError as exc:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            # Under CI a missing real part is a broken machine, not a reason to pass.
-            pytest.fail(f"PostgreSQL is not installed (CI is set; run .ci/install-system-deps): {exc}")
-        pytest.skip(f"PostgreSQL is not installed: {exc}")
+    server = start_postgres_or_skip()
     import psycopg
 
     try:

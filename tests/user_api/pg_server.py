@@ -97,3 +97,16 @@ def start_postgres() -> PostgresServer:
             )
     shutil.rmtree(root, ignore_errors=True)
     raise RuntimeError(f"PostgreSQL did not start: {last_error}")
+
+
+def start_postgres_or_skip() -> PostgresServer:
+    """start_postgres, or a skip of the test where PostgreSQL is not installed; under CI a missing
+    real part is a broken machine, not a reason to pass."""
+    import pytest
+
+    try:
+        return start_postgres()
+    except FileNotFoundError as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"PostgreSQL is not installed (CI is set; run .ci/install-system-deps): {exc}")
+        pytest.skip(f"PostgreSQL is not installed: {exc}")
