@@ -3,8 +3,8 @@
 nginx asks `registry-gen api` (READ_CHECK_PATH, an `auth_request` subrequest carrying the
 client's Authorization header) whether the caller may read the path nginx is about to serve
 (`$uri`: decoded, dot segments resolved, slashes merged) and caches each answer for a few
-seconds per package and credential, so a cold install asks once per package rather than once
-per file. Request URIs spelled so that the path served is not the path written
+seconds per package, client address (tokens may be limited to networks) and credential, so a
+cold install asks once per package rather than once per file. Request URIs spelled so that the path served is not the path written
 (registry_gen.access.REFUSED_SPELLINGS) are refused before anything is asked or read. The API
 answers 200, 401 or 403; a 403 is served as the same JSON 404 as a missing package, so names do
 not leak.
@@ -41,8 +41,8 @@ def http_part(check: ReadCheck) -> str:
     refused = "".join(f'    "~^[^?]*(?:{pattern})" 1;\n' for pattern in REFUSED_SPELLINGS)
     return f"""
 # Read rules: nginx asks `registry-gen api` whether the caller may read (auth_request) and keeps
-# each answer {check.cache_seconds}s per package and credential. The cache keys hold the
-# Authorization header: keep this folder private.
+# each answer {check.cache_seconds}s per package, client address and credential. The cache keys
+# hold the Authorization header: keep this folder private.
 proxy_cache_path {check.cache_path} levels=1:2 keys_zone={CACHE_ZONE}:2m max_size=64m inactive=10m use_temp_path=off;
 # Request URIs refused before anything is read: spelled so that the path served would not be the
 # path written (dot segments, empty segments, encoded slashes but a scoped name's one, control
@@ -93,7 +93,8 @@ def server_part(check: ReadCheck) -> str:
         proxy_set_header {SERVED_PATH_HEADER} $registry_gen_read_path;
         proxy_set_header X-Original-URI $request_uri;
         proxy_cache {CACHE_ZONE};
-        proxy_cache_key "$registry_gen_read_key $http_authorization";
+        # The key and the address hold no space, so no other key and credential can spell this one.
+        proxy_cache_key "$registry_gen_read_key $remote_addr $http_authorization";
         proxy_cache_valid 200 401 403 {check.cache_seconds}s;
         proxy_cache_lock on;
         proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;

@@ -30,6 +30,7 @@ from tests.hosts.clients import ClientRun
 from tests.hosts.conftest import CellPackages
 from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
 from tests.registry_api.helpers import RegistryProcess, add_user
+from tests.registry_api.helpers import http as http_request
 from tests.support import make_tarball
 
 pytestmark = pytest.mark.slow
@@ -203,11 +204,12 @@ ATTACKS: list[tuple[str, str, dict[str, str]]] = [
 ]
 
 
-def _raw(base: str, method: str, target: str, headers: dict[str, str]) -> tuple[int, bytes]:
+def _raw(base: str, method: str, target: str, headers: dict[str, str], source: str | None = None) -> tuple[int, bytes]:
     """One request with `target` sent exactly as written (http.client neither decodes nor
-    normalises it: curl's --path-as-is)."""
+    normalises it: curl's --path-as-is), from the loopback address `source` if given."""
     address = urlsplit(base)
-    connection = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port, timeout=30)
+    bound = None if source is None else (source, 0)
+    connection = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port, timeout=30, source_address=bound)
     try:
         connection.request(method, target, headers=headers)
         reply = connection.getresponse()
@@ -277,6 +279,21 @@ def test_reads_in_every_client_spelling_still_work(registry_kind: str, request: 
     assert _raw(registry.base, "GET", public_tarball, {}) == (200, (tree / public_tarball.lstrip("/")).read_bytes())
     for page in (f"/-/web/package/{scoped}/", f"/-/web/package/{cell.transitive}/", "/-/web/"):
         assert _raw(registry.base, "GET", page, {})[0] == 200, page
+
+
+def test_nginx_keeps_each_decision_for_one_client_address(nginx_private: PrivateRegistry) -> None:
+    """A token limited to 127.0.0.1: its 200 there, cached, is not reused for the same token
+    used from 127.0.0.2 a moment later (within --read-cache-seconds)."""
+    password_token = add_user(nginx_private.base, "dave", "dave-password-1")
+    reply = http_request(
+        "POST", nginx_private.base + "-/npm/v1/tokens", token=password_token,
+        body={"password": "dave-password-1", "cidr_whitelist": ["127.0.0.1/32"]},
+    )  # fmt: skip
+    assert reply.status == 201, reply.body
+    limited = {"Authorization": f"Bearer {reply.json['token']}"}
+    assert _raw(nginx_private.base, "GET", "/@internal%2fsecret-lib", limited, source="127.0.0.1")[0] == 200
+    assert _raw(nginx_private.base, "GET", "/@internal%2fsecret-lib", limited, source="127.0.0.2")[0] == 401
+    assert _raw(nginx_private.base, "GET", "/@internal/secret-lib/-/secret-lib-1.0.0.tgz", limited, source="127.0.0.2")[0] == 401
 
 
 def test_nginx_refuses_paths_it_would_serve_elsewhere(nginx_private: PrivateRegistry, cell_content: tuple[Path, CellPackages]) -> None:
