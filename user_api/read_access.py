@@ -11,6 +11,7 @@ same 404 as a missing package, so names do not leak).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import parse_qs
@@ -41,6 +42,7 @@ _REPLIES: Final = {
     401: ("401 Unauthorized", {"error": "log in to read this package (npm login), then send the token"}),
     404: ("404 Not Found", {"error": "not found"}),
 }
+log = logging.getLogger(__name__)
 _SERVED_PATH_KEY: Final = "HTTP_" + SERVED_PATH_HEADER.upper().replace("-", "_")
 
 
@@ -51,6 +53,7 @@ class ReadGuard:
         self.groups = groups
         self.out_dir = settings.out_dir
         self.state_file = settings.state_file
+        self.warned_old_config = False
 
     def account(self, environ: dict[str, Any]) -> User | None:
         """The active account behind the request's Bearer token; None when there is none, it is
@@ -119,10 +122,28 @@ class ReadGuard:
         status = 403 if path is None else self.status(package_of_served_path(path), environ)
         line = {200: "200 OK", 401: "401 Unauthorized"}.get(status, "403 Forbidden")
         headers = [("Content-Length", "0"), ("Cache-Control", "no-store")]
+        if path is None or self._from_an_old_config(environ):
+            # nginx keeps an answer for the key it files the question under; that key must be the
+            # package of the path decided on. A refusal decides about no package, and a config
+            # written before SERVED_PATH_HEADER keys by the URI as sent (`/pub/..%2fx` as `pub`),
+            # so such a config must ask for every read: nginx honours this over proxy_cache_valid.
+            headers.append(("X-Accel-Expires", "0"))
         if status == 401:
             headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))  # nginx passes it on
         start_response(line, headers)
         return []
+
+    def _from_an_old_config(self, environ: dict[str, Any]) -> bool:
+        """Whether the question comes from an nginx config without SERVED_PATH_HEADER (said once)."""
+        if _SERVED_PATH_KEY in environ:
+            return False
+        if not self.warned_old_config:
+            self.warned_old_config = True
+            log.warning(
+                "the nginx config predates %s: every read is checked uncached until it is regenerated (registry-gen host-config nginx)",
+                SERVED_PATH_HEADER,
+            )
+        return True
 
 
 def _checked_path(environ: dict[str, Any]) -> str | None:

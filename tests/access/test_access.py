@@ -214,6 +214,15 @@ def test_the_read_check_decides_on_the_path_nginx_serves(registry: Registry) -> 
     assert decision("/secret-tool", None) == 401 and decision("/plain", None) == 200
     assert decision(None, None) == 403  # a question without a path: nothing is allowed
 
+    def kept(served: str | None, sent: str) -> bool:  # whether nginx may cache the answer
+        headers = {"X-Original-URI": sent, **({"X-Registry-Gen-Path": served} if served else {})}
+        return "X-Accel-Expires" not in _get(registry, "/-/registry-gen/read-access", None, **headers).headers
+
+    assert kept("/secret-tool", "/secret-tool") and kept("/plain", "/plain")
+    assert not kept("/secret-tool", "/plain/..%2fsecret-tool")  # a refusal is about no package
+    # A config without the served path keys by the URI as sent: none of its answers may be kept.
+    assert not kept(None, "/plain") and not kept(None, "/secret-tool")
+
 
 def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
     out = registry.settings.out_dir
