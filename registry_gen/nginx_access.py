@@ -20,7 +20,7 @@ READ_CHECK_PATH = "/-/registry-gen/read-access"
 SERVED_PATH_HEADER = "X-Registry-Gen-Path"  # the check's question: the path nginx serves ($uri)
 CACHE_ZONE = "registry_gen_read"
 # The characters of a package name (registry_gen.names: URL-safe, as old packages may be).
-_NAME = "[A-Za-z0-9._~!*'()-]+"
+NAME_PART = "[A-Za-z0-9._~!*'()-]+"
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def http_part(check: ReadCheck) -> str:
         raise ValueError("the read decision cache time must not be negative")
     if any(ch in check.cache_path for ch in ' "\';{}$\\\n\r') or not check.cache_path:
         raise ValueError(f"unsafe read cache path for an nginx config: {check.cache_path!r}")
-    name = f"(@{_NAME}/{_NAME}|{_NAME})(?:/|$)"
+    name = f"(@{NAME_PART}/{NAME_PART}|{NAME_PART})(?:/|$)"
     refused = "".join(f'    "~^[^?]*(?:{pattern})" 1;\n' for pattern in REFUSED_SPELLINGS)
     return f"""
 # Read rules: nginx asks `registry-gen api` whether the caller may read (auth_request) and keeps

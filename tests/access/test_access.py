@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from registry_gen.build import run_build
 from registry_gen.cli import main as registry_gen
 from registry_gen.errors import ConfigError
 from registry_gen.hosting import nginx_site
-from registry_gen.nginx_access import ReadCheck
+from registry_gen.names import is_valid_name
+from registry_gen.nginx_access import NAME_PART, ReadCheck
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings, load_settings
 from tests.support import make_tarball
@@ -260,6 +262,13 @@ def test_nginx_config_checks_reads_through_the_api(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="API"):
         nginx_site(tmp_path, "127.0.0.1:8080", None, read_check=ReadCheck("/var/cache/x"))
     assert "auth_request" not in nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874")
+
+
+def test_the_nginx_cache_key_takes_every_character_of_a_package_name() -> None:
+    """A name nginx cannot key is refused (so keys hold no space): it must be no name we host."""
+    for code in range(32, 127):
+        name = "a" + chr(code)
+        assert (re.fullmatch(NAME_PART, name) is not None) == is_valid_name(name, legacy=True), name
 
 
 def test_deploy_refuses_private_packages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
