@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from registry_gen.errors import ConfigError
 
@@ -117,6 +117,31 @@ def parse_rules(data: Any) -> AccessRules:
     return AccessRules(tuple(rules))
 
 
+# Request paths refused before any read is decided, searched in the path as the client sent it
+# (before the query). Each makes the path served differ from the path written, or could carry a
+# header into nginx's read check; no npm client asks this way. The nginx config refuses them with
+# the same patterns (registry_gen.nginx_access), the API's read check again behind it.
+REFUSED_SPELLINGS: tuple[str, ...] = (
+    r"(?:/|%2[fF])(?:\.|%2[eE])",  # a segment starting with a dot: `.`, `..`, `%2e`, `.%2E`, dotfiles
+    r"(?:/|%2[fF])(?:/|%2[fF])",  # an empty segment: nginx merges it away
+    r"%2[fF][^?]*%2[fF]",  # a second encoded slash (a scoped name has one)
+    r"%[01][0-9a-fA-F]|%7[fF]",  # a control character: CR LF would split the check's headers
+    r"#",  # a fragment: nginx serves the path before it
+)
+# The one encoded slash a request may hold: the one of a scoped name (`/@scope%2fname`,
+# `/-/package/@scope%2fname/dist-tags`, `/-/web/package/@scope%2fname/`).
+SCOPED_NAME_SLASH = r"^/(?:-/(?:web/)?package/)?(?:@|%40)[^/%?]+%2[fF]"
+
+
+def is_plain_request_path(uri: str) -> bool:
+    """Whether a request URI (as sent, query allowed) names its file plainly: none of the
+    REFUSED_SPELLINGS, and no encoded slash but a scoped name's."""
+    path = uri.partition("?")[0]
+    if any(re.search(pattern, path) for pattern in REFUSED_SPELLINGS):
+        return False
+    return "%2f" not in path.lower() or re.match(SCOPED_NAME_SLASH, path) is not None
+
+
 def _name_from(segments: list[str]) -> str | None:
     if not segments or not segments[0]:
         return None
@@ -125,11 +150,12 @@ def _name_from(segments: list[str]) -> str | None:
     return segments[0]
 
 
-def package_of_path(path: str) -> str | None:
-    """The package a request path reads (`/<name>`, `/@scope%2fname`, its tarballs, tag and
-    dist-tags documents, its HTML page), or None for a path that belongs to no package."""
-    decoded = unquote(urlsplit(path).path)
-    segments = [s for s in decoded.split("/") if s != ""]
+def package_of_served_path(path: str) -> str | None:
+    """The package a decoded path reads, segment by segment as a file system resolves it (the
+    path `serve` or nginx serves: `/<name>`, `/@scope/name`, their tarballs, tag and dist-tags
+    documents, HTML pages); None for a path that belongs to no package. Nothing is decoded,
+    and `?` or `#` are parts of a segment here."""
+    segments = [s for s in path.split("/") if s != ""]
     if not segments:
         return None
     if segments[0] != "-":
@@ -141,10 +167,29 @@ def package_of_path(path: str) -> str | None:
     return None
 
 
+def decoded_path(uri: str) -> str:
+    """The path of a request URI as sent, decoded once; like nginx, it ends at `?` or `#`."""
+    return unquote(re.split(r"[?#]", uri, maxsplit=1)[0])
+
+
+def package_of_path(uri: str) -> str | None:
+    """The package a request URI reads (as sent: `/@scope%2fname`, a query), or None."""
+    return package_of_served_path(decoded_path(uri))
+
+
+def has_dot_segment(path: str) -> bool:
+    """Whether a decoded path holds a `.` or `..` segment (a static host would resolve it)."""
+    return any(segment in (".", "..") for segment in path.split("/"))
+
+
 def read_status(rules: AccessRules, path: str, caller: Caller) -> int:
-    """200 when `caller` may read what `path` names; else 401 (no valid token: log in) or 404 (a
-    token without access: the package's existence is not revealed)."""
-    name = package_of_path(path)
+    """200 when `caller` may read what the request URI `path` names (see name_status)."""
+    return name_status(rules, package_of_path(path), caller)
+
+
+def name_status(rules: AccessRules, name: str | None, caller: Caller) -> int:
+    """200 when `caller` may read package `name` (None: no package); else 401 (no valid token:
+    log in) or 404 (a token without access: the package's existence is not revealed)."""
     if name is None or rules.may_read(name, caller):
         return 200
     return 404 if caller.authenticated else 401

@@ -229,6 +229,8 @@ def _plain(value: str, what: str) -> str:
     return value
 
 
+# Where a request nginx cannot parse is answered (error_page 400): never a file of the tree.
+BAD_REQUEST_PATH = "/-/registry-gen/bad-request"
 _ERRORS = {
     400: "bad request",
     401: "authentication required: log in (npm login) and send the token",
@@ -276,6 +278,7 @@ def nginx_site(
         api_upstream=None if api_upstream is None else _plain(api_upstream, "API address"),
         api_matches=[f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT],
         errors=_ERRORS,
+        bad_request_path=BAD_REQUEST_PATH,
         # With read rules, the API's 403 (a token without access) is served as the 404 of a missing package.
         denied={403} if read_check is not None else set(),
         read_check=read_check is not None,

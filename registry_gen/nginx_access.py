@@ -1,18 +1,26 @@
 """The nginx pieces that enforce the read rules (registry_gen.access) in front of a static tree.
 
 nginx asks `registry-gen api` (READ_CHECK_PATH, an `auth_request` subrequest carrying the
-client's Authorization header and the original URI) whether the caller may read, and caches
-each answer for a few seconds per package and credential, so a cold install asks once per
-package rather than once per file. The API answers 200, 401 or 403; a 403 is served as the same
-JSON 404 as a missing package, so names do not leak.
+client's Authorization header) whether the caller may read the path nginx is about to serve
+(`$uri`: decoded, dot segments resolved, slashes merged) and caches each answer for a few
+seconds per package, client address (tokens may be limited to networks) and credential, so a
+cold install asks once per package rather than once per file. Request URIs spelled so that the path served is not the path written
+(registry_gen.access.REFUSED_SPELLINGS) are refused before anything is asked or read. The API
+answers 200, 401 or 403; a 403 is served as the same JSON 404 as a missing package, so names do
+not leak.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from registry_gen.access import REFUSED_SPELLINGS, SCOPED_NAME_SLASH
+
 READ_CHECK_PATH = "/-/registry-gen/read-access"
+SERVED_PATH_HEADER = "X-Registry-Gen-Path"  # the check's question: the path nginx serves ($uri)
 CACHE_ZONE = "registry_gen_read"
+# The characters of a package name (registry_gen.names: URL-safe, as old packages may be).
+NAME_PART = "[A-Za-z0-9._~!*'()-]+"
 
 
 @dataclass(frozen=True)
@@ -22,32 +30,56 @@ class ReadCheck:
 
 
 def http_part(check: ReadCheck) -> str:
-    """http-context lines: the decision cache and the package a request URI names (the cache key;
-    `/@scope%2fname` and `/@scope/name/-/…` share it, so a document and its tarball ask once)."""
+    """http-context lines: the decision cache, the refused spellings, and the package the served
+    path names (the cache key; `/@scope%2fname` and `/@scope/name/-/…` share it, so a document
+    and its tarball ask once)."""
     if check.cache_seconds < 0:
         raise ValueError("the read decision cache time must not be negative")
     if any(ch in check.cache_path for ch in ' "\';{}$\\\n\r') or not check.cache_path:
         raise ValueError(f"unsafe read cache path for an nginx config: {check.cache_path!r}")
-    name = r"(@[^/?%]+(?:/|%2[fF])[^/?]+|[^/?@][^/?]*)"
+    name = f"(@{NAME_PART}/{NAME_PART}|{NAME_PART})(?:/|$)"
+    refused = "".join(f'    "~^[^?]*(?:{pattern})" 1;\n' for pattern in REFUSED_SPELLINGS)
     return f"""
 # Read rules: nginx asks `registry-gen api` whether the caller may read (auth_request) and keeps
-# each answer {check.cache_seconds}s per package and credential. The cache keys hold the
-# Authorization header: keep this folder private.
+# each answer {check.cache_seconds}s per package, client address and credential. The cache keys
+# hold the Authorization header: keep this folder private.
 proxy_cache_path {check.cache_path} levels=1:2 keys_zone={CACHE_ZONE}:2m max_size=64m inactive=10m use_temp_path=off;
-map $request_uri $registry_gen_read_key {{
-    "~^/-/web/package/{name}" $1;
-    "~^/-/package/{name}" $1;
+# Request URIs refused before anything is read: spelled so that the path served would not be the
+# path written (dot segments, empty segments, encoded slashes but a scoped name's one, control
+# characters, a fragment). No npm client asks this way.
+map $request_uri $registry_gen_refused {{
+{refused}    "~{SCOPED_NAME_SLASH}" "";
+    "~^[^?]*%2[fF]" 1;
+    default "";
+}}
+# The package the served path reads, and the decision's cache key ("-": no package). Empty (the
+# request is refused): the package part is not a package name, which no key could stand for.
+map $registry_gen_read_path $registry_gen_read_key {{
+    volatile;
+    "~^/-/(?:web/)?package/{name}" $1;
+    "~^/-/(?:web/)?package/." "";
     "~^/-/" "-";
-    "~^/(@[^/?%]+)%2[fF]([^/?]+)" $1/$2;
     "~^/{name}" $1;
-    default $request_uri;
+    "~^/." "";
+    default "-";
 }}
 """
 
 
 def server_part(check: ReadCheck) -> str:
-    """server-context lines: every read goes through the check; the check's own location."""
-    return f"""    # Read rules (registry.yaml `packages:`): see the comment at the top of this file.
+    """server-context lines: refusals, the path to decide on, the check and its own location."""
+    return f"""    # Read rules (registry.yaml `packages:`): see the comments at the top of this file.
+    if ($registry_gen_refused) {{
+        return 404;
+    }}
+    # The path this request serves, kept for the check: its subrequest shares the variables but
+    # has a $uri of its own (and runs these lines too). Set again after an internal redirect.
+    if ($uri != {READ_CHECK_PATH}) {{
+        set $registry_gen_read_path $uri;
+    }}
+    if ($registry_gen_read_key = "") {{
+        return 404;
+    }}
     auth_request {READ_CHECK_PATH};
     location = {READ_CHECK_PATH} {{
         internal;
@@ -58,9 +90,11 @@ def server_part(check: ReadCheck) -> str:
         proxy_set_header Connection "";
         proxy_set_header Host $http_host;
         proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;  # for tokens limited to networks
+        proxy_set_header {SERVED_PATH_HEADER} $registry_gen_read_path;
         proxy_set_header X-Original-URI $request_uri;
         proxy_cache {CACHE_ZONE};
-        proxy_cache_key "$registry_gen_read_key $http_authorization";
+        # The key and the address hold no space, so no other key and credential can spell this one.
+        proxy_cache_key "$registry_gen_read_key $remote_addr $http_authorization";
         proxy_cache_valid 200 401 403 {check.cache_seconds}s;
         proxy_cache_lock on;
         proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;

@@ -1,8 +1,9 @@
 """Read access at serving time: the `packages:` rules (registry_gen.access) for a request.
 
-`registry-gen serve` checks every static read in-process (`ReadGuard.protect`); behind nginx,
-the emitted config asks `READ_CHECK_PATH` with `auth_request` (the original URI in
-X-Original-URI, the client's Authorization header as it came) and caches the answer briefly.
+`registry-gen serve` checks every static read in-process (`ReadGuard.protect`), on the decoded
+path its tree serves; behind nginx, the emitted config asks `READ_CHECK_PATH` with `auth_request`
+(the path nginx serves in SERVED_PATH_HEADER, the URI as sent in X-Original-URI, the client's
+Authorization header as it came) and caches the answer briefly.
 Answers: 200 may read; 401 no valid token; 403 a token without access (nginx turns it into the
 same 404 as a missing package, so names do not leak).
 """
@@ -10,12 +11,22 @@ same 404 as a missing package, so names do not leak).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import parse_qs
 
-from registry_gen.access import ALL, ANONYMOUS, Caller, package_of_path, read_status
-from registry_gen.nginx_access import READ_CHECK_PATH
+from registry_gen.access import (
+    ALL,
+    ANONYMOUS,
+    Caller,
+    decoded_path,
+    has_dot_segment,
+    is_plain_request_path,
+    name_status,
+    package_of_served_path,
+)
+from registry_gen.nginx_access import READ_CHECK_PATH, SERVED_PATH_HEADER
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings
 from user_api import policy
@@ -31,6 +42,8 @@ _REPLIES: Final = {
     401: ("401 Unauthorized", {"error": "log in to read this package (npm login), then send the token"}),
     404: ("404 Not Found", {"error": "not found"}),
 }
+log = logging.getLogger(__name__)
+_SERVED_PATH_KEY: Final = "HTTP_" + SERVED_PATH_HEADER.upper().replace("-", "_")
 
 
 class ReadGuard:
@@ -40,6 +53,7 @@ class ReadGuard:
         self.groups = groups
         self.out_dir = settings.out_dir
         self.state_file = settings.state_file
+        self.warned_old_config = False
 
     def account(self, environ: dict[str, Any]) -> User | None:
         """The active account behind the request's Bearer token; None when there is none, it is
@@ -59,9 +73,9 @@ class ReadGuard:
         note_user(environ, user.username)
         return user
 
-    def status(self, path: str, environ: dict[str, Any]) -> int:
-        """200, 401 or 404 (registry_gen.access.read_status), asking the stores only what the rule needs."""
-        name = package_of_path(path)
+    def status(self, name: str | None, environ: dict[str, Any]) -> int:
+        """200, 401 or 404 for reading package `name` (registry_gen.access.name_status), asking
+        the stores only what the rule needs."""
         rule = self.rules.rule_for(name) if name is not None else None
         if rule is None or rule.read == ALL:
             return 200  # public: no token lookup at all
@@ -72,13 +86,14 @@ class ReadGuard:
             needs_groups = isinstance(rule.read, frozenset) and not user.is_admin
             groups = self.groups.groups_of(user.id) if needs_groups else frozenset()
             caller = Caller(user.username, groups, user.is_admin)
-        return read_status(self.rules, path, caller)
+        return name_status(self.rules, name, caller)
 
     def protect(self, app: WsgiApp) -> WsgiApp:
         """`app` (the static tree) behind the rules: 401/404 JSON replies for denied reads."""
 
         def guarded(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-            status = self.status(str(environ.get("PATH_INFO") or "/"), environ)
+            # PATH_INFO is decoded already: the very path the tree serves.
+            status = self.status(package_of_served_path(str(environ.get("PATH_INFO") or "/")), environ)
             if status == 200:
                 return app(environ, start_response)
             return _reply(start_response, status, environ.get("REQUEST_METHOD") == "HEAD")
@@ -102,14 +117,46 @@ class ReadGuard:
         return _json(start_response, "200 OK", found)
 
     def decision(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        """nginx's auth_request answer for X-Original-URI (403 stands for 404: see the module doc)."""
-        status = self.status(str(environ.get("HTTP_X_ORIGINAL_URI") or "/"), environ)
+        """nginx's auth_request answer for the path it serves (403 stands for 404: see the module doc)."""
+        path = _checked_path(environ)
+        status = 403 if path is None else self.status(package_of_served_path(path), environ)
         line = {200: "200 OK", 401: "401 Unauthorized"}.get(status, "403 Forbidden")
         headers = [("Content-Length", "0"), ("Cache-Control", "no-store")]
+        if path is None or self._from_an_old_config(environ):
+            # nginx keeps an answer for the key it files the question under; that key must be the
+            # package of the path decided on. A refusal decides about no package, and a config
+            # written before SERVED_PATH_HEADER keys by the URI as sent (`/pub/..%2fx` as `pub`),
+            # so such a config must ask for every read: nginx honours this over proxy_cache_valid.
+            headers.append(("X-Accel-Expires", "0"))
         if status == 401:
             headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))  # nginx passes it on
         start_response(line, headers)
         return []
+
+    def _from_an_old_config(self, environ: dict[str, Any]) -> bool:
+        """Whether the question comes from an nginx config without SERVED_PATH_HEADER (said once)."""
+        if _SERVED_PATH_KEY in environ:
+            return False
+        if not self.warned_old_config:
+            self.warned_old_config = True
+            log.warning(
+                "the nginx config predates %s: every read is checked uncached until it is regenerated (registry-gen host-config nginx)",
+                SERVED_PATH_HEADER,
+            )
+        return True
+
+
+def _checked_path(environ: dict[str, Any]) -> str | None:
+    """The decoded path nginx serves, to decide on; None (refuse) when a question names none, or
+    the URI as sent is spelled so that another path could be served (the config refuses those
+    first; this holds for a config written before that, which sends X-Original-URI alone)."""
+    served, sent = environ.get(_SERVED_PATH_KEY), environ.get("HTTP_X_ORIGINAL_URI")
+    if served is None and sent is None:
+        return None
+    if sent is not None and not is_plain_request_path(str(sent)):
+        return None
+    path = str(served) if served is not None else decoded_path(str(sent))
+    return None if not path.startswith("/") or has_dot_segment(path) else path
 
 
 def _json(start_response: StartResponse, status: str, body: Any) -> list[bytes]:

@@ -6,18 +6,29 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import webtest
 
-from registry_gen.access import ANONYMOUS, Caller, package_of_path, parse_rules, read_status
+from registry_gen.access import (
+    ANONYMOUS,
+    REFUSED_SPELLINGS,
+    Caller,
+    is_plain_request_path,
+    package_of_path,
+    package_of_served_path,
+    parse_rules,
+    read_status,
+)
 from registry_gen.build import run_build
 from registry_gen.cli import main as registry_gen
 from registry_gen.errors import ConfigError
 from registry_gen.hosting import nginx_site
-from registry_gen.nginx_access import ReadCheck
+from registry_gen.names import is_valid_name
+from registry_gen.nginx_access import NAME_PART, ReadCheck
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings, load_settings
 from tests.support import make_tarball
@@ -68,10 +79,40 @@ def test_rules_come_from_registry_yaml(tmp_path: Path) -> None:
         ("/-/all", None),
         ("/-/v1/search?text=secret", None),
         ("/", None),
+        ("//secret-tool", "secret-tool"),  # not a URL's authority
+        ("/secret-tool#/../plain", "secret-tool"),  # nginx's path ends at the fragment
     ],
 )
 def test_the_package_a_path_reads(path: str, name: str | None) -> None:
     assert package_of_path(path) == name
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [("/@internal/lib/-/lib-1.0.0.tgz", "@internal/lib"), ("/@internal%2flib", None), ("/secret-tool?x", "secret-tool?x"),
+     ("/-/web/package/@internal/lib/v/1.0.0/", "@internal/lib"), ("/-/package/secret-tool/dist-tags", "secret-tool")],
+)  # fmt: skip
+def test_a_served_path_is_taken_as_it_is(path: str, name: str | None) -> None:
+    """Decoded already (nginx's $uri, serve's PATH_INFO): nothing is decoded or cut again."""
+    assert package_of_served_path(path) == name
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["/x/..%2fsecret-tool", "/x/%2E%2e/secret-tool", "/x/../secret-tool", "/./secret-tool", "//secret-tool", "/x/.hidden",
+     "/x%2f..%2fsecret-tool", "/@s%2fp%2fq", "/x%2Fy", "/@s%2f/p", "/x/%0d%0aX:%201", "/x#y", "/-/all/%7f"],
+)  # fmt: skip
+def test_spellings_that_could_serve_another_path_are_refused(uri: str) -> None:
+    assert not is_plain_request_path(uri)
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["/secret-tool", "/@s%2fp", "/@s%2Fp", "/%40s%2fp", "/@s/p/-/p-1.0.0.tgz", "/-/package/@s%2fp/dist-tags",
+     "/-/web/package/@s%2Fp/", "/x/-/x-1.0.0+b.1.tgz", "/-/v1/search?text=../a%2fb//c", "/x/%252e%252e/y", "/JSONStream"],
+)  # fmt: skip
+def test_every_client_spelling_is_plain(uri: str) -> None:
+    assert is_plain_request_path(uri)
 
 
 def test_status_is_401_without_a_token_and_404_with_one_lacking_access() -> None:
@@ -160,6 +201,29 @@ def test_the_read_check_answers_nginx(registry: Registry) -> None:
     assert decision("/secret-tool/-/secret-tool-1.0.0.tgz", "bob") == 403  # nginx serves it as 404
     assert decision("/secret-tool", "alice") == 200
     assert decision("/plain", None) == 200
+    assert decision("/plain/..%2fsecret-tool", "alice") == 403  # a config without the served path: refused spellings
+
+
+def test_the_read_check_decides_on_the_path_nginx_serves(registry: Registry) -> None:
+    def decision(served: str | None, sent: str | None, who: str | None = None) -> int:
+        headers = {name: value for name, value in (("X-Registry-Gen-Path", served), ("X-Original-URI", sent)) if value is not None}
+        return _get(registry, "/-/registry-gen/read-access", who, **headers).status_int
+
+    assert decision("/@internal/lib", "/@internal%2flib") == 401  # decoded: the path served
+    assert decision("/@internal/lib", "/@internal%2flib", "bob") == 200
+    assert decision("/secret-tool", "/plain/%2e%2e/secret-tool", "alice") == 403  # refused as sent, whoever asks
+    assert decision("/plain/../secret-tool", "/plain", "alice") == 403  # nginx resolves dot segments: never decided
+    assert decision("/secret-tool", None) == 401 and decision("/plain", None) == 200
+    assert decision(None, None) == 403  # a question without a path: nothing is allowed
+
+    def kept(served: str | None, sent: str) -> bool:  # whether nginx may cache the answer
+        headers = {"X-Original-URI": sent, **({"X-Registry-Gen-Path": served} if served else {})}
+        return "X-Accel-Expires" not in _get(registry, "/-/registry-gen/read-access", None, **headers).headers
+
+    assert kept("/secret-tool", "/secret-tool") and kept("/plain", "/plain")
+    assert not kept("/secret-tool", "/plain/..%2fsecret-tool")  # a refusal is about no package
+    # A config without the served path keys by the URI as sent: none of its answers may be kept.
+    assert not kept(None, "/plain") and not kept(None, "/secret-tool")
 
 
 def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
@@ -193,9 +257,18 @@ def test_nginx_config_checks_reads_through_the_api(tmp_path: Path) -> None:
     site = nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874", read_check=ReadCheck("/var/cache/x", 7))
     assert "auth_request /-/registry-gen/read-access;" in site and "proxy_cache_valid 200 401 403 7s;" in site
     assert "error_page 403 =404 @registry_gen_404;" in site
+    assert "proxy_set_header X-Registry-Gen-Path $registry_gen_read_path;" in site  # $uri, the path served
+    assert all(f'"~^[^?]*(?:{pattern})" 1;' in site for pattern in REFUSED_SPELLINGS)
     with pytest.raises(ValueError, match="API"):
         nginx_site(tmp_path, "127.0.0.1:8080", None, read_check=ReadCheck("/var/cache/x"))
     assert "auth_request" not in nginx_site(tmp_path, "127.0.0.1:8080", "127.0.0.1:4874")
+
+
+def test_the_nginx_cache_key_takes_every_character_of_a_package_name() -> None:
+    """A name nginx cannot key is refused (so keys hold no space): it must be no name we host."""
+    for code in range(32, 127):
+        name = "a" + chr(code)
+        assert (re.fullmatch(NAME_PART, name) is not None) == is_valid_name(name, legacy=True), name
 
 
 def test_deploy_refuses_private_packages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -164,6 +164,14 @@ def test_missing_and_private_paths_are_json_404s(served: Served, path: str) -> N
     assert request(served.base, "HEAD", path).status == 404
 
 
+@pytest.mark.parametrize("path", ["/plain-dep/../../x", "/plain-dep/..%2f..%2fx", "/x%00"])
+def test_paths_nginx_cannot_parse_are_json_400s(served: Served, path: str) -> None:
+    """nginx refuses these itself, before any location; the answer was a 500 (a named error
+    location needs a URI, and these have none)."""
+    reply = request(served.base, "GET", path)
+    assert (reply.status, reply.header("Content-Type"), reply.json) == (400, "application/json", {"error": "bad request"})
+
+
 def test_build_state_is_never_served(served: Served) -> None:
     state = served.tree.with_name(served.tree.name + ".state")
     assert (state / "state.sqlite3").is_file(), "the build keeps its state beside the tree"

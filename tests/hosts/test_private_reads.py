@@ -8,6 +8,7 @@ the install fails with 401, and with bob's token `secret-tool` fails with 404.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -28,6 +30,7 @@ from tests.hosts.clients import ClientRun
 from tests.hosts.conftest import CellPackages
 from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
 from tests.registry_api.helpers import RegistryProcess, add_user
+from tests.registry_api.helpers import http as http_request
 from tests.support import make_tarball
 
 pytestmark = pytest.mark.slow
@@ -37,7 +40,8 @@ PRIVATE = ("@internal/secret-lib", "secret-tool")
 # How each client reports a 401: npm and pnpm give the status, yarn 1 the body of our reply
 # (serve's, or nginx's JSON error page).
 UNAUTHORIZED = ("401", "log in to read this package", "authentication required")
-NOT_FOUND = ("404", ': not found')  # the second: yarn 1 quoting our {"error":"not found"}
+NOT_FOUND = ("404", ': not found')
+PRIVATE_README = "PRIVATE-README-MARKER"  # in the private packages' documents and HTML pages  # the second: yarn 1 quoting our {"error":"not found"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class PrivateRegistry:
     kind: str
     base: str
     tokens: dict[str, str]
+    tree: Path
     decision_cache: Path | None = None  # nginx's cache of read decisions
 
 
@@ -52,8 +57,9 @@ def _prepare(root: Path, cell_content: tuple[Path, CellPackages], base_url: str 
     """content/ (the public cell packages and the two private ones) and registry.yaml in `root`."""
     content = root / "content"
     shutil.copytree(cell_content[0], content)
-    make_tarball(content / "internal", "@internal/secret-lib", "1.0.0", files={"index.js": "module.exports = 'internal';\n"})
-    make_tarball(content / "secret", "secret-tool", "1.0.0", files={"index.js": "module.exports = 'secret';\n"})
+    for folder, name in (("internal", PRIVATE[0]), ("secret", PRIVATE[1])):
+        files = {"index.js": f"module.exports = {name!r};\n", "README.md": f"# {name}\n\n{PRIVATE_README}\n"}
+        make_tarball(content / folder, name, "1.0.0", files=files)
     base = f"base_url: {base_url}\n" if base_url else ""
     (root / "registry.yaml").write_text(f"content_dir: content\nout_dir: public\ndata_dir: data\n{base}signup: open\n{RULES}")
     return root / "registry.yaml"
@@ -71,7 +77,7 @@ def serve_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[
     config = _prepare(root, cell_content)
     process = RegistryProcess(root).start()  # reads root/registry.yaml (its working folder)
     try:
-        yield PrivateRegistry("serve", process.base, _accounts(process.base, config))
+        yield PrivateRegistry("serve", process.base, _accounts(process.base, config), process.out)
     finally:
         process.stop()
 
@@ -94,7 +100,7 @@ def nginx_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[
         wait_for_port(api_port, api, deadline=60)
         upstream = f"127.0.0.1:{api_port}"
         with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=upstream, extra_args=["--config", str(config)]):
-            yield PrivateRegistry("nginx+api", base, _accounts(base, config), root / "nginx" / "read_cache")
+            yield PrivateRegistry("nginx+api", base, _accounts(base, config), root / "public", root / "nginx" / "read_cache")
     finally:
         stop_process(api)
         log.close()
@@ -159,6 +165,147 @@ def test_nginx_asks_once_per_package_and_credential(nginx_private: PrivateRegist
     for path in ("@internal%2fsecret-lib", "@internal/secret-lib", "@internal/secret-lib/-/secret-lib-1.0.0.tgz"):
         assert _status(nginx_private.base + path, token)[0] == 200
     assert len(entries() - before) == 1
+
+
+# Issue 26: reads of a private package spelled through a public package's path. nginx used to
+# judge the URI as sent (package `pub`) and serve the normalised one (`secret-tool`). {P}: a public
+# package; {S}: secret-tool (group-a only); {L}: @internal/secret-lib (any account).
+ABBREVIATED = {"Accept": "application/vnd.npm.install-v1+json"}
+RANGE = {"Range": "bytes=0-99"}
+TARBALL = "{S}/-/{S}-1.0.0.tgz"
+ATTACKS: list[tuple[str, str, dict[str, str]]] = [
+    *(("GET", target, {}) for target in (
+        # documents: encoded and plain dot segments, case, empty segments, escapes
+        "/{P}/..%2f{S}", "/{P}/..%2F{S}", "/{P}/%2e%2e/{S}", "/{P}/%2E%2E/{S}", "/{P}/.%2e/{S}", "/{P}/%2E./{S}",
+        "/{P}/../{S}", "/{P}/./../{S}", "/{P}%2f..%2f{S}", "/{P}/..//{S}", "//{S}", "/./{S}", "/%2e/{S}",
+        "/{P}/..%2f{S}/", "/{P}/..%2f{S}?write=true", "/@x%2f..%2f{S}", "/{P}/..%2f{S}%0d%0aX-Leak:%201",
+        "/{P}/..%252f{S}", "/{P}/..%5c{S}", "/{P}/..%2fSECRET-TOOL",
+        "/{P}/..%2f@internal%2fsecret-lib", "/{P}/..%2F@internal%2Fsecret-lib", "/{P}/../@internal/secret-lib",
+        "/{P}/..%2f%40internal%2fsecret-lib", "/{P}/..%2f@internal/secret-lib",
+        # tarballs
+        "/{P}/../" + TARBALL, "/{P}/..%2f" + TARBALL, "/{P}/%2e%2e/" + TARBALL, "/{P}/-/..%2f..%2f" + TARBALL,
+        "//" + TARBALL, "/{P}/../@internal/secret-lib/-/secret-lib-1.0.0.tgz",
+        # dist-tag files
+        "/{P}/..%2f{S}/latest", "/{P}/../@internal/secret-lib/latest", "/-/package/{P}/..%2f{S}/dist-tags",
+        "/-/package/{P}%2f..%2f{S}/dist-tags", "/-/package/./{S}/dist-tags", "/-/package/{P}/../@internal/secret-lib/dist-tags",
+        # HTML pages (the README is on them)
+        "/-/web/package/{P}/..%2f{S}/", "/-/web/package/{P}/..%2f{S}/index.html", "/-/web/package/{P}/%2e%2e/{S}/",
+        "/-/web/package/{P}/../{S}/", "/-/web/package/{P}/..%2f@internal%2fsecret-lib/", "/-/web/../web/package/{S}/",
+        "/-/./web/package/{S}/", "/-/web/package/{P}/..%2f{S}/v/1.0.0/", "//-/web/package/{S}/",
+    )),  # fmt: skip
+    ("GET", "/{P}/..%2f{S}", ABBREVIATED),
+    ("GET", "/{P}/../{S}", ABBREVIATED),
+    ("GET", "/{P}/..%2f@internal%2fsecret-lib", ABBREVIATED),
+    ("HEAD", "/{P}/..%2f{S}", {}),
+    ("HEAD", "/{P}/../" + TARBALL, {}),
+    ("HEAD", "/-/web/package/{P}/..%2f{S}/", {}),
+    ("GET", "/{P}/../" + TARBALL, RANGE),
+    ("GET", "/{P}/..%2F" + TARBALL, RANGE),
+]
+
+
+def _raw(base: str, method: str, target: str, headers: dict[str, str], source: str | None = None) -> tuple[int, bytes]:
+    """One request with `target` sent exactly as written (http.client neither decodes nor
+    normalises it: curl's --path-as-is), from the loopback address `source` if given."""
+    address = urlsplit(base)
+    bound = None if source is None else (source, 0)
+    connection = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port, timeout=30, source_address=bound)
+    try:
+        connection.request(method, target, headers=headers)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    finally:
+        connection.close()
+
+
+def _private_bytes(tree: Path) -> list[bytes]:
+    """Every file of the private packages in the served tree (documents, tarballs, tag files, pages)."""
+    folders = [tree / name for name in PRIVATE] + [tree / "-/package" / name for name in PRIVATE]
+    folders += [tree / "-/web/package" / name for name in PRIVATE]
+    return [path.read_bytes() for folder in folders for path in folder.rglob("*") if path.is_file() and path.suffix != ".gz"]
+
+
+@pytest.mark.parametrize("registry_kind", list(REGISTRIES))
+def test_private_packages_cannot_be_read_through_another_path(registry_kind: str, request: pytest.FixtureRequest) -> None:
+    """Every spelling of a private read through a public package's path, anonymously: 401 or a
+    JSON 404, never a byte of the private packages."""
+    registry: PrivateRegistry = request.getfixturevalue(REGISTRIES[registry_kind])
+    public = request.getfixturevalue("cell_content")[1].transitive
+    secrets = _private_bytes(registry.tree)
+    assert len(ATTACKS) >= 30 and len(secrets) > 10
+    assert _raw(registry.base, "GET", f"/{public}", {})[0] == 200  # the path the attacks go through is readable
+    leaks = []
+    for method, template, headers in ATTACKS:
+        target = template.replace("{P}", public).replace("{S}", PRIVATE[1])
+        status, body = _raw(registry.base, method, target, headers)
+        shown = any(secret[:64] in body or (body and body in secret) for secret in secrets) or PRIVATE_README.encode() in body
+        if status not in (401, 404) or shown or (method == "GET" and "error" not in json.loads(body)):
+            leaks.append(f"{method} {target} {headers}: {status} {body[:60]!r}")
+    assert leaks == []
+
+
+@pytest.mark.parametrize("registry_kind", list(REGISTRIES))
+def test_reads_in_every_client_spelling_still_work(registry_kind: str, request: pytest.FixtureRequest) -> None:
+    """What the refusals must not touch: a scoped name's one %2f or %2F, documents, tarballs
+    (HEAD, Range), tag files and HTML pages, public anonymously and private with a token."""
+    registry: PrivateRegistry = request.getfixturevalue(REGISTRIES[registry_kind])
+    cell: CellPackages = request.getfixturevalue("cell_content")[1]
+    tree, alice = registry.tree, {"Authorization": f"Bearer {registry.tokens['alice']}"}
+    lib, scoped = "@internal/secret-lib", cell.direct[1]
+    expected = {
+        **{f"/{spelling}": f"{lib}/index.html" for spelling in ("@internal%2fsecret-lib", "@internal%2Fsecret-lib", lib, "%40internal%2fsecret-lib")},
+        f"/{lib}/-/secret-lib-1.0.0.tgz": f"{lib}/-/secret-lib-1.0.0.tgz",
+        "/secret-tool/latest": "secret-tool/latest/index.html",
+        "/-/package/secret-tool/dist-tags": "-/package/secret-tool/dist-tags",
+        "/-/package/@internal%2fsecret-lib/dist-tags": f"-/package/{lib}/dist-tags",
+        "/-/web/package/secret-tool/": "-/web/package/secret-tool/index.html",
+        "/-/web/package/@internal%2Fsecret-lib/": f"-/web/package/{lib}/index.html",
+        f"/-/web/package/{lib}/v/1.0.0/": f"-/web/package/{lib}/v/1.0.0/index.html",
+    }  # fmt: skip
+    for target, relative in expected.items():
+        assert _raw(registry.base, "GET", target, alice) == (200, (tree / relative).read_bytes()), target
+        assert _raw(registry.base, "GET", target, {})[0] == 401, target  # the same read, anonymously
+    assert PRIVATE_README.encode() in (tree / "-/web/package/secret-tool/index.html").read_bytes()
+    abbreviated = _raw(registry.base, "GET", "/secret-tool", {**alice, **ABBREVIATED})
+    assert abbreviated == (200, (tree / "secret-tool/abbreviated.json").read_bytes())
+    tarball = (tree / "secret-tool/-/secret-tool-1.0.0.tgz").read_bytes()
+    assert _raw(registry.base, "HEAD", "/secret-tool/-/secret-tool-1.0.0.tgz", alice) == (200, b"")
+    ranged = _raw(registry.base, "GET", "/secret-tool/-/secret-tool-1.0.0.tgz", {**alice, **RANGE})
+    assert ranged in ((206, tarball[:100]), (200, tarball))  # serve ignores Range, as HTTP allows
+    for spelling in (scoped.replace("/", "%2f"), scoped.replace("/", "%2F"), scoped):
+        assert _raw(registry.base, "GET", f"/{spelling}", {}) == (200, (tree / scoped / "index.html").read_bytes()), spelling
+    document = json.loads((tree / cell.transitive / "index.html").read_bytes())
+    public_tarball = urlsplit(document["versions"][cell.transitive_version]["dist"]["tarball"]).path
+    assert _raw(registry.base, "GET", public_tarball, {}) == (200, (tree / public_tarball.lstrip("/")).read_bytes())
+    for page in (f"/-/web/package/{scoped}/", f"/-/web/package/{cell.transitive}/", "/-/web/"):
+        assert _raw(registry.base, "GET", page, {})[0] == 200, page
+
+
+def test_nginx_keeps_each_decision_for_one_client_address(nginx_private: PrivateRegistry) -> None:
+    """A token limited to 127.0.0.1: its 200 there, cached, is not reused for the same token
+    used from 127.0.0.2 a moment later (within --read-cache-seconds)."""
+    password_token = add_user(nginx_private.base, "dave", "dave-password-1")
+    reply = http_request(
+        "POST", nginx_private.base + "-/npm/v1/tokens", token=password_token,
+        body={"password": "dave-password-1", "cidr_whitelist": ["127.0.0.1/32"]},
+    )  # fmt: skip
+    assert reply.status == 201, reply.body
+    limited = {"Authorization": f"Bearer {reply.json['token']}"}
+    assert _raw(nginx_private.base, "GET", "/@internal%2fsecret-lib", limited, source="127.0.0.1")[0] == 200
+    assert _raw(nginx_private.base, "GET", "/@internal%2fsecret-lib", limited, source="127.0.0.2")[0] == 401
+    assert _raw(nginx_private.base, "GET", "/@internal/secret-lib/-/secret-lib-1.0.0.tgz", limited, source="127.0.0.2")[0] == 401
+
+
+def test_nginx_refuses_paths_it_would_serve_elsewhere(nginx_private: PrivateRegistry, cell_content: tuple[Path, CellPackages]) -> None:
+    """Spellings nginx resolves away itself are refused too: a fragment (nginx serves the path
+    before it), climbing above the root (nginx's own 400, before any read)."""
+    public = cell_content[1].transitive
+    assert _raw(nginx_private.base, "GET", f"/{public}", {})[0] == 200
+    status, body = _raw(nginx_private.base, "GET", f"/{public}#/../{PRIVATE[1]}", {})
+    assert status == 404 and json.loads(body) == {"error": "not found"}
+    for target in (f"/{public}/..%2f..%2f{PRIVATE[1]}", f"/@internal%2f..%2f..%2f{PRIVATE[1]}"):
+        status, body = _raw(nginx_private.base, "GET", target, {})
+        assert status in (400, 404) and "error" in json.loads(body), target
 
 
 @pytest.mark.parametrize("registry_kind", list(REGISTRIES))
