@@ -1171,6 +1171,8 @@ def run_build(
 
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
+    Each is a key relative to content/ (as ContentStorage names it) or an absolute path: never
+    `content_dir / key`, which is relative to the working folder when content_dir is.
     `on_lock_wait` is called once when another process holds the lock and this build waits.
     `full`: write every package again (after a key rotation: re-sign everything with the new key).
     `defer_whole`: leave -/all and -/search.json, which list every package, to an IndexRefresher
