@@ -13,7 +13,7 @@ owner rules of the write API.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -89,6 +89,22 @@ class AccessRules:
     def may_read(self, name: str, caller: Caller) -> bool:
         rule = self.rule_for(name)
         return rule is None or rule.allows(caller)
+
+    def public_only(self, names: Container[str]) -> Container[str]:
+        """`names` as a static page may name them: a page is the same file for every reader, so it
+        lists or links only what anyone may read."""
+        return PublicNames(names, self) if self.in_force else names
+
+
+@dataclass(frozen=True)
+class PublicNames:
+    """The names of `names` that anyone may read (AccessRules.public_only)."""
+
+    names: Container[str]
+    rules: AccessRules
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.names and self.rules.is_public(name)
 
 
 def _read_value(pattern: str, value: Any) -> str | frozenset[str]:

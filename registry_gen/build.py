@@ -575,14 +575,24 @@ def _meta_of(settings: Settings, state: BuildState, name: str) -> PackageMeta | 
     return None
 
 
+def _releases_of(state: BuildState, name: str) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
+    """_choose_releases over the state's records of `name` (its damaged archives are looked up
+    only when a served version has no readable one left)."""
+    records, live = state.archives_of(name), state.live_of(name)
+    unsourced = live.keys() - {record.version for record in records}
+    return _choose_releases(name, records, live, state.damaged_sources(name) if unsourced else ())
+
+
 def _choose_releases(
-    name: str, records: list[ArchiveRecord], live: dict[str, ArchiveRecord]
+    name: str, records: list[ArchiveRecord], live: dict[str, ArchiveRecord], damaged: Iterable[tuple[str, str]] = ()
 ) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
     """version -> record for one package (records by path), and the refusals as (path, reason).
 
     A version already served (`live`) keeps the bytes it was published with: an archive with
-    other bytes for it is refused by path, whether it came beside the original or over it. A
-    version never served that comes with two different tarballs is refused altogether."""
+    other bytes for it is refused by path, whether it came beside the original or over it, and so
+    is its archive when it can no longer be read (`damaged`: (version, path)); only removing it
+    removes the version. A version never served that comes with two different tarballs is
+    refused altogether."""
     by_version: dict[str, list[ArchiveRecord]] = defaultdict(list)
     for record in records:
         if record.version:
@@ -602,6 +612,11 @@ def _choose_releases(
             issues.extend((c.path, f"{name}@{version} comes from archives with different bytes: {paths}") for c in candidates)
         else:
             chosen[version] = candidates[0]
+    for version, path in damaged:
+        published = live.get(version)
+        if published is not None and version not in by_version:
+            chosen[version] = dataclasses.replace(published, path="")  # the tree's copy, as above
+            issues.append((path, _damaged_reason(name, version)))
     return chosen, issues
 
 
@@ -615,6 +630,13 @@ def _newcomer_reason(name: str, version: str, published: ArchiveRecord) -> str:
     return (
         f"{name}@{version} is already published with other bytes ({published.integrity}); the published "
         "version is kept and this archive is refused: remove it, or give it a new version number"
+    )
+
+
+def _damaged_reason(name: str, version: str) -> str:
+    return (
+        f"{name}@{version} was published from this archive, which can no longer be read; the published version "
+        "is kept: put the original archive back, or remove this file to remove the version"
     )
 
 
@@ -747,7 +769,7 @@ def _refresh_dependents(run: _Run, names: set[str], registry_names: AbstractSet[
             packument = json.loads((settings.out_dir / package_dir(name) / PACKUMENT_FILE).read_bytes())
         except (OSError, ValueError):
             continue  # not written (an error is reported for it); its next build renders it whole
-        releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
+        releases, _ = _releases_of(state, name)
         latest = releases.get(packument.get("dist-tags", {}).get("latest"))
         page = site.package_page(
             packument,
@@ -1171,6 +1193,8 @@ def run_build(
 
     `changed`: when the caller knows exactly which files of content/ it added, replaced or
     removed (the write API, watch mode), only those are looked at; None stats all of content/.
+    Each is a key relative to content/ (as ContentStorage names it) or an absolute path: never
+    `content_dir / key`, which is relative to the working folder when content_dir is.
     `on_lock_wait` is called once when another process holds the lock and this build waits.
     `full`: write every package again (after a key rotation: re-sign everything with the new key).
     `defer_whole`: leave -/all and -/search.json, which list every package, to an IndexRefresher
@@ -1373,6 +1397,8 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
     pending: list[tuple[str, CachedManifest]] = []
     for record, body in _read_changed(run.settings, changes.archives, run.progress):
         previous = state.archive(record.path)
+        if record.error is not None:  # damaged: it keeps what it held, so a version published from it stays served
+            record.name, record.version = _held_before(state, previous, record.path)
         touched.update(n for n in (previous.name if previous else None, record.name) if n)
         if previous and previous.shasum != record.shasum:
             _drop_tarball(run, previous.shasum)
@@ -1386,6 +1412,13 @@ def _read(run: _Run, changes: ContentChanges) -> set[str]:
     run.result.archives_read = len(changes.archives)
     _update_metas(run.settings, state, changes, run.errors, touched)
     return affected
+
+
+def _held_before(state: BuildState, previous: ArchiveRecord | None, path: str) -> tuple[str | None, str | None]:
+    """The name and version an archive held when it could last be read (none: it never could)."""
+    if previous is not None:
+        return previous.name, previous.version
+    return state.forgotten_archive(path) or (None, None)
 
 
 def _drop_tarball(run: _Run, shasum: str | None) -> None:
@@ -1404,7 +1437,7 @@ def _plan_package(settings: Settings, state: BuildState, name: str, broken: bool
     was_present = bool(previous and previous["present"])
     if broken:
         return PackagePlan(name, Action.KEEP, was_present, was_present)
-    releases, refusals = _choose_releases(name, state.archives_of(name), state.live_of(name))
+    releases, refusals = _releases_of(state, name)
     try:
         meta = _meta_of(settings, state, name)
     except (InvalidManifest, OSError) as exc:
@@ -1618,7 +1651,7 @@ def _incoming_links(run: _Run, names: list[str]) -> dict[str, list[str]]:
 
 def _predicted_links(run: _Run, name: str) -> list[str]:
     """The names the page of `name` will link to once written, from its latest manifest."""
-    releases, _ = _choose_releases(name, run.state.archives_of(name), run.state.live_of(name))
+    releases, _ = _releases_of(run.state, name)
     meta = _meta_of(run.settings, run.state, name)
     tags = choose_dist_tags(releases, (meta or PackageMeta(name=name)).dist_tags)
     if not tags:
@@ -1647,7 +1680,7 @@ def _jobs(
     fresh_times, meta_times = times_found
     for name in names:
         previous = state.package(name)
-        releases, _ = _choose_releases(name, state.archives_of(name), state.live_of(name))
+        releases, _ = _releases_of(state, name)
         meta = _meta_of(settings, state, name)
         times, fresh = _resolve_times(releases, meta, state.times_of(name))
         if fresh:

@@ -397,6 +397,10 @@ class BuildState:
     def forget_content(self) -> None:
         """Every archive and meta file will be read again (new generator or settings)."""
         self.db.execute("DELETE FROM folders")
+        # So does what each archive held: one that can no longer be read keeps the version it was
+        # published from served through a full build too (forgotten_archive, damaged_sources).
+        self.db.execute("DROP TABLE IF EXISTS temp.forgotten_archives")
+        self.db.execute("CREATE TEMP TABLE forgotten_archives AS SELECT path, name, version FROM archives WHERE name IS NOT NULL")
         self.db.execute("DELETE FROM archives")
         # Which package each meta file was for outlives its row: a file now invalid keeps that
         # package at its last good tree through a full build too (forgotten_meta_name).
@@ -468,6 +472,19 @@ class BuildState:
             f"SELECT {_ARCHIVE_COLUMNS} FROM archives WHERE name = ? AND error IS NULL ORDER BY path", (name,)
         )
         return [_record(row) for row in rows]
+
+    def damaged_sources(self, name: str) -> list[tuple[str, str]]:
+        """(version, path) of each archive that held `name`@version and can no longer be read (it
+        keeps the name and version it held when it last could: build._read)."""
+        rows = self.db.execute("SELECT version, path FROM archives WHERE name = ? AND error IS NOT NULL ORDER BY path", (name,))
+        return [(version, path) for version, path in rows if version]
+
+    def forgotten_archive(self, path: str) -> tuple[str, str] | None:
+        """(name, version) an archive held before this build forgot the content (forget_content)."""
+        if self.db.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'forgotten_archives'").fetchone() is None:
+            return None
+        row = self.db.execute("SELECT name, version FROM temp.forgotten_archives WHERE path = ?", (path,)).fetchone()
+        return (row[0], row[1]) if row else None
 
     def archive_errors(self) -> list[tuple[str, str]]:
         return list(self.db.execute("SELECT path, error FROM archives WHERE error IS NOT NULL ORDER BY path"))

@@ -58,7 +58,7 @@ def claim_package(settings: Settings, name: str, username: str, email: str | Non
         if changed is not None:
             write_meta(storage, key, changed)
     if changed is not None:
-        run_build(settings, changed=[settings.content_dir / key])
+        run_build(settings, changed=[key])  # a key of content/, as the build takes it
     return changed is not None
 
 
@@ -82,5 +82,5 @@ def erase_maintainer_email(settings: Settings, username: str) -> list[str]:
                 write_meta(storage, key, dataclasses.replace(meta, maintainers=people))
                 changed.append(key)
     if changed:
-        run_build(settings, changed=[settings.content_dir / key for key in changed])
+        run_build(settings, changed=changed)
     return changed

@@ -79,4 +79,6 @@ class RegistryReader:
         keys = [archive_key(name, version)]
         with self._build_state() as state:
             keys += [r.path for r in state.archives_of(name) if r.version == version and r.path not in keys]
+            # One that can no longer be read still serves the version (build._choose_releases): it goes too.
+            keys += [path for held, path in state.damaged_sources(name) if held == version and path not in keys]
         return [k for k in keys if self.storage.exists(k)]

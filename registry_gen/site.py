@@ -12,7 +12,7 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -383,7 +383,7 @@ class PackageSite:
     keys: dict[str, str]
 
 
-def _dependencies(latest: Mapping[str, Any], root: str, registry_names: Collection[str]) -> list[tuple[str, list[Dependency]]]:
+def _dependencies(latest: Mapping[str, Any], root: str, registry_names: Container[str]) -> list[tuple[str, list[Dependency]]]:
     groups = []
     for kind, title in DEPENDENCY_KINDS:
         deps = latest.get(kind)
@@ -449,7 +449,7 @@ def _declaration_candidates(manifest: Mapping[str, Any]) -> set[str]:
 
 
 def types_badge(
-    manifest: Mapping[str, Any], files: Sequence[tuple[str, int]] | None, root: str, registry_names: Collection[str]
+    manifest: Mapping[str, Any], files: Sequence[tuple[str, int]] | None, root: str, registry_names: Container[str]
 ) -> dict[str, Any] | None:
     """How the package is typed: its own declarations (`types`/`typings`, or a bundled .d.ts where
     TypeScript finds it), else a DefinitelyTyped package present in this registry, else None."""
@@ -545,13 +545,15 @@ def package_context(
     packument: Mapping[str, Any],
     settings: Settings,
     *,
-    registry_names: Collection[str],
+    registry_names: Container[str],
     tarball_sizes: Mapping[str, int],
     dependents: Sequence[str] = (),
     latest_files: Sequence[tuple[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """Everything package.html needs, computed once here so templates stay simple to restyle."""
+    """Everything package.html needs, computed once here so templates stay simple to restyle.
+    Like every static page it names other packages only when anyone may read them."""
     name = packument["name"]
+    registry_names = settings.packages.public_only(registry_names)
     root = relative_root(package_page_path(name))
     latest = latest_manifest(packument)
     versions = _versions(packument, root, root + "../../", tarball_sizes)
@@ -567,7 +569,7 @@ def package_context(
         "readme": readme_html(packument.get("readme"), packument.get("readmeFilename"), packument),
         "versions": versions,
         "dependency_groups": _dependencies(latest, root, registry_names),
-        "dependents": [(n, page_href(root, n)) for n in sorted(dependents)],
+        "dependents": [(n, page_href(root, n)) for n in sorted(dependents) if settings.packages.is_public(n)],
         "bin": bin_commands(latest),
         "engines": engines(latest),
         "types": types_badge(latest, latest_files, root, registry_names) if latest else None,
@@ -594,12 +596,13 @@ def version_context(
     settings: Settings,
     extras: VersionExtras,
     *,
-    registry_names: Collection[str],
+    registry_names: Container[str],
     tarball_size: int | None,
     page_path: str,
 ) -> dict[str, Any]:
     """What version.html and files.html need for one version (its own README, manifest, files)."""
     name = packument["name"]
+    registry_names = settings.packages.public_only(registry_names)
     root = relative_root(page_path)
     manifest = packument["versions"][version]
     dist = manifest.get("dist", {})
@@ -634,13 +637,14 @@ def version_context(
 
 
 def version_page_key(
-    packument: Mapping[str, Any], version: str, settings: Settings, registry_names: Collection[str], tarball_size: int | None
+    packument: Mapping[str, Any], version: str, settings: Settings, registry_names: Container[str], tarball_size: int | None
 ) -> str:
     """Changes whenever a version's pages would: its manifest (whose shasum fixes README and
     files), tags, time, size, which of its dependencies are here, the settings and templates."""
     described, folders = _settings_key(settings)
     if folders not in _asset_versions:
         template_fingerprint(settings)
+    registry_names = settings.packages.public_only(registry_names)  # as version_context links them
     manifest = packument["versions"][version]
     linked = sorted(n for kind, _ in DEPENDENCY_KINDS if isinstance(manifest.get(kind), Mapping) for n in manifest[kind] if n in registry_names)
     typed = types_package(packument["name"]) in registry_names
@@ -670,7 +674,7 @@ def version_pages(
     settings: Settings,
     extras: VersionExtras,
     *,
-    registry_names: Collection[str],
+    registry_names: Container[str],
     tarball_size: int | None,
 ) -> dict[str, bytes]:
     """One version's page and its file list page."""
@@ -688,7 +692,7 @@ def package_page(
     packument: Mapping[str, Any],
     settings: Settings,
     *,
-    registry_names: Collection[str],
+    registry_names: Container[str],
     tarball_sizes: Mapping[str, int],
     dependents: Sequence[str] = (),
     latest_files: Sequence[tuple[str, int]] | None = None,
@@ -704,7 +708,7 @@ def render_package_site(
     packument: Mapping[str, Any],
     settings: Settings,
     *,
-    registry_names: Collection[str] = frozenset(),
+    registry_names: Container[str] = frozenset(),
     tarball_sizes: Mapping[str, int] | None = None,
     dependents: Sequence[str] = (),
     extras: ExtrasLoader | None = None,
@@ -739,7 +743,7 @@ def package_pages(
     packument: Mapping[str, Any],
     settings: Settings,
     *,
-    registry_names: Collection[str] | None = None,
+    registry_names: Container[str] | None = None,
     tarball_sizes: Mapping[str, int] | None = None,
     dependents: Sequence[str] = (),
     extras: ExtrasLoader | None = None,

@@ -238,8 +238,9 @@ class Importer:
             return
         # An import is an explicit write into content/: a registry that starts from one has none yet.
         self.settings.content_dir.mkdir(parents=True, exist_ok=True)
-        changed = [self.settings.content_dir / key for key in self.touched] if self.settings.state_file.exists() else None
-        result = run_build(self.settings, changed=changed)
+        # The keys as the storage wrote them (relative to content/): `content_dir / key` is a path
+        # relative to the working folder when content_dir is, which the build would not find.
+        result = run_build(self.settings, changed=list(self.touched) if self.settings.state_file.exists() else None)
         self.summary.skipped += [Skipped("build", str(issue), error=True) for issue in result.errors]
 
     def report_unresolved(self) -> None:

@@ -128,6 +128,9 @@ class RegistryProcess:
     process: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     extra_args: tuple[str, ...] = ()
+    # `registry-gen serve` with no options, as a user runs it: root's registry.yaml says everything
+    # (relative content_dir and out_dir, port, base_url).
+    config_only: bool = False
 
     @property
     def content(self) -> Path:
@@ -144,9 +147,10 @@ class RegistryProcess:
             config.write_text("signup: open\n")  # these tests sign users up with npm adduser
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         env["PYTHONUNBUFFERED"] = "1"
+        where = () if self.config_only else (
+            str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", "0", "--threads", "8")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry_gen", "serve", str(self.content), "--out", str(self.out),
-             "--host", "127.0.0.1", "--port", "0", "--threads", "8", *self.extra_args],
+            [sys.executable, "-m", "registry_gen", "serve", *where, *self.extra_args],
             cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
