@@ -188,12 +188,20 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
     app.command("check")(check_command)
     if invoked in CORE_COMMANDS:
         return app
+    # Here, not at the top: `build` and `check` (returned above) need none of them.
+    from registry_gen import (
+        commands_advisory,
+        commands_host_config,
+        commands_import,
+        commands_init,
+        commands_keys,
+        commands_verify,
+        commands_watch,
+    )
     from registry_gen.plugins import entry_points
 
-    for extra in ("init", "watch", "verify", "host_config", "import", "keys", "advisory"):
-        module = _optional_module(f"registry_gen.commands_{extra}")
-        if module is not None:
-            module.register(app, settings_from_options)
+    for module in (commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory):
+        module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):
         try:
             register = entry.load()
@@ -203,17 +211,6 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
             continue
         register(app, settings_from_options)
     return app
-
-
-def _optional_module(name: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return None
-        raise
 
 
 def invoked_name(args: Sequence[str]) -> str | None:
