@@ -138,6 +138,24 @@ def default_base_url_warning(settings: Settings) -> str | None:
     )
 
 
+def loopback_address(url: str) -> tuple[str, int] | None:
+    """(host, port) of `url` when it names this machine (localhost, 127.0.0.0/8, ::1), else None:
+    then the server answers it only on that port, while a public name may sit in front of it
+    (nginx) on another one."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if host != "localhost" and not host.endswith(".localhost") and not ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a name that is not an address, or a port out of range
+        return None
+    return host, port
+
+
 _PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
 _NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
