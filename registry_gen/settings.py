@@ -85,6 +85,8 @@ class Settings:
     # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
     # this machine reaches; `build` warns, `serve` derives it from the address it binds).
     base_url_given: bool = field(default=False, compare=False)
+    # `warning:` lines about the config file itself (a key set twice), for the CLI to print.
+    config_warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -250,32 +252,81 @@ def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
     return values
 
 
+# The command-line spelling of the settings an option can set, for errors about a value given there.
+OPTION_NAMES = {"base_url": "--base-url", "host": "--host", "port": "--port", "out_dir": "--out", "check_profile": "--profile"}
+
+
+def repeated_keys(lines_by_key: dict[str, list[int]], source: Path) -> list[str]:
+    """One `warning:` line per key a mapping sets more than once, with its lines. YAML keeps the
+    last value: still so, but said (a second `signing_key:` appended below init's used to win silently)."""
+    warnings = []
+    for key, lines in lines_by_key.items():
+        if len(lines) > 1:
+            shown = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
+            warnings.append(
+                f"warning: {source}: {key} is set more than once (lines {shown}); the last one (line {lines[-1]}) "
+                "is used: keep only one"
+            )
+    return warnings
+
+
+def read_config(path: Path) -> tuple[Any, list[str]]:
+    """The YAML document in `path`, and a warning per key set twice in one of its mappings."""
+    import yaml  # here, not at the top: `registry-gen --help` never reads a config
+
+    warnings: list[str] = []
+
+    class KeyLineLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):  # before merges (`<<`) are flattened into it
+                lines: dict[str, list[int]] = {}
+                for key_node, _ in node.value:
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                        lines.setdefault(str(key_node.value), []).append(key_node.start_mark.line + 1)
+                warnings.extend(repeated_keys(lines, path))
+            return super().construct_mapping(node, deep)
+
+    loader = KeyLineLoader(path.read_text(encoding="utf-8"))
+    try:
+        return loader.get_single_data(), warnings
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+
+
+def blamed(exc: Exception, values: dict[str, Any], from_options: set[str]) -> ConfigError:
+    """The error about a value, named after where the value came from: an option, or the file."""
+    message = str(exc)
+    for key in from_options:
+        if message.startswith(f"{key} "):
+            return ConfigError(f"{OPTION_NAMES.get(key, key)}{message.removeprefix(key)}")
+    return ConfigError(f"{values.get('config_file') or 'options'}: {message}")
+
+
 def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
     """Defaults < registry.yaml (or $REGISTRY_GEN_CONFIG, or `config_file`) < env < overrides."""
     explicit = config_file or os.environ.get(CONFIG_ENV)
     path = Path(explicit) if explicit else Path(DEFAULT_CONFIG_FILE)
     values: dict[str, Any] = {}
     if path.exists():
-        import yaml  # here, not at the top: `registry-gen --help` never reads a config
-
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        data, warnings = read_config(path)
+        data = data or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         values.update(_from_mapping(data, path))
         values["config_file"] = path
+        values["config_warnings"] = tuple(warnings)
     elif explicit:
         raise ConfigError(f"{path}: config file not found")
     if os.environ.get(DATABASE_URL_ENV):
         values["database_url"] = os.environ[DATABASE_URL_ENV]
     if os.environ.get(SIGNING_KEY_ENV):
         values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    values.update(given)
     values.setdefault("base_url_given", "base_url" in values)
     try:
         return Settings(**values)
     except (TypeError, ConfigError) as exc:
-        source = values.get("config_file") or "options"
-        raise ConfigError(f"{source}: {exc}") from exc
+        raise blamed(exc, values, set(given)) from exc
