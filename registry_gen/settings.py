@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,55 @@ def read_config(path: Path) -> tuple[Any, list[str]]:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     finally:
         loader.dispose()
+
+
+def yaml_scalar(value: str) -> str:
+    """`value` as a YAML scalar that reads back as the same string (plain when it can be)."""
+    import json
+
+    import yaml
+
+    try:
+        if value and yaml.safe_load(f"k: {value}") == {"k": value}:
+            return value
+    except yaml.YAMLError:
+        pass
+    return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+
+
+def with_top_level_value(text: str, key: str, value: str) -> tuple[str, str]:
+    """`text` (a registry.yaml) with `key: value` set on the line that has the key, its comment
+    kept; later lines setting it again are dropped (they would win); appended when absent. Also
+    says what changed, for the user."""
+    lines = text.splitlines(keepends=True)
+    setting = re.compile(rf"^{re.escape(key)}\s*:(?P<value>.*?)(?P<comment>\s+#.*)?$")
+    found = [index for index, line in enumerate(lines) if setting.match(line.rstrip("\r\n"))]
+    if not found:
+        separator = "" if not text or text.endswith("\n") else "\n"
+        return f"{text}{separator}{key}: {value}\n", f"added {key} at its end"
+    original = lines[found[0]].rstrip("\r\n")
+    match = setting.match(original)
+    assert match is not None
+    head = f"{key}: {value}"
+    if match.group("comment"):
+        hash_column = original.index("#", match.start("comment"))
+        head = f"{head.ljust(hash_column - 1)} {original[hash_column:]}"
+    dropped = [index + 1 for index in found[1:]]
+    for index in reversed(found):
+        del lines[index : continuation_end(lines, index)]
+    lines.insert(found[0], head + "\n")
+    said = f"set {key} on line {found[0] + 1}"
+    if dropped:
+        said += f", removed its repeats on line {', '.join(map(str, dropped))}"
+    return "".join(lines), said
+
+
+def continuation_end(lines: list[str], index: int) -> int:
+    """The index after line `index` and the indented lines continuing its value."""
+    end = index + 1
+    while end < len(lines) and lines[end][:1] in (" ", "\t") and lines[end].strip():
+        end += 1
+    return end
 
 
 def blamed(exc: Exception, values: dict[str, Any], from_options: set[str]) -> ConfigError:
