@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import socketserver
 import subprocess
 import threading
 import time
@@ -68,6 +69,43 @@ def static_server(root: Path, handler_class: type[http.server.SimpleHTTPRequestH
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def recording_static_server(root: Path) -> Iterator[tuple[str, list[str]]]:
+    """`static_server(root)` that also yields the list of paths asked for with GET, in order."""
+    asked: list[str] = []
+
+    class Recording(_QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+            asked.append(self.path)
+            super().do_GET()
+
+    with static_server(root, Recording) as url:
+        yield url, asked
+
+
+@contextlib.contextmanager
+def refusing_proxy() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP proxy on 127.0.0.1 that refuses every request (502) and records its request line
+    (`CONNECT host:443 …` for HTTPS): a client sent through it reaches nothing outside, whatever
+    this machine's network, and shows where it tried to go. Yields its URL and the lines."""
+    seen: list[str] = []
+
+    class Refuse(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            seen.append(self.rfile.readline(8192).decode("latin-1").strip())
+            self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Refuse)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
     finally:
         server.shutdown()
         server.server_close()
