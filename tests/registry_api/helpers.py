@@ -121,13 +121,16 @@ def snapshot(*roots: Path) -> dict[str, str]:
 
 @dataclass
 class RegistryProcess:
-    """`registry-gen serve --port 0` in its own folder (content/, public/, data/)."""
+    """`registry-gen serve --port 0` in its own folder (content/, public/, data/); `python` may be
+    another release's interpreter, and `port` a fixed one (the same address across an upgrade)."""
 
     root: Path
     base: str = ""
     process: subprocess.Popen[str] | None = None
     output: list[str] = field(default_factory=list)
     extra_args: tuple[str, ...] = ()
+    python: str = sys.executable
+    port: int = 0
 
     @property
     def content(self) -> Path:
@@ -145,8 +148,8 @@ class RegistryProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         env["PYTHONUNBUFFERED"] = "1"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry_gen", "serve", str(self.content), "--out", str(self.out),
-             "--host", "127.0.0.1", "--port", "0", "--threads", "8", *self.extra_args],
+            [self.python, "-m", "registry_gen", "serve", str(self.content), "--out", str(self.out),
+             "--host", "127.0.0.1", "--port", str(self.port), "--threads", "8", *self.extra_args],
             cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
