@@ -221,6 +221,9 @@ def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_sett
     @owners.command("bind-recorded")
     def bind_recorded(
         dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be bound; change nothing.")] = False,
+        force: Annotated[
+            bool, typer.Option("--force", help="Bind even though no upgrade is pending (the accounts' database was migrated before this step existed).")
+        ] = False,
         config: ConfigOption = None,
     ) -> None:
         """Once, after upgrading from a release before maintainers were bound to accounts: bind every
@@ -230,7 +233,7 @@ def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_sett
             settings = load_settings_callable(config) if config else load_settings_callable()
             from user_api.admin import bind_recorded_for  # loads the build: only when used
 
-            report = bind_recorded_for(settings, store, apply=not dry_run)
+            report = bind_recorded_for(settings, store, apply=not dry_run, force=force)
         for line in binding_summary(report, dry_run=dry_run):
             typer.echo(line)
 

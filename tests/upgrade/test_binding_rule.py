@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import datetime, timezone
-from pathlib import Path
+
+import pytest
 
 from registry_gen.build import run_build
 from registry_gen.meta import PackageMeta, parse_meta
@@ -89,3 +90,40 @@ def test_a_dry_run_writes_nothing_and_a_broken_meta_is_listed(settings: Settings
     done = bind_recorded_maintainers(settings, accounts.get)
     assert done.written == ["upg-pkg/registry-meta.json"]
     assert parse_meta((folder / "registry-meta.json").read_bytes()).maintainers == [{"name": "olduser", "account": "id-old"}]
+
+
+def test_outside_an_upgrade_binding_needs_force_and_an_unreadable_meta_keeps_the_step(settings: Settings) -> None:
+    """Once, at the upgrade: a database this release made has no step pending, so the command refuses
+    to bind without --force; a step stays pending (and the servers keep reminding) until every meta
+    could be read."""
+    import sqlite3
+
+    from registry_gen.errors import BindingNotPending
+    from user_api.admin import bind_recorded_for
+    from user_api.sqlstore import BIND_RECORDED_MAINTAINERS
+    from user_api.store import open_user_store
+
+    (settings.content_dir / "broken").mkdir()
+    (settings.content_dir / "broken" / "registry-meta.json").write_text("{not json")
+    store = open_user_store(settings)
+    try:
+        store.create_user("olduser", "olduser-password-1")
+        with pytest.raises(BindingNotPending, match="--force"):
+            bind_recorded_for(settings, store)
+        assert bind_recorded_for(settings, store, apply=False).unreadable == ["broken/registry-meta.json"]
+        assert bind_recorded_for(settings, store, force=True).unreadable == ["broken/registry-meta.json"]
+    finally:
+        store.close()
+    db = sqlite3.connect(settings.data_dir / "users.sqlite3")
+    db.execute("PRAGMA user_version = 1")  # the previous release's schema, accounts in it
+    db.close()
+    store = open_user_store(settings)
+    try:
+        assert store.pending_upgrade_steps() == [BIND_RECORDED_MAINTAINERS]
+        bind_recorded_for(settings, store)
+        assert store.pending_upgrade_steps() == [BIND_RECORDED_MAINTAINERS]  # broken/ is still to do
+        (settings.content_dir / "broken" / "registry-meta.json").unlink()
+        bind_recorded_for(settings, store)
+        assert store.pending_upgrade_steps() == []
+    finally:
+        store.close()

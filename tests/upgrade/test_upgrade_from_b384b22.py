@@ -142,8 +142,10 @@ def test_owners_publish_again_once_the_recorded_names_are_bound(tmp_path: Path, 
         assert cli(root, "owner", "claim", "upg-pkg", "lateuser").returncode == 0
         publish(late, root, "upg-pkg", "1.3.0")
         assert_kept(old, server.base)
-        again = cli(root, "owner", "bind-recorded").stdout
-        assert "bound 0, held back 0 (of 0 names" in again  # never rebinds what is bound
+        again = cli(root, "owner", "bind-recorded")
+        assert again.returncode == 1 and "no upgrade from a release before bindings is pending" in again.stderr  # once
+        forced = cli(root, "owner", "bind-recorded", "--force").stdout
+        assert "bound 0, held back 0 (of 0 names" in forced  # and never rebinds what is bound
     finally:
         server.stop()
     restarted = RegistryProcess(root, port=old.port).start()
