@@ -147,6 +147,8 @@ class RegistryProcess:
             config.write_text("signup: open\n")  # these tests sign users up with npm adduser
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         env["PYTHONUNBUFFERED"] = "1"
+        if self.python != sys.executable:
+            env.pop("PYTHONPATH", None)  # another release imports its own code only
         self.process = subprocess.Popen(
             [self.python, "-m", "registry_gen", "serve", str(self.content), "--out", str(self.out),
              "--host", "127.0.0.1", "--port", str(self.port), "--threads", "8", *self.extra_args],

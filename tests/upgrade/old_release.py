@@ -45,6 +45,6 @@ def old_release_python() -> str:
 
 def old_cli(python: str, root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """`registry-gen ARGS` of the release behind `python`, run in `root` (its registry.yaml)."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("REGISTRY_")}
+    env = {key: value for key, value in os.environ.items() if not key.startswith("REGISTRY_") and key != "PYTHONPATH"}
     return subprocess.run([python, "-m", "registry_gen", *args], input=stdin, capture_output=True, text=True,
                           cwd=root, env=env, timeout=300)  # fmt: skip
