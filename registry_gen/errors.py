@@ -70,6 +70,10 @@ class PruneRefused(RegistryError):
     """A build would remove most of the tree's packages though content/ does not say they went."""
 
 
+class BindingNotPending(RegistryError):
+    """`owner bind-recorded` outside an upgrade: names left unbound since may be so on purpose."""
+
+
 class AddressUnavailable(RegistryError):
     """The server cannot listen on the address it was given (in use, not this machine's, privileged)."""
 

@@ -114,9 +114,10 @@ def refusing_proxy() -> Iterator[tuple[str, list[str]]]:
 class Npm:
     """The real npm, with its own cache and userconfig so tests never touch the user's."""
 
-    def __init__(self, home: Path, registry: str):
+    def __init__(self, home: Path, registry: str, command: list[str] | None = None):
         self.home = home
         self.registry = registry
+        self.command = command or [NPM]  # another npm: tests.hosts.clients.install_client's prefix
         home.mkdir(parents=True, exist_ok=True)
         self.userconfig = home / ".npmrc"
         self.userconfig.touch()
@@ -136,7 +137,7 @@ class Npm:
 
     def run(self, *args: str, cwd: Path, check: bool = True, input: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [NPM, *args], cwd=cwd, env=self.env, capture_output=True, text=True, input=input, timeout=timeout
+            [*self.command, *args], cwd=cwd, env=self.env, capture_output=True, text=True, input=input, timeout=timeout
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"npm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

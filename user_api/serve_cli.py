@@ -226,6 +226,7 @@ def _run(
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
+    _remind_upgrade_steps(store)
     refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
     holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher))
     _greet(settings, _public_url(settings.host, port), threads, static)
@@ -253,6 +254,19 @@ def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any) -> None:
     if refresher is not None:
         refresher.flush()  # what the last writes deferred, before the process goes
     store.close()
+
+
+def _remind_upgrade_steps(store: Any) -> None:
+    """Until an operator runs it, every start says which upgrade step is still to do (README, "Upgrading")."""
+    from user_api.sqlstore import BIND_RECORDED_MAINTAINERS
+
+    if BIND_RECORDED_MAINTAINERS in store.pending_upgrade_steps():
+        typer.echo(
+            "warning: the accounts come from a release before maintainers were bound to accounts: their "
+            "packages' maintainers cannot publish until an administrator runs `registry-gen owner bind-recorded` "
+            "(README, \"Upgrading\")",
+            err=True,
+        )
 
 
 def _sweep_temp_files(settings: Settings) -> list[Path]:

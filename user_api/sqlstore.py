@@ -69,6 +69,9 @@ USER_COLUMNS: Final = ("id", "username", "email", "full_name", "role", "status",
 TOKEN_COLUMNS: Final = ("key", "created_at", "readonly", "token_prefix", "cidr_whitelist", "description", "expires_at")
 MAX_TOKEN_LENGTH: Final = 512
 DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever verifies against it
+# An upgrade step an operator still has to run: noted in `upgrade_steps` when a database holding
+# accounts of a release before maintainers were bound (schema 1) is migrated; removed when done.
+BIND_RECORDED_MAINTAINERS: Final = "bind-recorded-maintainers"
 
 
 def columns(names: Sequence[str], alias: str) -> str:
@@ -692,6 +695,16 @@ class SqlUserStore:
         with self._write() as tx:
             removed = tx.run("DELETE FROM user_tokens WHERE token_hash = ?", (token_digest(token),))
         return removed > 0
+
+    def pending_upgrade_steps(self) -> list[str]:
+        """The upgrade steps noted when this database was migrated and not yet run (README, "Upgrading")."""
+        with self._read() as tx:
+            return [str(row[0]) for row in tx.all("SELECT step FROM upgrade_steps ORDER BY step")]
+
+    def finish_upgrade_step(self, step: str) -> bool:
+        """Marks an upgrade step done; False when it was not pending."""
+        with self._write() as tx:
+            return tx.run("DELETE FROM upgrade_steps WHERE step = ?", (step,)) > 0
 
     def close(self) -> None:
         self.dialect.close()

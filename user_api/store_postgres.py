@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
-from user_api.sqlstore import USER_COLUMNS, Tx, columns, like_condition, like_pattern, match_fields
+from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, columns, like_condition, like_pattern, match_fields
 
 try:
     import psycopg
@@ -20,8 +20,9 @@ try:
 except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
-# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: 3-character gram rows, 3-5 counts
-SCHEMA_VERSION: Final = 5
+# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: 3-character gram rows, 3-5 counts;
+# 6: upgrade_steps
+SCHEMA_VERSION: Final = 6
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 # Characters pg_trgm splits words at, each made the letter 'q' in the indexed text and in the keyword:
@@ -113,6 +114,8 @@ CREATE TABLE IF NOT EXISTS user_gram_counts (
     PRIMARY KEY (gram, field)
 );
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
+-- Schema 6: what an operator still has to run after an upgrade (SqlUserStore.pending_upgrade_steps).
+CREATE TABLE IF NOT EXISTS upgrade_steps (step text PRIMARY KEY, since timestamptz NOT NULL);
 CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
 INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
 CREATE OR REPLACE FUNCTION user_stats_track() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -369,6 +372,10 @@ class PostgresDialect:
             conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute(SCHEMA)
             row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
+            if row[0] is not None and row[0] < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
+                # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
+                conn.execute("INSERT INTO upgrade_steps (step, since) VALUES (%s, now()) ON CONFLICT DO NOTHING",
+                             (BIND_RECORDED_MAINTAINERS,))  # fmt: skip
             if row[0] is not None and row[0] < 3:
                 conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
                 conn.execute("DELETE FROM user_gram_counts")

@@ -14,10 +14,11 @@ from typing import Any, Final
 
 from registry_gen.errors import ConfigError
 from user_api.grams import MAX_GRAM, RECOUNT, UPSERT_COUNTS, counted, gram_rows
-from user_api.sqlstore import USER_COLUMNS, Tx, columns, count_rows
+from user_api.models import utcnow
+from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, columns, count_rows
 
 MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
-SCHEMA_VERSION: Final = 4  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts
+SCHEMA_VERSION: Final = 5  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: upgrade_steps
 BUSY_TIMEOUT_MS: Final = 5000
 
 TABLES: Final = """
@@ -67,6 +68,8 @@ CREATE TABLE IF NOT EXISTS user_gram_counts (
     n INTEGER NOT NULL,
     PRIMARY KEY (gram, field)
 ) WITHOUT ROWID;
+-- Schema 5: what an operator still has to run after an upgrade (SqlUserStore.pending_upgrade_steps).
+CREATE TABLE IF NOT EXISTS upgrade_steps (step TEXT PRIMARY KEY, since TEXT NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS users_fts USING fts5(
     username, full_name, email, content = 'users_live', content_rowid = 'pk', tokenize = 'trigram'
 );
@@ -116,6 +119,10 @@ def private_files(database: Path) -> None:
 def migrate(conn: sqlite3.Connection, version: int) -> None:
     """Brings a database of an older schema up to SCHEMA_VERSION (inside the schema transaction)."""
     token_columns = {row[1] for row in conn.execute("PRAGMA table_info(user_tokens)")}
+    if version < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
+        # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
+        conn.execute("INSERT OR IGNORE INTO upgrade_steps (step, since) VALUES (?, ?)",
+                     (BIND_RECORDED_MAINTAINERS, utcnow().isoformat()))  # fmt: skip
     if version < 2 and "expires_at" not in token_columns:
         conn.execute("ALTER TABLE user_tokens ADD COLUMN expires_at TEXT")
     if version < 3:

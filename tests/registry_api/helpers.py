@@ -121,7 +121,8 @@ def snapshot(*roots: Path) -> dict[str, str]:
 
 @dataclass
 class RegistryProcess:
-    """`registry-gen serve --port 0` in its own folder (content/, public/, data/)."""
+    """`registry-gen serve --port 0` in its own folder (content/, public/, data/); `python` may be
+    another release's interpreter, and `port` a fixed one (the same address across an upgrade)."""
 
     root: Path
     base: str = ""
@@ -131,6 +132,8 @@ class RegistryProcess:
     # `registry-gen serve` with no options, as a user runs it: root's registry.yaml says everything
     # (relative content_dir and out_dir, port, base_url).
     config_only: bool = False
+    python: str = sys.executable
+    port: int = 0
 
     @property
     def content(self) -> Path:
@@ -147,10 +150,12 @@ class RegistryProcess:
             config.write_text("signup: open\n")  # these tests sign users up with npm adduser
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         env["PYTHONUNBUFFERED"] = "1"
+        if self.python != sys.executable:
+            env.pop("PYTHONPATH", None)  # another release imports its own code only
         where = () if self.config_only else (
-            str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", "0", "--threads", "8")
+            str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", str(self.port), "--threads", "8")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry_gen", "serve", *where, *self.extra_args],
+            [self.python, "-m", "registry_gen", "serve", *where, *self.extra_args],
             cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         lines: queue.Queue[str] = queue.Queue()
