@@ -172,3 +172,15 @@ def drive_terminal(command: list[str], env: dict[str, str], cwd: Path, answers: 
             process.wait()
         os.close(master)
     return process.returncode, seen
+
+
+def poll(condition: Callable[[], object], what: str, timeout: float = 60.0) -> object:
+    """Polls `condition` until it returns something truthy; fails naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
