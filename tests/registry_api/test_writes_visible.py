@@ -285,7 +285,7 @@ def test_an_import_into_a_built_tree_builds_it_without_a_server(world: World, tm
     init; mkdir content; build; import registry NAME; the tree then serves NAME."""
     folder = World(tmp_path, world.served, world.upstream)
     folder.cli("init", "--base-url", "http://127.0.0.1:9/")
-    (tmp_path / "content").mkdir()
+    (tmp_path / "content").mkdir(exist_ok=True)  # init makes it now; the issue's step stays harmless
     folder.cli("build")
     assert "imported 1," in folder.cli("import", "registry", "imported-by-registry", "--from", world.upstream.base).stdout
     document = json.loads((tmp_path / "public" / "imported-by-registry" / "index.html").read_bytes())
