@@ -757,7 +757,8 @@ class SqlUserStore:
             for name in removed:
                 tx.run("DELETE FROM account_groups WHERE user_pk = ? AND name = ?", (row[0], name))
             names = tx.all("SELECT name FROM account_groups WHERE user_pk = ?", (row[0],))
-        log.info("groups changed: id=%s added=%s removed=%s", key, ",".join(added) or "-", ",".join(removed) or "-")
+        if added or removed:
+            log.info("groups changed: id=%s added=%s removed=%s", key, ",".join(added) or "-", ",".join(removed) or "-")
         return frozenset(str(name[0]) for name in names)
 
     def pending_upgrade_steps(self) -> list[str]:
