@@ -59,10 +59,17 @@ class LegacyGroups:
         moved; `unknown` are the account ids the store has no account for (their rows stay in the
         renamed file only). Returns the new name."""
         kept = migrated_name(self.path)
-        for suffix in ("-wal", "-shm", ""):  # a WAL still beside it goes along, so the copy stays whole
-            sibling = self.path.with_name(self.path.name + suffix)
-            if sibling.exists():
-                os.replace(sibling, kept.with_name(kept.name + suffix))
+        try:
+            for suffix in ("-wal", "-shm", ""):  # a WAL still beside it goes along, so the copy stays whole
+                sibling = self.path.with_name(self.path.name + suffix)
+                if sibling.exists():
+                    os.replace(sibling, kept.with_name(kept.name + suffix))
+        except OSError as exc:
+            # Left in place, it would be moved in again at every start, bringing back groups removed since.
+            raise ConfigError(
+                f"{self.path}: its groups are in the user store now, but it could not be renamed to {kept.name}"
+                f" ({exc.strerror}); rename or move it, then start again"
+            ) from None
         accounts = {user_id for user_id, _ in self.rows} - set(unknown)
         moved = sum(1 for user_id, _ in self.rows if user_id in accounts)
         log.info("moved %d group memberships of %d accounts from %s into the user store; the file is kept as %s",

@@ -228,3 +228,31 @@ def test_the_groups_command_says_a_mistake_in_one_line_and_changes_nothing(
         assert err.startswith(said) and err.count("\n") == 1, err
     assert registry_gen(["groups", "alice", "-c", str(config)]) == 0
     assert capsys.readouterr().out == "alice: group-a\n"
+
+
+def test_a_groups_file_that_cannot_be_read_or_renamed_stops_the_start_and_is_left_as_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Left in place after its rows moved in, the file would be moved in again at every start,
+    bringing back the groups removed since: the start stops with one clear error instead."""
+    from registry_gen.errors import ConfigError
+    from user_api import groups
+
+    old = _old_layout(tmp_path / "registry", None, {"alice": ["group-a"]})
+    legacy = old.root / "data" / "groups.sqlite3"
+
+    def refused(source: object, target: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(groups.os, "replace", refused)
+    with pytest.raises(ConfigError, match=r"groups\.sqlite3: its groups are in the user store now, but it could not be renamed"):
+        open_user_store(old.settings, hasher=FAST_HASHER)
+    monkeypatch.undo()
+    assert _file_rows(legacy) == old.rows
+    store = open_user_store(old.settings, hasher=FAST_HASHER)
+    store.close()
+    assert not legacy.exists() and _file_rows(legacy.with_name("groups.sqlite3.migrated")) == old.rows
+    legacy.write_bytes(b"not a database, whatever it was")
+    with pytest.raises(ConfigError, match=r"groups\.sqlite3: cannot read the groups kept there by an earlier release"):
+        open_user_store(old.settings, hasher=FAST_HASHER)
+    assert legacy.read_bytes() == b"not a database, whatever it was"

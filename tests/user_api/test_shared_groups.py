@@ -12,22 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from registry_gen.settings import Settings
 from tests.hosts.servers import free_port, stop_process, wait_for_port
 from tests.registry_api.helpers import add_user, http
-from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
 
 pytestmark = pytest.mark.slow
 
 RULES = "packages:\n  'secret-*': {read: [group-a]}\n"
-
-
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[PostgresServer]:
-    server = start_postgres_or_skip()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _env() -> dict[str, str]:
@@ -35,7 +26,7 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture
-def two_hosts(postgres: PostgresServer, tmp_path: Path) -> Iterator[dict[str, tuple[Path, str]]]:
+def two_hosts(pg_store_settings: Settings, tmp_path: Path) -> Iterator[dict[str, tuple[Path, str]]]:
     """host name -> (its registry.yaml, its API's base URL)."""
     hosts: dict[str, tuple[Path, str]] = {}
     processes = []
@@ -44,7 +35,7 @@ def two_hosts(postgres: PostgresServer, tmp_path: Path) -> Iterator[dict[str, tu
             root = tmp_path / name
             root.mkdir()
             config = root / "registry.yaml"
-            config.write_text(f"data_dir: data\nout_dir: public\ndatabase_url: {postgres.url()}\nsignup: open\n{RULES}")
+            config.write_text(f"data_dir: data\nout_dir: public\ndatabase_url: '{pg_store_settings.database_url}'\nsignup: open\n{RULES}")
             port = free_port()
             process = subprocess.Popen(
                 [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
