@@ -42,7 +42,7 @@ from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.write_events import describe_write
-from registry_gen.storage import ContentStorage, FolderStorage, archive_key
+from registry_gen.storage import ContentStorage, archive_key, open_content_storage
 
 __all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService"]
 
@@ -88,7 +88,7 @@ class WriteService:
         # With a refresher (a long-running server), each write's build leaves -/all and
         # -/search.json to it: a publish then costs the same at any registry size.
         self.refresher = refresher
-        self.storage = storage or FolderStorage(settings.content_dir)
+        self.storage = storage if storage is not None else open_content_storage(settings)
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
         self._thread_lock = threading.Lock()

@@ -28,6 +28,7 @@ from registry_gen.errors import (
     InvalidVersion,
     LockTimeout,
     NotFound,
+    StorageUnavailable,
     VersionConflict,
 )
 from registry_gen.publish import ArchiveTooLarge, BadRequest
@@ -112,6 +113,7 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (BuildRefused, 409),
     (BrokenMeta, 500),
     (LockTimeout, 503),
+    (StorageUnavailable, 503),
 )
 
 
