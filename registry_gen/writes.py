@@ -37,6 +37,7 @@ from registry_gen.build import BuildResult, build_lock, build_locked
 from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
+from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
@@ -44,7 +45,7 @@ from registry_gen.settings import Settings
 from registry_gen.write_events import describe_write
 from registry_gen.storage import ContentStorage, archive_key, open_content_storage
 
-__all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService"]
+__all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService", "revision_after"]
 
 LOCK_TIMEOUT_SECONDS: Final = 60
 log = logging.getLogger(__name__)
@@ -70,6 +71,16 @@ class Change:
 
 
 Rule = Callable[[PackageState], Change]
+
+
+def revision_after(state: PackageState, change: Change) -> str | None:
+    """The `_rev` the package's document has once `change` is built (what a reply tells the
+    client, and what its next `GET ?write=true` shows); None when no document is left."""
+    served = (set(state.published) - change.removed) | ({change.upload.version} if change.upload else set())
+    meta = PackageMeta(name=state.name) if change.delete_meta else (change.meta or state.meta)
+    if change.delete_meta and not served:
+        return None
+    return document_revision(meta, served)
 
 
 class WriteService:

@@ -28,6 +28,7 @@ from registry_gen.errors import (
     InvalidVersion,
     LockTimeout,
     NotFound,
+    RevisionConflict,
     StorageUnavailable,
     VersionConflict,
 )
@@ -111,6 +112,7 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (VersionConflict, 403),
     (NotFound, 404),
     (BuildRefused, 409),
+    (RevisionConflict, 409),
     (BrokenMeta, 500),
     (LockTimeout, 503),
     (StorageUnavailable, 503),
