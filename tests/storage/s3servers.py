@@ -27,7 +27,7 @@ from typing import Any
 from filelock import FileLock
 
 from tests.hosts.clients import clean_env
-from tests.hosts.servers import stop_process, wait_for_port
+from tests.hosts.servers import aws_test_credentials, stop_process, wait_for_port
 
 CACHE = Path(os.environ.get("REGISTRY_GEN_TEST_CACHE", Path.home() / ".cache" / "registry-gen-tests"))
 NPM = os.environ.get("NPM", "npm")
@@ -199,16 +199,6 @@ def _wait_until_writable(server: S3Server) -> None:
     raise RuntimeError(f"{server.kind} at {server.endpoint} never accepted a write: {last}")
 
 
-@contextlib.contextmanager
-def s3_credentials() -> Iterator[None]:
+def s3_credentials() -> contextlib.AbstractContextManager[None]:
     """boto3's usual place for credentials, the environment, holding the test pair."""
-    saved = {key: os.environ.get(key) for key in CREDENTIALS}
-    os.environ.update(CREDENTIALS)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return aws_test_credentials(CREDENTIALS)

@@ -10,7 +10,6 @@ import http.server
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from registry_gen.errors import StorageError, StorageUnavailable, VersionConflic
 from registry_gen.storage import S3Location, S3Storage, Timeouts, archive_key
 from tests.storage.conftest import BUCKET, S3_KINDS, Servers, s3_store
 from tests.storage.s3servers import make_bucket, s3_server
+from tests.support import serving
 
 pytestmark = pytest.mark.slow
 
@@ -155,14 +155,8 @@ class LosingProxy(http.server.BaseHTTPRequestHandler):
 def losing_proxy(endpoint: str) -> Iterator[tuple[str, list[str]]]:
     lost: list[str] = []
     handler = type("Handler", (LosingProxy,), {"upstream": endpoint.removeprefix("http://"), "lost": lost})
-    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}", lost
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as port:
+        yield f"http://127.0.0.1:{port}", lost
 
 
 @pytest.mark.parametrize("kind", ["moto", "seaweedfs"])

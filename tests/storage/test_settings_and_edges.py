@@ -42,6 +42,7 @@ def test_bad_storage_settings_are_one_line_naming_the_file_and_key(tmp_path: Pat
     assert len(err.splitlines()) == 1 and err.startswith("error:") and str(config) in err and message in err
 
 
+@pytest.mark.slow
 def test_the_settings_open_a_bucket_from_the_file_the_environment_and_boto3s_endpoint_variable(
     tmp_path: Path, s3_servers: Servers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -71,6 +72,7 @@ def test_without_storage_the_content_folder_is_the_store_and_a_bucket_is_refused
         open_content_storage(Settings(content_dir=tmp_path, storage="s3://content/x"))
 
 
+@pytest.mark.slow
 def test_serve_with_a_bucket_stops_at_start_with_one_line(tmp_path: Path) -> None:
     """Until the build reads the bucket, a server that would write there and build from content/
     must not start: it stops with one line before it takes a write."""
