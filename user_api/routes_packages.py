@@ -19,13 +19,14 @@ from user_api.registry_context import context, environ, json_body, json_object, 
 
 def commit(name: str, rule: Rule, actor: Actor, status: int = 201, *, rev: str | None = None) -> bottle.HTTPResponse:
     """Applies `rule` under the write lock. `rev`: the `_rev` a whole-document write names, which
-    must still be the document's (else 409, publish.check_revision). The reply carries the
-    document's new `rev`, as CouchDB's does."""
+    must still be the document's (else 409, publish.check_revision). The rule runs first (it is
+    pure: nothing is written until it returns), so who may not write hears 403 whatever rev they
+    name. The reply carries the document's new `rev`, as CouchDB's does."""
     after: list[str | None] = []
 
     def checked(state: PackageState) -> Change:
-        publish.check_revision(state, rev)
         change = rule(state)
+        publish.check_revision(state, rev)
         after.append(revision_after(state, change))
         return change
 
