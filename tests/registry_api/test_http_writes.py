@@ -76,7 +76,8 @@ def test_spec_legacy_sequence_gets_the_listed_statuses_and_installs(server: Regi
 def test_refused_writes_change_nothing(server: RegistryProcess, owner: str, stranger: str, tmp_path: Path) -> None:
     base, name = server.base, "guarded"
     assert http("PUT", base + name, token=owner, body=publish_body(name, "1.0.0", tarball(name, "1.0.0"))).status == 201
-    assert http("PUT", f"{base}{name}/-rev/1", token=owner, body={"_id": name, "versions": {}}).status == 200  # unpublish all
+    rev = http("GET", base + name).json["_rev"]
+    assert http("PUT", f"{base}{name}/-rev/{rev}", token=owner, body={"_id": name, "versions": {}}).status == 200  # unpublish all
     assert http("PUT", base + name, token=owner, body=publish_body(name, "1.0.1", tarball(name, "1.0.1"))).status == 201
     # The accepted writes left -/all and -/search.json to the server's debounced refresh, which
     # rewrites them on its own clock: the snapshot is taken once it has run.
