@@ -22,6 +22,9 @@ root_doc = "index"
 exclude_patterns = ["_build", "refgen", ".venv"]
 
 myst_heading_anchors = 4  # `page.md#a-heading` links, checked by the strict build
+# Sphinx's default smart quotes also turn `--` into an en dash, which breaks an option written in
+# running text (`--all` would read and copy as `–all`): keep quotes and ellipses, drop the dashes.
+smartquotes_action = "qe"
 
 html_theme = "furo"
 html_title = "registry-gen"

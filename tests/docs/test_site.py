@@ -34,7 +34,7 @@ def small_site(tmp_path: Path, page: str) -> Path:
     return source
 
 
-GOOD_PAGE = "# Page\n\n[home](index.md), [a heading](index.md#a-heading)\n\n<!-- generated: npm-api -->\n"
+GOOD_PAGE = "# Page\n\n[home](index.md), [a heading](index.md#a-heading); revoke them with --all.\n\n<!-- generated: npm-api -->\n"
 
 
 def test_a_site_with_sound_links_builds_and_gets_its_reference(tmp_path: Path) -> None:
@@ -42,6 +42,7 @@ def test_a_site_with_sound_links_builds_and_gets_its_reference(tmp_path: Path) -
     assert built.returncode == 0, built.stdout + built.stderr
     html = (tmp_path / "out" / "page.html").read_text(encoding="utf-8")
     assert "/-/v1/search" in html and "only those the caller may read" in html and "generated:" not in html
+    assert "with --all." in html  # an option in running text keeps its hyphens (no smart dashes)
 
 
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path: Path) -> None:
