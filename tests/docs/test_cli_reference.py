@@ -65,9 +65,10 @@ def test_every_command_and_option_has_an_entry_with_its_help() -> None:
 
 def test_the_overview_links_every_command_to_its_section() -> None:
     page = reference.cli_reference()
+    overview = page[: page.index("\n## ")]  # the table above the first section (groups link their own too)
     for name, _, _ in every_command():
         if name != "registry-gen":
-            assert f"[`{name}`](#{name.replace(' ', '-')})" in page
+            assert f"[`{name}`](#{name.replace(' ', '-')})" in overview, name
 
 
 def stub_app() -> typer.Typer:
