@@ -15,6 +15,8 @@ from refgen.text import MissingDescription
 from registry_gen.errors import ConfigError
 from registry_gen.settings import AuthLimits, Limits, Settings, load_settings
 
+from tests.docs.conftest import edit_descriptions
+
 
 def loader_known_keys(tmp_path: Path, document: dict[str, Any]) -> set[str]:
     """The keys the loader names as known when it meets an unknown one (its own list)."""
@@ -91,15 +93,6 @@ def test_descriptions_come_from_the_code_where_it_has_them() -> None:
     assert described["state_dir"].startswith("the build's state beside the tree")
 
 
-def descriptions_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: str = "", add: dict[str, str] | None = None) -> None:
-    notes = yaml.safe_load(reference.DESCRIPTIONS_FILE.read_text(encoding="utf-8"))
-    notes.pop(drop, None)
-    notes.update(add or {})
-    edited = tmp_path / "config_descriptions.yaml"
-    edited.write_text(yaml.safe_dump(notes), encoding="utf-8")
-    monkeypatch.setattr(reference, "DESCRIPTIONS_FILE", edited)
-
-
 @pytest.mark.parametrize(
     ("drop", "add", "named"),
     [
@@ -112,7 +105,7 @@ def descriptions_without(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: 
 def test_a_key_without_one_description_stops_the_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: str, add: dict[str, str] | None, named: str
 ) -> None:
-    descriptions_without(tmp_path, monkeypatch, drop, add)
+    edit_descriptions(tmp_path, monkeypatch, reference, "DESCRIPTIONS_FILE", drop, add)
     with pytest.raises(MissingDescription) as raised:
         reference.config_reference()
     assert any(name.startswith(named) for name in raised.value.names), raised.value.names

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import webtest
-import yaml
 
 from refgen import http_reference as reference
 from refgen.text import MissingDescription
@@ -18,6 +17,8 @@ from registry_gen.settings import Settings
 from user_api.app import create_user_app
 from user_api.registry_routes import ROUTES
 from user_api.store import open_user_store
+
+from tests.docs.conftest import edit_descriptions
 
 
 @pytest.fixture
@@ -83,12 +84,7 @@ def test_bottle_rules_are_shown_as_paths(rule: str, shown: str) -> None:
 def test_a_route_without_one_description_stops_the_reference(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: str, add: dict[str, str] | None
 ) -> None:
-    notes = yaml.safe_load(reference.ROUTE_DESCRIPTIONS_FILE.read_text(encoding="utf-8"))
-    notes.pop(drop, None)
-    notes.update(add or {})
-    edited = tmp_path / "route_descriptions.yaml"
-    edited.write_text(yaml.safe_dump(notes), encoding="utf-8")
-    monkeypatch.setattr(reference, "ROUTE_DESCRIPTIONS_FILE", edited)
+    edit_descriptions(tmp_path, monkeypatch, reference, "ROUTE_DESCRIPTIONS_FILE", drop, add)
     with pytest.raises(MissingDescription) as raised:
         reference.npm_routes_reference()
     assert raised.value.names[0].startswith(drop or "GET /-/no-such-route (no such route")
