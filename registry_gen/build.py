@@ -34,17 +34,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from registry_gen import __version__, site
 from registry_gen.buildlock import holding_build_lock
-from registry_gen.buildstate import (
-    SHARDS_STALE,
-    WHOLE_STALE,
-    Discarding,
-    ListingChanges,
-    ListingPlace,
+from registry_gen.state.records import ArchiveRecord, CachedManifest, Discarding, ListingChanges, ListingPlace
+from registry_gen.state.sqlite_cache import (
     CACHE_FILE,
     LEGACY_STATE_FILE,
-    ArchiveRecord,
+    SHARDS_STALE,
+    WHOLE_STALE,
     BuildState,
-    CachedManifest,
     ManifestCache,
     read_legacy_times,
 )

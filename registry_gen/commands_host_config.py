@@ -51,7 +51,7 @@ def _write_text(text: str, out: Path | None) -> None:
 
 def private_packages(settings: Settings) -> list[str]:
     """Packages in the built tree that the read rules do not let everyone read."""
-    from registry_gen.buildstate import BuildState
+    from registry_gen.state.sqlite_cache import BuildState
 
     if not settings.packages.in_force or not settings.state_file.exists():
         return []

@@ -40,7 +40,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
     @keys.command("show")
     def show_command(config: ConfigOption = None) -> None:
         """Print the configured key's id and the keys document the next build publishes."""
-        from registry_gen.buildstate import BuildState
+        from registry_gen.state.sqlite_cache import BuildState
         from registry_gen.keyring import load_signer, recorded_keys
         from registry_gen.signing import keys_document, rotate_keyring
 

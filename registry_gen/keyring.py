@@ -23,7 +23,7 @@ KEYRING_SETTING = "signing_keys"  # build-state setting: JSON list of every publ
 
 
 class KeyringState(Protocol):
-    """What the keyring needs from the build state (registry_gen.buildstate.BuildState has it)."""
+    """What the keyring needs from the build state (registry_gen.state.sqlite_cache.BuildState has it)."""
 
     def get_setting(self, key: str) -> str: ...
     def set_setting(self, key: str, value: str) -> None: ...

@@ -12,7 +12,7 @@ import dataclasses
 import json
 
 from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
-from registry_gen.buildstate import BuildState
+from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.errors import InvalidManifest, NotFound
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, validate_name

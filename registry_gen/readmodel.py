@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from registry_gen.buildstate import BuildState
+from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.errors import InvalidManifest, RegistryError
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.publish import PackageState

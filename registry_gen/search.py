@@ -1,7 +1,7 @@
 """npm's `/-/v1/search`, answered from the build's state rather than from a document.
 
 The build keeps each package's search piece and a lower-case search text in `state.sqlite3`
-(registry_gen.buildstate), updated with the package: a publish changes one row, never a document
+(registry_gen.state.sqlite_cache), updated with the package: a publish changes one row, never a document
 listing every package. A query narrows the rows in SQLite by substring (every term's text must be
 in the package's search text), then applies npm's rules to what is left (`matches`), exactly as
 they were applied to the whole document before.
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from registry_gen.buildstate import SCHEMA_VERSION
+from registry_gen.state.sqlite_cache import SCHEMA_VERSION
 from registry_gen.publish import now_iso
 
 

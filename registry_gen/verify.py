@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from registry_gen.buildstate import whole_documents_stale
+from registry_gen.state.sqlite_cache import whole_documents_stale
 from registry_gen.errors import InvalidName, InvalidVersion
 from registry_gen.layout import (
     ABBREVIATED_DOCUMENT,

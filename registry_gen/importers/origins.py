@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from registry_gen.buildstate import BuildState
+from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.importers.integrity import file_sri
 from registry_gen.names import package_dir
 from registry_gen.settings import Settings

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen.buildstate import BuildState
-from registry_gen.firstseen import LEDGER_FILE, FirstSeenLedger
+from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.firstseen import LEDGER_FILE, FirstSeenLedger
 from registry_gen.settings import Settings
 from registry_gen.build import run_build
 from tests.support import make_tarball

@@ -13,7 +13,7 @@ import pytest
 
 from registry_gen import build
 from registry_gen.build import PathSpool, run_build
-from registry_gen.buildstate import BuildState
+from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from registry_gen import build, site
-from registry_gen.buildstate import CACHE_FILE
+from registry_gen.state.sqlite_cache import CACHE_FILE
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
 from tests.realworld.corpus import Corpus, ensure_corpus
@@ -63,7 +63,7 @@ def corpus() -> Corpus:
 @pytest.fixture
 def small_listings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 4)
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 4)
 
 
 def archive(corpus: Corpus, name: str, version: str | None = None) -> Path:

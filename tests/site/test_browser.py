@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
-from registry_gen import buildstate, site
+from registry_gen import site
+from registry_gen.state import sqlite_cache as buildstate
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.support import make_tarball, static_server
