@@ -351,7 +351,7 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     """serve and watch run many builds in one process: a build that raises must not leak a connection."""
     import pytest
 
-    from registry_gen import build
+    from registry_gen.build import run as build
 
     opened: list[Any] = []
     for name in ("ManifestCache", "BuildState"):

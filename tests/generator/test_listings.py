@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from registry_gen import build, site
+from registry_gen import site
+from registry_gen.build import read
 from registry_gen.build import PathLog, run_build
 from registry_gen.state.sqlite_cache import CACHE_FILE, SCHEMA_VERSION, BuildState
 from registry_gen.errors import ConfigError
@@ -335,8 +336,8 @@ def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_onc
     with sqlite3.connect(settings.state_file) as db:
         _as_schema_8(db)
     reads: list[str] = []
-    real = build.inspect_archive
-    monkeypatch.setattr(build, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
+    real = read.inspect_archive
+    monkeypatch.setattr(read, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
     assert run_build(settings).rebuilt_packages == []
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT COUNT(*) FROM manifests").fetchone()[0] == kept == len(names)
