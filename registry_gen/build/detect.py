@@ -1,4 +1,5 @@
-"""Phase 1, detect: what differs between content/ and the state's folder listings (stat only)."""
+"""Phase 1, detect: what differs between content/ and the state's folder listings (stat only),
+and whether this build writes everything again (new settings or generator, a lost tree)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,72 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from registry_gen import __version__, site
 from registry_gen.contentrules import content_kind, is_candidate
+from registry_gen.build.context import BuildContext, ProgressCallback
+from registry_gen.build.plan import choose_releases
+from registry_gen.keyring import load_signer
+from registry_gen.layout import ALL_DOCUMENT
 from registry_gen.settings import Settings
-from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.records import ArchiveRecord, BuildStart, PackageInputs
 
 
 SPOOL_HELD = 4096  # new archive paths held in memory before they wait in the state (PathSpool)
+
+
+class ContentState(Protocol):
+    """What detection reads and records in the state (registry_gen.state's build session has it)."""
+
+    def begin_build(self, fingerprint: str) -> BuildStart: ...
+    def forget_content(self) -> None: ...
+    def folder_listings(self) -> dict[str, bytes]: ...
+    def folder_listing(self, folder: str) -> bytes | None: ...
+    def put_folder_listing(self, folder: str, listing: bytes | None) -> None: ...
+    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False, spool: str = "spooled_paths") -> None: ...
+    def spooled_paths(self, batch: int = 1000, spool: str = "spooled_paths") -> Iterator[str]: ...
+    def present_names(self) -> Iterator[str]: ...
+    def package_inputs(self, name: str) -> PackageInputs: ...
+    def put_live(self, name: str, releases: dict[str, ArchiveRecord]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Detected:
+    """What phase 1 found: the build's context (full or not), what changed, and the state's start."""
+
+    context: BuildContext
+    changes: ContentChanges
+    start: BuildStart
+
+
+def detect(
+    settings: Settings, state: ContentState, changed: Iterable[str | Path] | None, *, force_full: bool,
+    progress: ProgressCallback | None = None,
+) -> Detected:  # fmt: skip
+    """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
+    fingerprint = settings_fingerprint(settings)
+    start = state.begin_build(fingerprint)
+    if start.seed_pins:
+        seed_pins(state)  # a tree built before versions were pinned: pin what it serves now
+    signer = load_signer(settings)  # a bad key stops the build before it writes anything
+    # The state lives beside the tree (Settings.state_folder): a tree deleted on its own would
+    # otherwise look up to date. Its index document is written by every build.
+    tree_lost = not start.empty and not (settings.out_dir / ALL_DOCUMENT).is_file()
+    full = force_full or tree_lost or start.fingerprint_changed
+    if full:
+        state.forget_content()  # a new generator or new settings: read every archive again
+    context = BuildContext(settings, fingerprint, full, signer, progress)
+    if changed is None or full:
+        return Detected(context, detect_changes(settings.content_dir, state), start)
+    return Detected(context, detect_hinted_changes(settings.content_dir, state, changed), start)
+
+
+def seed_pins(state: ContentState) -> None:
+    """Pins the versions each present package serves now to the archives they come from."""
+    for name in state.present_names():
+        releases, _ = choose_releases(name, state.package_inputs(name).archives, {})
+        state.put_live(name, releases)
 
 
 def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
@@ -101,7 +160,7 @@ class PathSpool:
     """Paths to read, handed out in path order. Past SPOOL_HELD of them (a full build finds every
     archive) they go to a temporary table of `state`, so a build holds a few thousand at most."""
 
-    def __init__(self, state: BuildState | None = None, spool: str = "spooled_paths") -> None:
+    def __init__(self, state: ContentState | None = None, spool: str = "spooled_paths") -> None:
         self.state = state
         self.spool = spool  # its table (BuildState.SPOOLS): the archives' or the meta files'
         self.held: list[str] = []
@@ -150,21 +209,21 @@ class ContentChanges:
             (self.removed_archives if content_kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
 
 
-def _store_listing(state: BuildState, folder: str, listing: Listing | None) -> None:
-    state.put_listing(folder, marshal.dumps(listing) if listing else None)
+def _store_listing(state: ContentState, folder: str, listing: Listing | None) -> None:
+    state.put_folder_listing(folder, marshal.dumps(listing) if listing else None)
 
 
-def forget_file(state: BuildState, relative: str) -> None:
+def forget_file(state: ContentState, relative: str) -> None:
     """Leaves one file out of its folder's stored listing, so the next build looks at it again."""
     folder, _, name = relative.rpartition("/")
-    listing = [(n, size, mtime) for n, (size, mtime) in sorted(_decode_listing(state.listing(folder)).items()) if n != name]
+    listing = [(n, size, mtime) for n, (size, mtime) in sorted(_decode_listing(state.folder_listing(folder)).items()) if n != name]
     _store_listing(state, folder, listing or None)
 
 
-def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
+def detect_changes(content_dir: Path, state: ContentState) -> ContentChanges:
     """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
     mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
-    known = state.listings()
+    known = state.folder_listings()
     changes = ContentChanges(PathSpool(state), metas=PathSpool(state, "spooled_metas"))
     for folder, listing in _walk_listings(content_dir):
         old = known.pop(folder, None)
@@ -172,10 +231,10 @@ def detect_changes(content_dir: Path, state: BuildState) -> ContentChanges:
         if old is not None and old == blob:
             continue
         changes.add(folder, _decode_listing(old), listing)
-        state.put_listing(folder, blob)
+        state.put_folder_listing(folder, blob)
     for folder, old in known.items():
         changes.add(folder, _decode_listing(old), None)
-        state.put_listing(folder, None)
+        state.put_folder_listing(folder, None)
     return changes
 
 
@@ -192,7 +251,7 @@ def _relative_hint(content_dir: Path, path: str | Path) -> str:
     return relative
 
 
-def detect_hinted_changes(content_dir: Path, state: BuildState, paths: Iterable[str | Path]) -> ContentChanges:
+def detect_hinted_changes(content_dir: Path, state: ContentState, paths: Iterable[str | Path]) -> ContentChanges:
     """Change detection limited to `paths` (what the write API or watch mode knows it touched):
     cost in proportion to the hint, not to content/. Everything else is trusted to the state."""
     by_folder: dict[str, set[str]] = defaultdict(set)
@@ -202,7 +261,7 @@ def detect_hinted_changes(content_dir: Path, state: BuildState, paths: Iterable[
             by_folder[folder].add(name)
     changes = ContentChanges()
     for folder, names in sorted(by_folder.items()):
-        stored = state.listing(folder)
+        stored = state.folder_listing(folder)
         old = _decode_listing(stored)
         current = dict(old)
         for name in names:

@@ -1,63 +1,97 @@
-"""Phase 3, plan: keep, remove or write, per package, from what the state knows of it."""
+"""Phase 3, plan: keep, remove or write, per package, from what the state knows of it.
+
+The decisions are pure functions of a package's inputs (registry_gen.state.records.PackageInputs:
+its archives, its pinned versions, its last row) and its meta file, read from content/ here.
+"""
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from registry_gen.build.results import BuildIssue
 from registry_gen.errors import InvalidManifest, PruneRefused
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.settings import Settings
-from registry_gen.state.records import ArchiveRecord
-from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.records import ArchiveRecord, PackageInputs
 from registry_gen.timestamps import iso_from_ns
-
 
 PLAN_BATCH = 1000  # packages a full build plans at a time (the plans then wait in the state)
 
 
-def meta_problems(state: BuildState) -> tuple[list[BuildIssue], set[str]]:
-    """Every meta-file error of the tree (reported by every build) and the names they break."""
-    issues: list[BuildIssue] = []
-    broken: set[str] = set()
-    for path, name, reason in state.meta_errors():
-        issues.append(BuildIssue(path, reason))
-        if name:
-            broken.add(name)
-    for name, path in state.duplicate_metas():
-        issues.append(BuildIssue(path, f"a second registry-meta.json for {name}"))
-        broken.add(name)
+class PlanSource(Protocol):
+    """What planning reads of the state (registry_gen.state's build session has it)."""
+
+    def package_inputs(self, name: str) -> PackageInputs: ...
+    def meta_problems(self) -> tuple[list[tuple[str, str | None, str]], list[tuple[str, str]]]: ...
+    def linking_to(self, targets: Iterable[str]) -> set[str]: ...
+    def is_present(self, name: str) -> bool: ...
+    def present_count(self) -> int: ...
+
+
+def is_open_entry(meta: PackageMeta) -> bool:
+    """A name created before its first upload (the legacy publish's first step, PUT /<name>) gets
+    a version-less packument, so the client's next GET succeeds; a fully unpublished one does not."""
+    last_unpublish = max(meta.unpublished.values(), default="")
+    return bool(meta.maintainers) and (bool(meta.pending) or (meta.created or "") > last_unpublish)
+
+
+class Action(Enum):
+    """What the build does with one package."""
+
+    KEEP = "keep"  # its meta file is broken or unreadable: the tree keeps what it had
+    REMOVE = "remove"  # nothing in content/ serves it any more
+    WRITE = "write"  # (re)write its files when their inputs changed
+
+
+@dataclass(frozen=True, slots=True)  # one per package in a full build: no __dict__ each
+class PackagePlan:
+    """The plan for one package: the action, whether it has a page after this build, and what
+    the plan found wrong (archives refused, a meta file it could not read)."""
+
+    name: str
+    action: Action
+    present: bool
+    was_present: bool
+    refusals: tuple[tuple[str, str], ...] | None = None  # (archive path, reason); None: not looked at
+    error: str | None = None
+
+
+def meta_issues(
+    errors: Iterable[tuple[str, str | None, str]], duplicates: Iterable[tuple[str, str]]
+) -> tuple[list[BuildIssue], set[str]]:
+    """Every meta-file error of the tree (reported by every build) and the names they break, from
+    the state's unreadable meta files (path, name when last valid, reason) and its second meta
+    files for one name (name, path)."""
+    errors, duplicates = list(errors), list(duplicates)
+    issues = [BuildIssue(path, reason) for path, _, reason in errors]
+    issues += [BuildIssue(path, f"a second registry-meta.json for {name}") for name, path in duplicates]
     issues.sort(key=lambda issue: issue.path)
-    return issues, broken
+    return issues, {name for _, name, _ in errors if name} | {name for name, _ in duplicates}
 
 
-def meta_of(settings: Settings, state: BuildState, name: str) -> PackageMeta | None:
-    """The package's meta file (the first valid one by path)."""
-    for relative, error in state.metas_of(name):
+def meta_of(settings: Settings, inputs: PackageInputs) -> PackageMeta | None:
+    """The package's meta file (the first valid one by path), read from content/."""
+    for relative, error in inputs.metas:
         if error is None:
             meta = parse_meta((settings.content_dir / relative).read_bytes())
-            return meta if meta.name == name else None
+            return meta if meta.name == inputs.name else None
     return None
 
 
-def releases_of(state: BuildState, name: str) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
-    """_choose_releases over the state's records of `name` (its damaged archives are looked up
-    only when a served version has no readable one left)."""
-    records, live = state.archives_of(name), state.live_of(name)
-    unsourced = live.keys() - {record.version for record in records}
-    return _choose_releases(name, records, live, state.damaged_sources(name) if unsourced else ())
+def releases_of(inputs: PackageInputs) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
+    """choose_releases over the state's records of one package."""
+    return choose_releases(inputs.name, inputs.archives, inputs.pins, inputs.damaged)
 
 
-def _choose_releases(
-    name: str, records: list[ArchiveRecord], live: dict[str, ArchiveRecord], damaged: Iterable[tuple[str, str]] = ()
+def choose_releases(
+    name: str, records: Iterable[ArchiveRecord], live: dict[str, ArchiveRecord], damaged: Iterable[tuple[str, str]] = ()
 ) -> tuple[dict[str, ArchiveRecord], list[tuple[str, str]]]:
     """version -> record for one package (records by path), and the refusals as (path, reason).
 
@@ -91,12 +125,6 @@ def _choose_releases(
             chosen[version] = dataclasses.replace(published, path="")  # the tree's copy, as above
             issues.append((path, _damaged_reason(name, version)))
     return chosen, issues
-
-
-def seed_live(state: BuildState) -> None:
-    for name in state.present_names():
-        releases, _ = _choose_releases(name, state.archives_of(name), {})
-        state.put_live(name, releases)
 
 
 def _newcomer_reason(name: str, version: str, published: ArchiveRecord) -> str:
@@ -136,7 +164,53 @@ def resolve_times(
     return times, {v: stamp for v, stamp in times.items() if known.get(v) != stamp}
 
 
-def unasked_removals(settings: Settings, state: BuildState, plans: Iterable[PackagePlan]) -> int:
+def plan_package(settings: Settings, inputs: PackageInputs, broken: bool) -> PackagePlan:
+    """Keep, remove or write one package (`broken`: its meta files are in conflict or unreadable)."""
+    was_present = bool(inputs.previous and inputs.previous["present"])
+    if broken:
+        return PackagePlan(inputs.name, Action.KEEP, was_present, was_present)
+    releases, refusals = releases_of(inputs)
+    try:
+        meta = meta_of(settings, inputs)
+    except (InvalidManifest, OSError) as exc:
+        error = f"cannot read its registry-meta.json again: {exc}"
+        return PackagePlan(inputs.name, Action.KEEP, was_present, was_present, tuple(refusals), error)
+    if not releases and not (meta and is_open_entry(meta)):
+        return PackagePlan(inputs.name, Action.REMOVE, False, was_present, tuple(refusals))
+    return PackagePlan(inputs.name, Action.WRITE, bool(releases), was_present, tuple(refusals))
+
+
+def plan_findings(plans: Iterable[PackagePlan]) -> tuple[dict[str, list[tuple[str, str]]], list[BuildIssue]]:
+    """What the plans found wrong: the archives each package refused (to keep, so every later
+    build reports them), and the meta files that could not be read."""
+    refusals = {p.name: list(p.refusals) for p in plans if p.refusals is not None}
+    return refusals, [BuildIssue(p.name, p.error, p.name) for p in plans if p.error is not None]
+
+
+@dataclass(frozen=True)
+class Plans:
+    """An incremental build's plans, and the packages whose page links changed with them."""
+
+    plans: dict[str, PackagePlan]
+    relinked: set[str]
+    errors: list[BuildIssue]
+
+
+def plan_changes(settings: Settings, state: PlanSource, names: Iterable[str]) -> Plans:
+    """Phase 3 of an incremental build: plans the packages of `names`, then those whose pages link
+    to a package that appears or goes (package pages link dependencies only to packages in the
+    registry)."""
+    _, broken = meta_issues(*state.meta_problems())
+    plans = {name: plan_package(settings, state.package_inputs(name), name in broken) for name in sorted(names)}
+    appeared_or_gone = {p.name for p in plans.values() if p.present != p.was_present}
+    relinked = state.linking_to(appeared_or_gone) if appeared_or_gone else set()
+    for name in sorted(relinked - plans.keys()):
+        plans[name] = plan_package(settings, state.package_inputs(name), name in broken)
+    _, errors = plan_findings(plans.values())
+    return Plans(plans, relinked, errors)
+
+
+def unasked_removals(settings: Settings, state: PlanSource, plans: Iterable[PackagePlan]) -> int:
     """How many of the packages planned would leave the tree unasked (see refuse_mass_removal);
     0 with `--prune`. A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
@@ -144,7 +218,7 @@ def unasked_removals(settings: Settings, state: BuildState, plans: Iterable[Pack
     return sum(1 for p in plans if not p.present and state.is_present(p.name) and not _unpublished(settings, state, p.name))
 
 
-def refuse_mass_removal(settings: Settings, state: BuildState, going: int) -> None:
+def refuse_mass_removal(settings: Settings, state: PlanSource, going: int) -> None:
     """Stops a build that would take most of the tree's packages away (`going` of them, unasked_removals)
     when content/ does not say they went (a wrong folder, a half-finished copy, an unmounted
     disk): only `--prune` does that."""
@@ -157,142 +231,9 @@ def refuse_mass_removal(settings: Settings, state: BuildState, going: int) -> No
         )
 
 
-def _unpublished(settings: Settings, state: BuildState, name: str) -> bool:
+def _unpublished(settings: Settings, state: PlanSource, name: str) -> bool:
     try:
-        meta = meta_of(settings, state, name)
+        meta = meta_of(settings, state.package_inputs(name))
     except (InvalidManifest, OSError):
         return False
     return bool(meta and meta.unpublished)
-
-
-def is_open_entry(meta: PackageMeta) -> bool:
-    """A name created before its first upload (the legacy publish's first step, PUT /<name>) gets
-    a version-less packument, so the client's next GET succeeds; a fully unpublished one does not."""
-    last_unpublish = max(meta.unpublished.values(), default="")
-    return bool(meta.maintainers) and (bool(meta.pending) or (meta.created or "") > last_unpublish)
-
-
-class Action(Enum):
-    """What the build does with one package."""
-
-    KEEP = "keep"  # its meta file is broken or unreadable: the tree keeps what it had
-    REMOVE = "remove"  # nothing in content/ serves it any more
-    WRITE = "write"  # (re)write its files when their inputs changed
-
-
-@dataclass(frozen=True, slots=True)  # one per package in a full build: no __dict__ each
-class PackagePlan:
-    """The plan for one package: the action, whether it has a page after this build, and what
-    the plan found wrong (archives refused, a meta file it could not read)."""
-
-    name: str
-    action: Action
-    present: bool
-    was_present: bool
-    refusals: tuple[tuple[str, str], ...] | None = None  # (archive path, reason); None: not looked at
-    error: str | None = None
-
-
-def plan_packages(settings: Settings, state: BuildState, names: Iterable[str]) -> dict[str, PackagePlan]:
-    """Phase 3 (pure: reads the state, writes nothing): keep, remove or write, per package."""
-    _, broken = meta_problems(state)
-    return {name: plan_package(settings, state, name, name in broken) for name in sorted(names)}
-
-
-def plan_package(settings: Settings, state: BuildState, name: str, broken: bool) -> PackagePlan:
-    previous = state.package(name)
-    was_present = bool(previous and previous["present"])
-    if broken:
-        return PackagePlan(name, Action.KEEP, was_present, was_present)
-    releases, refusals = releases_of(state, name)
-    try:
-        meta = meta_of(settings, state, name)
-    except (InvalidManifest, OSError) as exc:
-        error = f"cannot read its registry-meta.json again: {exc}"
-        return PackagePlan(name, Action.KEEP, was_present, was_present, tuple(refusals), error)
-    if not releases and not (meta and is_open_entry(meta)):
-        return PackagePlan(name, Action.REMOVE, False, was_present, tuple(refusals))
-    return PackagePlan(name, Action.WRITE, bool(releases), was_present, tuple(refusals))
-
-
-def relinked_names(state: BuildState, plans: Mapping[str, PackagePlan]) -> set[str]:
-    """Package pages link dependencies only to packages in the registry, so a page whose linked
-    names gained or lost a package is rendered again."""
-    appeared_or_gone = {p.name for p in plans.values() if p.present != p.was_present}
-    return state.linking_to(appeared_or_gone) if appeared_or_gone else set()
-
-
-def planned_unwritten(plans: Mapping[str, PackagePlan], name: str) -> bool:
-    """A package this full build plans but does not write (kept or removed): one lookup of its plan."""
-    plan = plans.get(name)
-    return plan is not None and plan.action is not Action.WRITE
-
-
-class PlanTable(Mapping[str, PackagePlan]):
-    """A full build's plans, as the state's plan table holds them (their findings already recorded)."""
-
-    def __init__(self, state: BuildState) -> None:
-        self.state = state
-
-    def __getitem__(self, name: str) -> PackagePlan:
-        row = self.state.plan_of(name)
-        if row is None:
-            raise KeyError(name)
-        return PackagePlan(name, Action(row[0]), row[1], row[2])
-
-    def __iter__(self) -> Iterator[str]:
-        return self.state.planned()
-
-    def __len__(self) -> int:
-        return self.state.planned_count()
-
-
-class HeldIncoming:
-    """Who will link to each package of a build that writes a few: the packages it writes by
-    their new manifests (`incoming`), the others by the links the state has for them."""
-
-    def __init__(self, state: BuildState, written: list[str], incoming: Mapping[str, list[str]]) -> None:
-        self.state, self.written, self.incoming = state, written, incoming
-
-    def links_to(self, name: str) -> set[str]:
-        linking = self.state.linking_to([name])
-        if self.incoming:
-            linking = {n for n in linking if not _in_sorted(self.written, n)}
-        return linking.union(self.incoming.get(name, ()))
-
-
-class PresentNames(AbstractSet[str]):
-    """The packages with a page after this build: the state's, with this build's plans applied.
-    Asked name by name (a page links a dependency only if it is here), so a build of one package
-    does not load every name; worker processes get it as one file (write_names)."""
-
-    def __init__(self, state: BuildState, planned: Mapping[str, PackagePlan], *, full: bool = False):
-        self.state = state
-        self.planned = planned  # the packages this build plans (the plans themselves: no copy of them all)
-        self.full = full  # a full build plans every package the state knows
-        self._known: dict[str, bool] = {}
-
-    def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False
-        plan = self.planned.get(name)  # one lookup: a full build's plans are rows of the state
-        if plan is not None:
-            return plan.present
-        if name not in self._known:
-            self._known[name] = self.state.is_present(name)
-        return self._known[name]
-
-    def __iter__(self) -> Iterator[str]:
-        if self.full:
-            yield from self.state.present_after_full_build()
-            return
-        yield from (n for n in self.state.present_names() if n not in self.planned)
-        yield from (n for n, plan in self.planned.items() if plan.present)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-def _in_sorted(items: list[str], item: str) -> bool:
-    index = bisect.bisect_left(items, item)
-    return index < len(items) and items[index] == item

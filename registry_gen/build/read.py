@@ -3,18 +3,21 @@ processes for big builds), and reads a version's manifest back from the manifest
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from registry_gen import site
+from registry_gen.build.context import BuildContext, ProgressCallback
 from registry_gen.build.detect import ContentChanges, PathSpool, forget_file
-from registry_gen.build.results import BuildIssue, ProgressCallback
+from registry_gen.build.results import BuildIssue
 from registry_gen.errors import InvalidArchive, InvalidManifest, RegistryError
 from registry_gen.layout import CONVERTED_FOLDER
 from registry_gen.manifest import validate_manifest
@@ -22,20 +25,14 @@ from registry_gen.meta import parse_meta
 from registry_gen.packument import dumps
 from registry_gen.settings import Limits, Settings
 from registry_gen.state.records import ArchiveRecord, CachedManifest
-from registry_gen.state.sqlite_cache import BuildState, ManifestCache
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_write_bytes
 
 
 PARALLEL_THRESHOLD = 32  # changed archives from which reading goes to worker processes
-
-
 READ_BATCH = 16  # archives per worker task: fewer round trips, small enough to balance
-
-
+RECORD_BATCH = 256  # archives (or meta files) read before their records go to the state in one call
 T = TypeVar("T")
-
-
 R = TypeVar("R")
 
 
@@ -48,34 +45,32 @@ def inspect_archive(
 ) -> tuple[ArchiveRecord, CachedManifest | None]:
     """Reads one archive (in a worker process for big builds): its record, and the JSON the
     packuments need from it (manifest, README) for the manifest cache."""
+    return inspect_file(content_dir / relative, relative, state_folder, limits)
+
+
+def inspect_file(path: Path, relative: str, state_folder: Path, limits: Limits) -> tuple[ArchiveRecord, CachedManifest | None]:
+    """inspect_archive of the file at `path`, recorded under `relative` (its key in content/, or ''
+    for a copy that is not in content/, such as the tree's copy of a published tarball)."""
     from registry_gen.archive import read_archive  # tarfile and zipfile load when an archive is read
 
-    path = content_dir / relative
-    record = ArchiveRecord(relative, 0, 0)
+    size = mtime_ns = 0
     try:
         with open(path, "rb") as handle:
             stat = os.fstat(handle.fileno())
-            record.size, record.mtime_ns = stat.st_size, stat.st_mtime_ns
+            size, mtime_ns = stat.st_size, stat.st_mtime_ns
             contents = read_archive(handle, limits)
         manifest = validate_manifest(contents.manifest)
     except InvalidManifest as exc:
-        record.error = "invalid package.json: " + "; ".join(str(p) for p in exc.problems)
-        return record, None
+        return ArchiveRecord(relative, size, mtime_ns, error="invalid package.json: " + "; ".join(str(p) for p in exc.problems)), None
     except InvalidArchive as exc:
-        record.error = str(exc)
-        return record, None
+        return ArchiveRecord(relative, size, mtime_ns, error=str(exc)), None
     except OSError as exc:
-        record.error = f"cannot read: {exc.strerror or exc}"
-        return record, None
+        return ArchiveRecord(relative, size, mtime_ns, error=f"cannot read: {exc.strerror or exc}"), None
     digests = contents.digests
-    record.name = manifest["name"]
-    record.version = manifest["version"]
-    record.shasum = digests.shasum
-    record.integrity = digests.integrity
-    record.tarball_size = digests.size
-    record.file_count = contents.file_count
-    record.unpacked_size = contents.unpacked_size
-    record.converted = contents.converted is not None
+    record = ArchiveRecord(
+        relative, size, mtime_ns, manifest["name"], manifest["version"], digests.shasum, digests.integrity, digests.size,
+        contents.file_count, contents.unpacked_size, contents.converted is not None,
+    )  # fmt: skip
     if contents.converted is not None:
         atomic_write_bytes(converted_cache(state_folder, digests.shasum), contents.converted)
     files = json.dumps(contents.files, separators=(",", ":")).encode()
@@ -136,7 +131,7 @@ def read_changed(
 
 
 def load_cached(
-    cache: ManifestCache, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False
+    cache: Manifests, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False
 ) -> dict[str, Any]:
     """{"manifest": ...} of one archive, plus "readme" and "readmeFilename", and "files", when asked."""
     body = cache.manifest(record.shasum or "")
@@ -160,44 +155,121 @@ def load_cached(
     return loaded
 
 
-def version_extras(cache: ManifestCache, record: ArchiveRecord, settings: Settings) -> site.VersionExtras:
+def version_extras(cache: Manifests, record: ArchiveRecord, settings: Settings) -> site.VersionExtras:
     """What a version's site pages need from its archive: README and file list (from the cache)."""
     loaded = load_cached(cache, record, settings, readme=True, files=True)
     return site.VersionExtras(loaded.get("readme"), loaded.get("readmeFilename"), loaded.get("files"))
 
 
-def update_metas(
-    settings: Settings, state: BuildState, changes: ContentChanges, errors: list[BuildIssue], affected: set[str]
-) -> None:
+@dataclass(frozen=True)
+class ReadResult:
+    """What phase 2 found: the packages its changes touch (none collected in a full build, which
+    writes every package), the sha1s of tarballs no archive holds any more (None: look at all),
+    how many archives it read, and the files it could not read."""
+
+    affected: set[str]
+    dropped: set[str] | None
+    archives_read: int
+    errors: list[BuildIssue]
+
+
+class ReadTarget(Protocol):
+    """What reading records in the state (registry_gen.state's build session has it)."""
+
+    def previous_archives(self, paths: Iterable[str]) -> dict[str, ArchiveRecord]: ...
+    def record_archives(self, records: Iterable[ArchiveRecord], removed: Iterable[str]) -> None: ...
+    def previous_meta_names(self, paths: Iterable[str]) -> dict[str, str | None]: ...
+    def record_metas(self, metas: Iterable[tuple[str, str | None, str | None]], removed: Iterable[str]) -> None: ...
+    def folder_listing(self, folder: str) -> bytes | None: ...
+    def put_folder_listing(self, folder: str, listing: bytes | None) -> None: ...
+
+
+class Manifests(Protocol):
+    """The manifest cache (registry_gen.state): what the documents need of each archive, by sha1."""
+
+    def manifest(self, shasum: str) -> bytes | None: ...
+    def readme(self, shasum: str) -> tuple[str | None, str | None] | None: ...
+    def files(self, shasum: str) -> bytes | None: ...
+    def heal(self, shasum: str, cached: CachedManifest) -> None: ...
+    def put_many(self, items: list[tuple[str, CachedManifest]]) -> None: ...
+
+
+def read_content(context: BuildContext, state: ReadTarget, cache: Manifests, changes: ContentChanges) -> ReadResult:
+    """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
+    touched: set[str] = set()
+    dropped: set[str] | None = None if context.full else set()
+    removed = state.previous_archives(changes.removed_archives)
+    touched.update(r.name for r in removed.values() if r.name)
+    _drop(dropped, (r.shasum for r in removed.values()))
+    state.record_archives((), removed)
+    batch: list[tuple[ArchiveRecord, CachedManifest | None]] = []
+    for found in read_changed(context.settings, changes.archives, context.progress):
+        batch.append(found)
+        if len(batch) >= RECORD_BATCH:
+            _record_batch(state, cache, batch, touched, dropped)
+            batch = []
+    _record_batch(state, cache, batch, touched, dropped)
+    errors = update_metas(context.settings, state, changes, touched)
+    return ReadResult(set() if context.full else touched, dropped, len(changes.archives), errors)
+
+
+def _record_batch(
+    state: ReadTarget, cache: Manifests, batch: list[tuple[ArchiveRecord, CachedManifest | None]], touched: set[str],
+    dropped: set[str] | None,
+) -> None:  # fmt: skip
+    """One batch of archives read: what each replaces, into the state; their manifests, into the cache."""
+    previous = state.previous_archives(record.path for record, _ in batch)
+    records = []
+    for record, _ in batch:
+        before = previous.get(record.path)
+        if record.error is not None and before is not None:  # damaged: it keeps what it held, so a
+            record = dataclasses.replace(record, name=before.name, version=before.version)  # version published from it stays served
+        touched.update(n for n in (before.name if before else None, record.name) if n)
+        if before and before.shasum != record.shasum:
+            _drop(dropped, [before.shasum])
+        records.append(record)
+    state.record_archives(records, ())
+    cache.put_many([(record.shasum, body) for record, body in batch if body is not None and record.shasum])
+
+
+def _drop(dropped: set[str] | None, shasums: Iterable[str | None]) -> None:
+    if dropped is not None:
+        dropped.update(s for s in shasums if s)
+
+
+def update_metas(settings: Settings, state: ReadTarget, changes: ContentChanges, affected: set[str]) -> list[BuildIssue]:
     """Re-reads the meta files that changed; adds the names they concern to `affected`. What was
-    parsed is not kept (a full build would hold every meta file): meta_of reads a package's file again."""
-    for relative in changes.removed_metas:
-        previous = state.meta(relative)
-        if previous and previous[0]:
-            affected.add(previous[0])
-        state.delete_meta(relative)
-    for relative in changes.metas:  # in path order
-        previous = state.meta(relative)
-        previous_name = previous[0] if previous else state.forgotten_meta_name(relative)
-        if previous_name:
-            affected.add(previous_name)
-        try:
-            meta = parse_meta((settings.content_dir / relative).read_bytes())
-        except InvalidManifest as exc:
-            # Keeps the name it had: that package stays at its last good tree until this is fixed.
-            state.put_meta(relative, previous_name, "invalid registry-meta.json: " + "; ".join(map(str, exc.problems)))
-            continue
-        except OSError as exc:
-            errors.append(BuildIssue(relative, f"cannot read: {exc}"))
-            state.delete_meta(relative)
-            forget_file(state, relative)
-            continue
-        state.put_meta(relative, meta.name, None)
-        affected.add(meta.name)
+    parsed is not kept (a full build would hold every meta file): plan.meta_of reads a package's file
+    again. Returns the files it could not read."""
+    removed = state.previous_meta_names(changes.removed_metas)
+    affected.update(name for name in removed.values() if name)
+    state.record_metas((), removed)
+    errors: list[BuildIssue] = []
+    paths = iter(changes.metas)  # in path order
+    while batch := list(itertools.islice(paths, RECORD_BATCH)):
+        previous = state.previous_meta_names(batch)
+        affected.update(name for name in previous.values() if name)
+        found = [_read_meta(settings, relative, previous.get(relative)) for relative in batch]
+        state.record_metas([m for m in found if m[1] is not _UNREADABLE], [r for r, n, _ in found if n is _UNREADABLE])
+        for relative, name, error in found:
+            if name is _UNREADABLE:
+                errors.append(BuildIssue(relative, str(error)))
+                forget_file(state, relative)
+            elif name:
+                affected.add(name)
+    return errors
 
 
-def held_before(state: BuildState, previous: ArchiveRecord | None, path: str) -> tuple[str | None, str | None]:
-    """The name and version an archive held when it could last be read (none: it never could)."""
-    if previous is not None:
-        return previous.name, previous.version
-    return state.forgotten_archive(path) or (None, None)
+_UNREADABLE: Any = object()  # a meta file that could not be read at all: forgotten, looked at again next build
+
+
+def _read_meta(settings: Settings, relative: str, previous_name: str | None) -> tuple[str, Any, str | None]:
+    """(path, the package it names, its error) of one meta file; an invalid one keeps the name it
+    had, so that package stays at its last good tree until the file is fixed."""
+    try:
+        meta = parse_meta((settings.content_dir / relative).read_bytes())
+    except InvalidManifest as exc:
+        return relative, previous_name, "invalid registry-meta.json: " + "; ".join(map(str, exc.problems))
+    except OSError as exc:
+        return relative, _UNREADABLE, f"cannot read: {exc}"
+    return relative, meta.name, None

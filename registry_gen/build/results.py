@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-
-ProgressCallback = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -40,12 +38,30 @@ class PathLog(list):  # type: ignore[type-arg]
         for path in paths:
             self.append(path)
 
+    def absorb(self, other: list[str]) -> None:
+        """Another log's paths and its count (a phase's own log, folded into the build's)."""
+        total = self.total + getattr(other, "total", len(other))
+        self.extend(other)
+        self.total = total
+
 
 class NameLog(PathLog):
     """The packages a build wrote again: all counted (`total`), the first KEPT named. A full build
     writes every package; the watch and serve lines name ten, the tests name what small builds wrote."""
 
     KEPT = 1_000
+
+
+@dataclass
+class FileChanges:
+    """The tree paths one phase (or one package) wrote and removed, returned to the run."""
+
+    written: list[str] = field(default_factory=PathLog)
+    removed: list[str] = field(default_factory=PathLog)
+
+    def absorb(self, other: FileChanges) -> None:
+        self.written.absorb(other.written)  # type: ignore[attr-defined]
+        self.removed.absorb(other.removed)  # type: ignore[attr-defined]
 
 
 @dataclass

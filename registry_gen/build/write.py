@@ -1,5 +1,5 @@
-"""Phase 4, write: one package's files (tarballs, documents, pages), in worker processes for
-big builds."""
+"""Phase 4, the worker side: one package's files (tarballs, documents, pages), in worker processes
+for big builds. What to write comes in a PackageJob; what was written goes back as a PackageOutcome."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 
 from registry_gen import site
 from registry_gen.build.read import converted_cache, load_cached, ordered_map, version_extras, worker_count
-from registry_gen.build.results import BuildResult, ProgressCallback
+from registry_gen.build.context import ProgressCallback
+from registry_gen.build.results import FileChanges
 from registry_gen.errors import RegistryError
 from registry_gen.hosting import tag_documents
 from registry_gen.keyring import load_signer
@@ -37,11 +38,7 @@ from registry_gen.writer import atomic_copy, gzip_bytes, remove_tree, write_if_c
 
 
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
-
-
 PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
-
-
 ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
 
 
@@ -63,7 +60,7 @@ def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settin
 
 
 def _write_package(
-    context: _WriterContext, job: PackageJob, result: BuildResult
+    context: _WriterContext, job: PackageJob, result: FileChanges
 ) -> tuple[dict[str, Any], list[str], dict[str, str], dict[str, str]]:
     """One package's files: tarballs first (a document must never point at a missing file), then
     its documents and pages; files it had before and has no more go. Returns the package
@@ -87,7 +84,7 @@ def _write_package(
     return packument, files, tarballs, page_keys
 
 
-def _write_tarballs(context: _WriterContext, job: PackageJob, result: BuildResult) -> tuple[list[Release], dict[str, str]]:
+def _write_tarballs(context: _WriterContext, job: PackageJob, result: FileChanges) -> tuple[list[Release], dict[str, str]]:
     """Copies each version's tarball unless the tree already has those bytes; the releases for the document."""
     settings = context.settings
     previous_tarballs: dict[str, str] = job.previous.get("tarballs", {})
@@ -110,7 +107,7 @@ def _write_tarballs(context: _WriterContext, job: PackageJob, result: BuildResul
     return built, tarballs
 
 
-def _write_documents(settings: Settings, packument: dict[str, Any], result: BuildResult) -> list[str]:
+def _write_documents(settings: Settings, packument: dict[str, Any], result: FileChanges) -> list[str]:
     """The full and abbreviated documents, the dist-tags, one document per tag (GET /<name>/<tag>)."""
     base = package_dir(packument["name"])
     files = []
@@ -128,7 +125,7 @@ def _write_documents(settings: Settings, packument: dict[str, Any], result: Buil
 
 
 def _write_site(
-    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: BuildResult
+    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: FileChanges
 ) -> tuple[list[str], dict[str, str]]:
     """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
     kept as they are. Returns every page the package owns and each version's input key."""
@@ -229,7 +226,7 @@ def _pooled_write(job: PackageJob) -> PackageOutcome:
 
 
 def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcome:
-    local = BuildResult()
+    local = FileChanges()
     try:
         packument, files, tarballs, page_keys = _write_package(context, job, local)
     except RegistryError as exc:
@@ -279,10 +276,13 @@ def write_packages(
             yield write_package_job(context, job)
 
 
-def remove_package(settings: Settings, name: str, previous: dict[str, Any], result: BuildResult) -> None:
+def remove_package(settings: Settings, name: str, previous: dict[str, Any]) -> FileChanges:
+    """Takes a package's files out of the tree (those its last write recorded, and its folders)."""
+    files = FileChanges()
     for relative in previous["files"]:
         if remove_tree(settings.out_dir, relative):
-            result.removed.append(relative)
+            files.removed.append(relative)
     remove_tree(settings.out_dir, package_dir(name))
     remove_tree(settings.out_dir, f"-/package/{package_dir(name)}")
     remove_tree(settings.out_dir, site.package_folder(name))
+    return files

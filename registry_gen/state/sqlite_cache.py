@@ -21,13 +21,23 @@ import itertools
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from registry_gen.state import heldopen
 from registry_gen.state.firstseen import LEDGER_FILE, FirstSeenLedger
-from registry_gen.state.records import ArchiveRecord, CachedManifest, ListingChanges, ListingPlace
+from registry_gen.state.records import (
+    ARCHIVE_FIELDS,
+    ArchiveRecord,
+    BuildReport,
+    BuildStart,
+    CachedManifest,
+    ListingMove,
+    ListingPlace,
+    PackageInputs,
+)
+from registry_gen.state.sqlite_base import first_column
+from registry_gen.state.sqlite_listings import ListingTables
 
 SCHEMA_VERSION = 11  # any change to the tables below bumps it: a current state skips the schema script
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
@@ -37,9 +47,9 @@ RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (
 # table's copies of a listing's browse key and modified time (the listings table has them); 11
 # gains the table of packages whose write failed.
 MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9, 10)
-# Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
-# leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
-SEARCH_LEAF_MAX = 200
+# Names per leaf when schema 8 cut the shards of an older state (half of a leaf then; leaves are
+# kept full and split by registry_gen.build.indexes since).
+SCHEMA_8_LEAF_FILL = 100
 CACHE_FILE = "cache.sqlite3"
 CACHE_KEPT = tuple(range(7, SCHEMA_VERSION))  # the cache's tables are unchanged since schema 7
 LEGACY_STATE_FILE = "state.json"
@@ -63,7 +73,7 @@ CREATE TABLE IF NOT EXISTS prefixes (prefix TEXT PRIMARY KEY, parent TEXT NOT NU
 CREATE INDEX IF NOT EXISTS prefixes_by_parent ON prefixes (parent, prefix);
 CREATE TABLE IF NOT EXISTS counters (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
 -- Schema 8: each search shard cut into leaves of consecutive names, so that a publish rewrites one
--- leaf of at most SEARCH_LEAF_MAX records however many packages share a word. bound: the first name
+-- leaf of at most indexes.SEARCH_LEAF_MAX records however many packages share a word. bound: the first name
 -- the leaf may hold ('' for the first leaf); it holds the names up to the next leaf's bound.
 CREATE TABLE IF NOT EXISTS search_leaves (key TEXT, bound TEXT, count INTEGER NOT NULL, PRIMARY KEY (key, bound)) WITHOUT ROWID;
 -- Schema 9: what the listing pages read of each listed package (browse key, modified, summary, its
@@ -130,21 +140,12 @@ CREATE TABLE IF NOT EXISTS file_lists (shasum TEXT PRIMARY KEY, files BLOB NOT N
 """
 
 
-_ARCHIVE_FIELDS = tuple(f.name for f in fields(ArchiveRecord))
-_ARCHIVE_COLUMNS = ", ".join(_ARCHIVE_FIELDS)
-_ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in fields(ArchiveRecord))
+_ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
+_ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in ARCHIVE_FIELDS)
 
 
 def _record(row: tuple[Any, ...]) -> ArchiveRecord:
-    record = ArchiveRecord(*row)
-    record.converted = bool(record.converted)
-    return record
-
-
-def _first_column(rows: sqlite3.Cursor, batch: int) -> Iterator[Any]:
-    """A query's first column, fetched `batch` rows at a time: never the whole result in the heap."""
-    while block := rows.fetchmany(batch):
-        yield from (row[0] for row in block)
+    return ArchiveRecord(*row[:10], bool(row[10]), row[11])
 
 
 def _connect(path: Path, schema: str) -> sqlite3.Connection:
@@ -192,7 +193,7 @@ def _fill_schema_8_tables(db: sqlite3.Connection) -> None:
     leaves: list[tuple[str, str, int]] = []
     for key, names in itertools.groupby(db.execute("SELECT key, name FROM search_keys ORDER BY key, name"), lambda row: row[0]):
         members = [name for _, name in names]
-        half = SEARCH_LEAF_MAX // 2
+        half = SCHEMA_8_LEAF_FILL
         leaves.extend((key, "" if i == 0 else members[i], len(members[i : i + half])) for i in range(0, len(members), half))
     db.executemany("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", leaves)
     db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, '1')", (SHARDS_STALE,))
@@ -273,14 +274,13 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
     return db
 
 
-class BuildState:
+class BuildState(ListingTables):
     """The state database, inside one write transaction from `begin()` to `commit()`."""
 
     def __init__(self, path: Path, db: sqlite3.Connection | None = None):
         self.path = path
         self.db = db or open_database(path, _STATE_SCHEMA)
         self.ledger = FirstSeenLedger(path.parent / LEDGER_FILE)
-        self.listing_changes = ListingChanges()
 
     @classmethod
     def reading(cls, path: Path) -> BuildState:
@@ -357,16 +357,45 @@ class BuildState:
     def is_empty(self) -> bool:
         return self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not self.get_setting("fingerprint")
 
+    def begin_build(self, fingerprint: str) -> BuildStart:
+        """Opens the build's transaction; what the build needs to know before it looks at content/."""
+        self.begin()
+        settings = dict(self.db.execute("SELECT key, value FROM settings WHERE key IN ('fingerprint', ?, ?)", (SHARDS_STALE, WHOLE_STALE)))
+        empty = self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not settings.get("fingerprint")
+        if empty:
+            self.import_times(read_legacy_times(self.path.parent))
+        return BuildStart(
+            empty=empty,
+            fingerprint_changed=settings.get("fingerprint", "") != fingerprint,
+            unwritten=frozenset(self.unwritten_names()),
+            shards_stale=bool(settings.get(SHARDS_STALE)),
+            whole_stale=bool(settings.get(WHOLE_STALE)),
+            seed_pins=not empty and not self.has_live(),
+        )
+
+    def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
+        """What the next build starts from: this build's fingerprint (the one it started from: a
+        template edited meanwhile makes the next build redo it) and what it left stale."""
+        self.set_setting("fingerprint", fingerprint)
+        self.set_setting(SHARDS_STALE, "")
+        self.set_setting(WHOLE_STALE, "1" if whole_stale else "")
+
+    def build_report(self) -> BuildReport:
+        """Totals and every refusal the state keeps, for the build's result."""
+        packages, versions = self.totals()
+        errors, duplicates = self.meta_problems()
+        return BuildReport(packages, versions, tuple(self.archive_errors()), tuple(self.all_issues()), tuple(errors), tuple(duplicates))
+
     # -- folder listings
 
-    def listings(self) -> dict[str, bytes]:
+    def folder_listings(self) -> dict[str, bytes]:
         return dict(self.db.execute("SELECT folder, listing FROM folders"))
 
-    def listing(self, folder: str) -> bytes | None:
+    def folder_listing(self, folder: str) -> bytes | None:
         row = self.db.execute("SELECT listing FROM folders WHERE folder = ?", (folder,)).fetchone()
         return row[0] if row else None
 
-    def put_listing(self, folder: str, listing: bytes | None) -> None:
+    def put_folder_listing(self, folder: str, listing: bytes | None) -> None:
         if listing is None:
             self.db.execute("DELETE FROM folders WHERE folder = ?", (folder,))
         else:
@@ -392,7 +421,7 @@ class BuildState:
         """The spooled paths in path order, a batch at a time; the spool is dropped once they are all out."""
         if spool not in self.SPOOLS:
             raise ValueError(f"not a spool: {spool}")
-        yield from _first_column(self.db.execute(f"SELECT path FROM temp.{spool} ORDER BY path"), batch)
+        yield from first_column(self.db.execute(f"SELECT path FROM temp.{spool} ORDER BY path"), batch)
         self.db.execute(f"DROP TABLE IF EXISTS temp.{spool}")
 
     # -- archives
@@ -404,11 +433,31 @@ class BuildState:
     def put_archive(self, record: ArchiveRecord) -> None:
         self.db.execute(
             f"INSERT OR REPLACE INTO archives ({_ARCHIVE_COLUMNS}) VALUES ({_ARCHIVE_PLACEHOLDERS})",
-            tuple(getattr(record, name) for name in _ARCHIVE_FIELDS),  # not astuple(): it deep-copies
+            tuple(getattr(record, name) for name in ARCHIVE_FIELDS),  # not astuple(): it deep-copies
         )
 
     def delete_archive(self, path: str) -> None:
         self.db.execute("DELETE FROM archives WHERE path = ?", (path,))
+
+    def previous_archives(self, paths: Iterable[str]) -> dict[str, ArchiveRecord]:
+        """What the state held for each of `paths` before this build read it again (in a full
+        build, which forgot the content: only the name and version each held)."""
+        found = {}
+        for path in paths:
+            record = self.archive(path)
+            if record is None and (held := self.forgotten_archive(path)) is not None:
+                record = ArchiveRecord(path, 0, 0, held[0], held[1])
+            if record is not None:
+                found[path] = record
+        return found
+
+    def record_archives(self, records: Iterable[ArchiveRecord], removed: Iterable[str]) -> None:
+        """The archives read again, and those gone from content/."""
+        self.db.executemany(
+            f"INSERT OR REPLACE INTO archives ({_ARCHIVE_COLUMNS}) VALUES ({_ARCHIVE_PLACEHOLDERS})",
+            (tuple(getattr(record, name) for name in ARCHIVE_FIELDS) for record in records),  # not astuple(): it deep-copies
+        )
+        self.db.executemany("DELETE FROM archives WHERE path = ?", ((path,) for path in removed))
 
     def archives_of(self, name: str) -> list[ArchiveRecord]:
         """The readable archives claiming `name`, by path."""
@@ -466,6 +515,36 @@ class BuildState:
                 (name,),
             )
 
+    def previous_meta_names(self, paths: Iterable[str]) -> dict[str, str | None]:
+        """The package each of `paths` was for before this build read it again (None: a file that
+        never named one); in a full build, which forgot the content, the name it had then."""
+        found = {}
+        for path in paths:
+            row = self.meta(path)
+            if row is not None:
+                found[path] = row[0]
+            elif (name := self.forgotten_meta_name(path)) is not None:
+                found[path] = name
+        return found
+
+    def record_metas(self, metas: Iterable[tuple[str, str | None, str | None]], removed: Iterable[str]) -> None:
+        """(path, the package it names, its error) of the meta files read again, and those gone."""
+        names: set[str | None] = set()
+        for path, name, error in metas:
+            before = self.meta(path)
+            self.db.execute("INSERT OR REPLACE INTO metas (path, name, error) VALUES (?, ?, ?)", (path, name, error))
+            names.update((name, before[0] if before else None))
+        for path in removed:
+            before = self.meta(path)
+            self.db.execute("DELETE FROM metas WHERE path = ?", (path,))
+            names.add(before[0] if before else None)
+        self._find_duplicate_metas(names)
+
+    def meta_problems(self) -> tuple[list[tuple[str, str | None, str]], list[tuple[str, str]]]:
+        """The unreadable meta files (path, name when last valid, reason), and every valid one
+        after the first for a name (name, path)."""
+        return self.meta_errors(), self.duplicate_metas()
+
     def metas_of(self, name: str) -> list[tuple[str, str | None]]:
         """(path, error) of every meta file naming `name` (or that named it before turning invalid)."""
         return list(self.db.execute("SELECT path, error FROM metas WHERE name = ? ORDER BY path", (name,)))
@@ -506,6 +585,21 @@ class BuildState:
 
     # -- packages
 
+    def package_inputs(self, name: str) -> PackageInputs:
+        """Everything the state knows of one package that its plan and its write need."""
+        archives = self.archives_of(name)
+        pins = self.live_of(name)
+        unsourced = pins.keys() - {record.version for record in archives}  # damaged ones are looked up only then
+        return PackageInputs(
+            name,
+            self.package(name),
+            tuple(archives),
+            pins,
+            tuple(self.damaged_sources(name)) if unsourced else (),
+            tuple(self.metas_of(name)),
+            self.times_of(name),
+        )
+
     def package(self, name: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT digest, present, record, summary FROM packages WHERE name = ?", (name,)).fetchone()
         if not row:
@@ -517,12 +611,15 @@ class BuildState:
         return record
 
     def put_package(
-        self, name: str, record: dict[str, Any], *, present: bool, fragments: tuple[bytes, bytes], listing: ListingPlace
-    ) -> None:
+        self, name: str, record: dict[str, Any], *, present: bool, fragments: tuple[bytes, bytes], move: ListingMove
+    ) -> dict[str, str]:
+        """Keeps a written package: its row, its links, and its place in the listings (`move`, as
+        the build decided it). Returns the bound each search leaf split by the move starts at."""
         body = {k: v for k, v in record.items() if k not in ("digest", "present", "summary")}
         versions = int(record["summary"]["versions"])
         summary = json.dumps(record["summary"], separators=(",", ":"))
-        was = self._forget_listing(name, versions_now=versions)
+        listing = move.listing or ListingPlace()
+        self._count_package(name, versions_now=versions)
         self.db.execute(
             "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
             " search_fragment, listed, search_text)"
@@ -540,16 +637,18 @@ class BuildState:
                 listing.search_text,
             ),
         )
+        self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
         if listing.listed:
             self.db.execute(
-                "INSERT OR REPLACE INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?)",
                 (name, listing.range_key, listing.modified, summary, listing.search_entry),
             )
-        self._move_listing(name, was, listing if listing.listed else None)
+        splits = self.apply_listing_move(move)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
             "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
         )
+        return splits
 
     def set_unwritten(self, name: str, reason: str | None) -> None:
         """Records that the package's write failed (reason), or that it succeeded (None)."""
@@ -561,129 +660,22 @@ class BuildState:
     def unwritten_names(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT name FROM unwritten")}
 
-    def delete_package(self, name: str) -> None:
-        self._move_listing(name, self._forget_listing(name, versions_now=None), None)
+    def delete_package(self, name: str, move: ListingMove) -> dict[str, str]:
+        """Forgets a package that left the tree (`move` takes it out of the listings)."""
+        self._count_package(name, versions_now=None)
+        self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
+        splits = self.apply_listing_move(move)
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.execute("DELETE FROM live WHERE name = ?", (name,))
+        return splits
 
-    def _forget_listing(self, name: str, *, versions_now: int | None) -> tuple[str, set[str]] | None:
-        """Moves the package and version counters (versions_now None: the package goes) and drops
-        its listing row; returns where it was listed (browse key, shards), None if it was not."""
+    def _count_package(self, name: str, *, versions_now: int | None) -> None:
+        """Moves the package and version counters (versions_now None: the package goes)."""
         row = self.db.execute("SELECT versions FROM packages WHERE name = ?", (name,)).fetchone()
         before = int(row[0]) if row else 0
         self._add_counter("packages", (versions_now is not None) - (row is not None))
         self._add_counter("versions", (versions_now or 0) - before)
-        listed = self.db.execute("SELECT range_key FROM listings WHERE name = ?", (name,)).fetchone() if row else None
-        if listed is None:
-            return None
-        self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
-        return listed[0], {k for (k,) in self.db.execute("SELECT key FROM search_keys WHERE name = ?", (name,))}
-
-    def _move_listing(self, name: str, was: tuple[str, set[str]] | None, now: ListingPlace | None) -> None:
-        """Moves the package from where it was listed to `now` (None: unlisted), marking what
-        changed. What it keeps is marked in place: a package updated in its browse range needs only
-        the page that lists it (the counts and links above did not change), and a shard it stays
-        in only its leaf, with no leaving and entering again."""
-        old_key, old_shards = was or ("", set())
-        new_shards = dict.fromkeys(now.search_keys if now else ())  # in the order the entry gives them
-        if was or now:
-            self.listing_changes.front = True
-        if was and now and old_key == now.range_key:
-            self.listing_changes.pages.add(old_key)
-        else:
-            if was:
-                self._count_prefixes(old_key, -1)
-            if now:
-                self._count_prefixes(now.range_key, 1)
-        gone, kept = old_shards - new_shards.keys(), old_shards & new_shards.keys()
-        self.db.executemany("DELETE FROM search_keys WHERE key = ? AND name = ?", ((k, name) for k in gone))
-        self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, name) for k in new_shards))
-        for key in gone:
-            self._leave_leaf(key, name)
-        for key in new_shards:
-            if key not in kept:
-                self._enter_leaf(key, name)
-            elif leaf := self._leaf_of(key, name):
-                self.listing_changes.leaves.add((key, leaf[0]))
-
-    def _count_prefixes(self, key: str, delta: int) -> None:
-        """A package enters (1) or leaves (-1) browse key `key`: its whole path is marked changed."""
-        self.listing_changes.ranges.add(key)
-        rows = [(key[:n], key[: n - 1] if n > 2 else "", delta) for n in range(2, len(key) + 1)]
-        self.db.executemany(
-            "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
-            " ON CONFLICT (prefix) DO UPDATE SET count = count + excluded.count",
-            rows,
-        )
-        if delta < 0:
-            self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in rows])
-
-    # A shard's leaves work as the leaves of a B-tree with one level: a name goes to the leaf with
-    # the greatest bound not after it; a leaf past SEARCH_LEAF_MAX splits at its middle name; a leaf
-    # under a quarter full joins a neighbour; an emptied leaf goes. Each costs O(log) index reads plus
-    # O(SEARCH_LEAF_MAX) for a split.
-
-    def _leaf_of(self, key: str, name: str) -> tuple[str, int] | None:
-        row = self.db.execute(
-            "SELECT bound, count FROM search_leaves WHERE key = ? AND bound <= ? ORDER BY bound DESC LIMIT 1", (key, name)
-        ).fetchone()
-        return (row[0], int(row[1])) if row else None
-
-    def _enter_leaf(self, key: str, name: str) -> None:
-        leaf = self._leaf_of(key, name)
-        if leaf is None:  # the shard's first name, or one before its first leaf's bound
-            bound, count = name if self._has_leaves(key) else "", 1
-            self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, 1)", (key, bound))
-            self.listing_changes.shards.add(key)
-        else:
-            bound, count = leaf[0], leaf[1] + 1
-            self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (count, key, bound))
-        self.listing_changes.leaves.add((key, bound))
-        if count > SEARCH_LEAF_MAX:
-            self._split_leaf(key, bound)
-
-    def _split_leaf(self, key: str, bound: str) -> None:
-        names = self.leaf_names(key, bound)
-        middle = names[len(names) // 2]
-        self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (len(names) // 2, key, bound))
-        self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (key, middle, len(names) - len(names) // 2))
-        self.listing_changes.shards.add(key)
-        self.listing_changes.leaves.add((key, middle))
-
-    def _leave_leaf(self, key: str, name: str) -> None:
-        leaf = self._leaf_of(key, name)
-        if leaf is None:
-            return
-        bound, left = leaf[0], leaf[1] - 1
-        if left == 0:
-            self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, bound))
-            self.listing_changes.shards.add(key)
-            return
-        self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (left, key, bound))
-        self.listing_changes.leaves.add((key, bound))
-        if left < SEARCH_LEAF_MAX // 4:
-            self._join_small_leaf(key, (bound, left))
-
-    def _join_small_leaf(self, key: str, leaf: tuple[str, int]) -> None:
-        """A leaf under a quarter full joins a neighbour when the two fit in three quarters of a
-        leaf, so leaves stay well filled as packages come and go (and a join does not split soon)."""
-        before = self.db.execute(
-            "SELECT bound, count FROM search_leaves WHERE key = ? AND bound < ? ORDER BY bound DESC LIMIT 1", (key, leaf[0])
-        ).fetchone()
-        after = self.db.execute(
-            "SELECT bound, count FROM search_leaves WHERE key = ? AND bound > ? ORDER BY bound LIMIT 1", (key, leaf[0])
-        ).fetchone()
-        for first, second in ((before, leaf), (leaf, after)):
-            if first and second and first[1] + second[1] <= SEARCH_LEAF_MAX * 3 // 4:
-                self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, second[0]))
-                self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (first[1] + second[1], key, first[0]))
-                self.listing_changes.leaves.add((key, first[0]))
-                self.listing_changes.shards.add(key)
-                return
-
-    def _has_leaves(self, key: str) -> bool:
-        return self.db.execute("SELECT 1 FROM search_leaves WHERE key = ? LIMIT 1", (key,)).fetchone() is not None
 
     def _add_counter(self, key: str, delta: int) -> None:
         if delta:
@@ -724,7 +716,7 @@ class BuildState:
             "SELECT name FROM packages UNION SELECT name FROM archives WHERE name IS NOT NULL"
             " UNION SELECT name FROM metas WHERE name IS NOT NULL ORDER BY 1"
         )
-        return _first_column(rows, batch)
+        return first_column(rows, batch)
 
     def put_plans(self, plans: Iterable[tuple[str, str, bool, bool]]) -> None:
         """(name, action, present, was_present) of a full build's packages."""
@@ -738,13 +730,13 @@ class BuildState:
         """The planned names (with `action`, or all), by name, a batch at a time."""
         # ?1 IS NULL: every action; else the (action, name) index gives them in name order.
         rows = self.db.execute("SELECT name FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1 ORDER BY name", (action,))
-        return _first_column(rows, batch)
+        return first_column(rows, batch)
 
     def planned_count(self, action: str | None = None) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM temp.full_plans WHERE ?1 IS NULL OR action = ?1", (action,)).fetchone()[0])
 
     def present_after_full_build(self, batch: int = 1000) -> Iterator[str]:
-        return _first_column(self.db.execute("SELECT name FROM temp.full_plans WHERE present ORDER BY name"), batch)
+        return first_column(self.db.execute("SELECT name FROM temp.full_plans WHERE present ORDER BY name"), batch)
 
     def put_predicted_links(self, name: str, targets: Iterable[str]) -> None:
         """The packages `name`'s page will link to, from its manifest, before it is written."""
@@ -775,95 +767,6 @@ class BuildState:
         counts = dict(self.db.execute("SELECT key, value FROM counters"))
         return int(counts.get("packages", 0)), int(counts.get("versions", 0))
 
-    # -- listing documents (front page, name ranges, search shards)
-
-    def whole_document_stamp(self) -> str:
-        """-/all's `_updated` and -/search.json's `time`: the latest change of a listed package."""
-        (stamp,) = self.db.execute("SELECT MAX(modified) FROM listings").fetchone()  # '' only if all are
-        return stamp or "1970-01-01T00:00:00.000Z"
-
-    def whole_document_fragments(self, column: str, batch: int = 1000) -> Iterator[bytes]:
-        """Every listed package's piece of -/all (`column` all_fragment) or of -/v1/search
-        (search_fragment), by name, read a batch at a time: never all of them at once."""
-        if column not in ("all_fragment", "search_fragment"):
-            raise ValueError(f"not a fragment column: {column}")
-        rows = self.db.execute(f"SELECT {column} FROM packages WHERE listed ORDER BY name")  # the column name is one of two, checked above
-        return _first_column(rows, batch)
-
-    def ranges(self) -> list[tuple[str, int]]:
-        """The front page's two-character ranges with their package counts."""
-        return self.prefix_children("")
-
-    def listed_ranges(self) -> set[str]:
-        return {k for k, _ in self.prefix_children("")}
-
-    # Browse keys hold a-z, 0-9 and "-" only, all below U+007F: [prefix, prefix + U+007F) is
-    # exactly the keys starting with prefix, one range of the (range_key, name) index.
-
-    def prefix_count(self, prefix: str) -> int:
-        row = self.db.execute("SELECT count FROM prefixes WHERE prefix = ?", (prefix,)).fetchone()
-        return int(row[0]) if row else 0
-
-    def prefix_summaries(self, prefix: str, *, exact: bool = False) -> list[dict[str, Any]]:
-        """Listed packages whose browse key starts with (`exact`: is) `prefix`, by key and name."""
-        if exact:
-            sql, args = "SELECT summary FROM listings WHERE range_key = ? ORDER BY name", (prefix,)
-        else:
-            sql = "SELECT summary FROM listings WHERE range_key >= ? AND range_key < ? ORDER BY range_key, name"
-            args = (prefix, prefix + "\x7f")
-        return [json.loads(summary) for (summary,) in self.db.execute(sql, args)]
-
-    def key_bounds(self, prefix: str) -> tuple[str, str]:
-        """The smallest and the greatest browse key of the listed packages under `prefix` ("" if none)."""
-        sql = "SELECT range_key FROM listings WHERE range_key >= ? AND range_key < ? ORDER BY range_key {} LIMIT 1"
-        first, last = (self.db.execute(sql.format(order), (prefix, prefix + "\x7f")).fetchone() for order in ("ASC", "DESC"))
-        return (first[0], last[0]) if first and last else ("", "")
-
-    def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
-        """The one-character-longer prefixes under `prefix` ("": the two-character roots), counted."""
-        rows = self.db.execute("SELECT prefix, count FROM prefixes WHERE parent = ? ORDER BY prefix", (prefix,))
-        return [(k, int(c)) for k, c in rows]
-
-    def listed_shards(self) -> set[str]:
-        return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_leaves")}
-
-    def leaf_count(self, key: str, *, at_most: int) -> int:
-        """How many leaves shard `key` has, counted up to `at_most` (cheap whatever its size)."""
-        row = self.db.execute("SELECT COUNT(*) FROM (SELECT 1 FROM search_leaves WHERE key = ? LIMIT ?)", (key, at_most)).fetchone()
-        return int(row[0])
-
-    def has_leaf(self, key: str, bound: str) -> bool:
-        return self.db.execute("SELECT 1 FROM search_leaves WHERE key = ? AND bound = ?", (key, bound)).fetchone() is not None
-
-    def shard_leaves(self, key: str) -> list[str]:
-        """The bounds of shard `key`'s leaves, in name order."""
-        return [bound for (bound,) in self.db.execute("SELECT bound FROM search_leaves WHERE key = ? ORDER BY bound", (key,))]
-
-    def _leaf_range(self, key: str, bound: str) -> tuple[str, tuple[str, ...]]:
-        """The WHERE clause (on search_keys as k) and its arguments for the names of one leaf."""
-        row = self.db.execute("SELECT MIN(bound) FROM search_leaves WHERE key = ? AND bound > ?", (key, bound)).fetchone()
-        if row[0] is None:
-            return "k.key = ? AND k.name >= ?", (key, bound)
-        return "k.key = ? AND k.name >= ? AND k.name < ?", (key, bound, row[0])
-
-    def leaf_names(self, key: str, bound: str) -> list[str]:
-        where, args = self._leaf_range(key, bound)
-        return [name for (name,) in self.db.execute(f"SELECT k.name FROM search_keys k WHERE {where} ORDER BY k.name", args)]
-
-    def leaf_entries(self, key: str, bound: str) -> list[bytes]:
-        """The site-search records of one leaf of shard `key` (`bound`: its first name), by name."""
-        where, args = self._leaf_range(key, bound)
-        rows = self.db.execute(
-            f"SELECT l.search_entry FROM search_keys k JOIN listings l ON l.name = k.name WHERE {where} ORDER BY k.name", args
-        )
-        return [entry for (entry,) in rows]
-
-    def recent_summaries(self, count: int) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT summary FROM listings ORDER BY modified DESC, name DESC LIMIT ?", (count,)
-        )
-        return [json.loads(summary) for (summary,) in rows]
-
     # -- issues
 
     def live_of(self, name: str) -> dict[str, ArchiveRecord]:
@@ -879,8 +782,7 @@ class BuildState:
         self.db.executemany(
             "INSERT INTO live (name, version, shasum, record) VALUES (?, ?, ?, ?)",
             (
-                # vars(), not dataclasses.asdict: the fields are flat scalars, and asdict deep-copies.
-                (name, version, record.shasum or "", json.dumps(vars(record), separators=(",", ":")))
+                (name, version, record.shasum or "", json.dumps(record.to_json(), separators=(",", ":")))
                 for version, record in releases.items()
             ),
         )

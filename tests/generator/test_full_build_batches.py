@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from registry_gen.build import plan as plan_module
-from registry_gen.build import run
+from registry_gen.build import packages
 from registry_gen.build import write as write_phase
 from registry_gen.build import NameLog, run_build
 from registry_gen.errors import PruneRefused, RegistryError
@@ -51,7 +51,7 @@ def _dependents(settings: Settings, name: str) -> list[str]:
 
 
 def test_a_full_build_in_small_batches_writes_what_builds_of_a_few_packages_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(run, "PLAN_BATCH", 2)  # five batches of plans for nine packages
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)  # five batches of plans for nine packages
     monkeypatch.setattr(NameLog, "KEPT", 4)
     full, steps = _settings(tmp_path / "full"), _settings(tmp_path / "steps")
     archives = _web(full.content_dir)
@@ -75,7 +75,7 @@ def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build
     """A package gone (others link to it), one new, one kept as it was (a second meta file for it):
     the full build removes, plans and links from the state's tables what the incremental build
     takes from the plans it holds, and brings the kept package's Dependents list up to date."""
-    monkeypatch.setattr(run, "PLAN_BATCH", 2)
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)
     first = _settings(tmp_path / "first")
     archives = _web(first.content_dir)
     meta = {"name": "web-05", "dist-tags": {"latest": "1.0.0"}}
@@ -107,7 +107,7 @@ def test_a_full_build_that_would_remove_most_packages_stops_before_writing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The count of packages going is taken batch by batch as the plans are made, before anything is written."""
-    monkeypatch.setattr(run, "PLAN_BATCH", 2)
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)
     settings = _settings(tmp_path)
     archives = _web(settings.content_dir)
     run_build(settings)
@@ -127,8 +127,8 @@ def test_a_full_build_mends_the_dependents_lists_its_predictions_got_wrong(tmp_p
     right = _settings(tmp_path / "right")
     _web(right.content_dir)
     assert not run_build(right).errors
-    monkeypatch.setattr(run, "PLAN_BATCH", 2)
-    monkeypatch.setattr(run, "_predicted_links", lambda run, name: [])  # every prediction wrong
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)
+    monkeypatch.setattr(packages.PackageWriting, "predicted_links", lambda phase, inputs: [])  # every prediction wrong
     wrong = _settings(tmp_path / "wrong")
     shutil.copytree(right.content_dir, wrong.content_dir)
     result = run_build(wrong)
@@ -183,5 +183,5 @@ def test_a_package_whose_write_failed_and_whose_archive_went_is_not_tried_again(
     assert not run_build(settings).errors
     planned: list[str] = []
     plan = plan_module.plan_package
-    monkeypatch.setattr(run, "plan_package", lambda s, st, name, broken: planned.append(name) or plan(s, st, name, broken))
+    monkeypatch.setattr(packages, "plan_package", lambda s, inputs, broken: planned.append(inputs.name) or plan(s, inputs, broken))
     assert not run_build(settings).errors and planned == []  # nothing left to try

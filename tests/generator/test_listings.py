@@ -196,7 +196,7 @@ def _crowd(settings: Settings, count: int) -> list[str]:
 
 
 def test_a_shard_too_big_for_one_file_is_cut_into_leaves_of_bounded_size(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
     names = _crowd(settings, 11)
     leaves = _shard_names(settings, "cr")
     assert len(leaves) > 1 and all(1 <= len(leaf) <= 4 for leaf in leaves)
@@ -205,7 +205,7 @@ def test_a_shard_too_big_for_one_file_is_cut_into_leaves_of_bounded_size(setting
 
 
 def test_a_publish_into_a_cut_shard_rewrites_one_leaf_and_not_the_list(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
     _crowd(settings, 11)
     before = _shard_names(settings, "cr")
     archive = make_tarball(settings.content_dir, "crowd-05a", "1.0.0")
@@ -217,7 +217,7 @@ def test_a_publish_into_a_cut_shard_rewrites_one_leaf_and_not_the_list(settings:
 
 
 def test_a_full_leaf_splits_and_an_emptied_shard_becomes_one_file_again(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
     names = _crowd(settings, 11)
     for extra in ("crowd-00a", "crowd-00b", "crowd-00c"):  # all land in the first leaf: it must split
         run_build(settings, changed=[make_tarball(settings.content_dir, extra, "1.0.0")])
@@ -242,7 +242,8 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
         db.execute("DROP TABLE search_leaves")
         db.execute("DROP TABLE meta_duplicates")
         db.execute("PRAGMA user_version=7")
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.state.sqlite_cache.SCHEMA_8_LEAF_FILL", 2)  # half a leaf, as the migration cuts them
     result = run_build(settings)
     assert result.rebuilt_packages == []  # no package read or rendered again
     assert [e.path for e in result.errors] == ["b/registry-meta.json"]  # the duplicate found in place
@@ -348,7 +349,7 @@ def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_onc
 
 
 def test_leaves_emptied_by_removals_join_their_neighbours(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 8)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 8)
     names = _crowd(settings, 40)
     before = _shard_names(settings, "cr")
     gone = [name for index, name in enumerate(names) if index % 5]  # four in five leave, one at a time

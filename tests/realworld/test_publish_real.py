@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from registry_gen import build, site
-from registry_gen.build import indexes, read, run, write
+from registry_gen.build import indexes, packages, read, write
 from registry_gen.state.sqlite_cache import CACHE_FILE
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
@@ -64,7 +64,7 @@ def corpus() -> Corpus:
 @pytest.fixture
 def small_listings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 4)
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
 
 
 def archive(corpus: Corpus, name: str, version: str | None = None) -> Path:
@@ -152,7 +152,7 @@ def offered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         paths.append(target.as_posix())
         return real(target, data)
 
-    for phase in (write, indexes, run):  # the package's files, the listings, the Dependents refresh
+    for phase in (write, indexes, packages):  # the package's files, the listings, the Dependents refresh
         monkeypatch.setattr(phase, "write_if_changed", spy)
     yield paths
 
