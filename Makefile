@@ -60,6 +60,6 @@ demo: $(TEST_STAMP)
 	$(BIN)/python -m tests.demo_packages content
 
 ## Remove what can be made again: the built tree and the venv. data/ (the accounts and tokens) and
-## public.state/ (which holds the first-seen publish times, irreplaceable) are kept: delete them by hand.
+## public.state/ (whose ledger.sqlite3 holds the pinned versions and first-seen times, irreplaceable) are kept: delete them by hand.
 clean:
 	rm -rf public $(VENV)

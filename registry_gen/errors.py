@@ -76,3 +76,7 @@ class AddressUnavailable(RegistryError):
 
 class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""
+
+
+class LedgerUnreadable(RegistryError):
+    """The state's ledger (what no build can redo) cannot be read: it must be restored, never dropped."""

@@ -49,7 +49,7 @@ from registry_gen.state.records import LeafHood, ListedAt, ListingMove, PackageI
 from registry_gen.versions import choose_dist_tags
 from registry_gen.writer import write_if_changed
 
-TimesFound = tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]  # (fresh, the part a meta file keeps) by package
+TimesFound = dict[str, dict[str, str]]  # the publish times a build resolved afresh, by package
 
 
 class PackageStore(PlanSource, Protocol):
@@ -62,7 +62,7 @@ class PackageStore(PlanSource, Protocol):
     def package(self, name: str) -> dict[str, Any] | None: ...
     def set_unwritten(self, name: str, reason: str | None) -> None: ...
     def set_issues(self, name: str, issues: list[tuple[str, str]]) -> None: ...
-    def put_times(self, name: str, stamps: dict[str, str], *, durable: bool = True) -> None: ...
+    def put_times(self, name: str, stamps: dict[str, str]) -> None: ...
     def delete_times(self, name: str) -> None: ...
     def present_names(self) -> Iterator[str]: ...
     # a full build's working set
@@ -109,7 +109,7 @@ def write_changes(context: BuildContext, state: PackageStore, cache: Manifests, 
             dependents_changed.update(phase.remove(plan.name))
     registry_names = PresentNames(state, plans.plans)
     to_write = [n for n, p in sorted(plans.plans.items()) if p.action is Action.WRITE]
-    times: TimesFound = ({}, {})
+    times: TimesFound = {}
     incoming = phase.incoming_links(to_write) if len(to_write) > 1 else {}
     links_to = HeldIncoming(state, to_write, incoming).links_to
     jobs = phase.jobs(to_write, plans.relinked, times, registry_names, links_to)
@@ -122,7 +122,7 @@ def write_changes(context: BuildContext, state: PackageStore, cache: Manifests, 
         # Stored as each package lands, not all at the end: a first build holds one entry per
         # version otherwise (~150 MB at 1M versions).
         phase.store_times(outcome.name, times)
-    for name in list(times[0]):  # packages whose files were already current
+    for name in list(times):  # packages whose files were already current
         phase.store_times(name, times)
     phase.refresh_dependents({n for n in dependents_changed if n in registry_names}, registry_names)
     return phase.outcomes
@@ -142,7 +142,7 @@ def write_everything(context: BuildContext, state: PackageStore, cache: Manifest
     for name in state.planned(Action.WRITE.value):
         state.put_predicted_links(name, phase.predicted_links(state.package_inputs(name)))
     registry_names = PresentNames(state, plans, full=True)
-    times: TimesFound = ({}, {})
+    times: TimesFound = {}
     links_to = functools.partial(state.linking_after_full_build, action=Action.WRITE.value)
     jobs = phase.jobs(state.planned(Action.WRITE.value), set(), times, registry_names, links_to)
     for outcome in phase.run(jobs, registry_names, state.planned_count(Action.WRITE.value)):
@@ -230,12 +230,11 @@ class PackageWriting:
             self.state.set_unwritten(name, None)
 
     def store_times(self, name: str, times: TimesFound) -> None:
-        """First-seen times into the state (durably: nothing else records them), and the ones a
-        registry-meta.json already keeps (not durably)."""
-        stamps, kept = times[0].pop(name, {}), times[1].pop(name, {})
+        """The publish times resolved afresh into the ledger: a version dropped by hand keeps the
+        time it was first seen, whatever happens to its file's mtime or to the cache."""
+        stamps = times.pop(name, None)
         if stamps:
-            self.state.put_times(name, {v: t for v, t in stamps.items() if v not in kept})
-            self.state.put_times(name, kept, durable=False)
+            self.state.put_times(name, stamps)
 
     def incoming_links(self, names: list[str]) -> dict[str, list[str]]:
         """For each package, which of `names` will link to it: from each one's latest manifest, the
@@ -280,10 +279,7 @@ class PackageWriting:
             meta = meta_of(self.settings, inputs)
             stamps, fresh = resolve_times(releases, meta, inputs.times)
             if fresh:
-                times[0][name] = fresh
-                kept = {v: t for v, t in fresh.items() if meta is not None and meta.time.get(v) == t}
-                if kept:
-                    times[1][name] = kept
+                times[name] = fresh
             digest = package_digest(name, releases, stamps, meta)
             previous = inputs.previous
             if previous and previous["digest"] == digest and not self.context.full and name not in relinked:

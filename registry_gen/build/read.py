@@ -22,6 +22,7 @@ from registry_gen.errors import InvalidArchive, InvalidManifest, RegistryError
 from registry_gen.layout import CONVERTED_FOLDER
 from registry_gen.manifest import validate_manifest
 from registry_gen.meta import parse_meta
+from registry_gen.names import tarball_path
 from registry_gen.packument import dumps
 from registry_gen.settings import Limits, Settings
 from registry_gen.state.records import ArchiveRecord, CachedManifest
@@ -138,12 +139,15 @@ def load_cached(
     stored = cache.readme(record.shasum or "") if readme and body is not None else None
     listing = cache.files(record.shasum or "") if files and body is not None else None
     missing = body is None or (readme and stored is None) or (files and listing is None)
-    if missing and not record.path:
-        raise RegistryError(f"the manifest cache lost a published version ({record.integrity}); put its archive back into content/")
     if missing:
         # The cache went missing (a cleaned tree) or predates file lists: read this one archive again.
-        fresh, cached = inspect_archive(settings.content_dir, settings.state_folder, record.path, settings.limits)
+        fresh, cached = _read_again(settings, record)
         if fresh.error or fresh.shasum != record.shasum or cached is None:
+            if not record.path:
+                raise RegistryError(
+                    f"the manifest cache lost a published version ({record.integrity}) and the tree's copy of it is gone; "
+                    "put its archive back into content/"
+                )
             raise RegistryError(f"{record.path}: changed while building, retry")
         cache.heal(record.shasum or "", cached)
         body, stored, listing = cached.manifest, (cached.readme, cached.readme_filename), cached.files
@@ -153,6 +157,17 @@ def load_cached(
     if files and listing is not None:
         loaded["files"] = tuple((path, size) for path, size in json.loads(listing))
     return loaded
+
+
+def _read_again(settings: Settings, record: ArchiveRecord) -> tuple[ArchiveRecord, CachedManifest | None]:
+    """The archive a lost cache entry came from, read again: from content/, or, for a published
+    version content/ no longer holds (an empty path), from the tree's copy of its tarball, which
+    holds the served bytes."""
+    if record.path:
+        return inspect_archive(settings.content_dir, settings.state_folder, record.path, settings.limits)
+    if not (record.name and record.version):
+        return ArchiveRecord("", 0, 0, error="no copy"), None
+    return inspect_file(settings.out_dir / tarball_path(record.name, record.version), "", settings.state_folder, settings.limits)
 
 
 def version_extras(cache: Manifests, record: ArchiveRecord, settings: Settings) -> site.VersionExtras:

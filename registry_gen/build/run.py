@@ -31,7 +31,8 @@ from registry_gen.buildlock import holding_build_lock
 from registry_gen.errors import ContentMissing
 from registry_gen.keyring import publish_keys
 from registry_gen.settings import Settings
-from registry_gen.state.sqlite_cache import CACHE_FILE, LEGACY_STATE_FILE, BuildState, ManifestCache
+from registry_gen.state.sqlite_cache import LEGACY_STATE_FILE, BuildState
+from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
 from registry_gen.statedir import move_state_out_of_tree
 
 if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it

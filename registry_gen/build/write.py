@@ -3,6 +3,7 @@ for big builds. What to write comes in a PackageJob; what was written goes back 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from registry_gen.packument import (
 from registry_gen.settings import Settings
 from registry_gen.signing import Signer
 from registry_gen.state.records import ArchiveRecord, ListingPlace
-from registry_gen.state.sqlite_cache import ManifestCache
+from registry_gen.state.sqlite_manifests import ManifestCache
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, gzip_bytes, remove_tree, write_if_changed
@@ -49,6 +50,16 @@ def _tarball_source(settings: Settings, name: str, version: str, record: Archive
             "holds its bytes; put the original archive back into content/"
         )
     return converted_cache(settings.state_folder, record.shasum or "") if record.converted else settings.content_dir / record.path
+
+
+def _holds(target: Path, record: ArchiveRecord) -> bool:
+    """Whether the tree's copy at `target` holds the published bytes of `record` (a version content/
+    no longer holds, after the cache that remembered writing it was dropped): checked by sha1."""
+    try:
+        with open(target, "rb") as handle:
+            return hashlib.file_digest(handle, "sha1").hexdigest() == record.shasum
+    except OSError:
+        return False
 
 
 def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str]) -> None:
@@ -100,7 +111,7 @@ def _write_tarballs(context: _WriterContext, job: PackageJob, result: FileChange
         relative = tarball_path(job.name, version)
         tarballs[relative] = record.shasum or ""
         target = settings.out_dir / relative
-        unchanged = previous_tarballs.get(relative) == record.shasum
+        unchanged = previous_tarballs.get(relative) == record.shasum or (not record.path and _holds(target, record))
         if not (unchanged and target.exists() and target.stat().st_size == record.tarball_size):
             atomic_copy(_tarball_source(settings, job.name, version, record), target)
             result.written.append(relative)

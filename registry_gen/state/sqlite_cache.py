@@ -1,15 +1,19 @@
-"""The build's memory between runs, in SQLite files in the state folder beside the tree
-(`Settings.state_folder`, OUT.state/ by default).
+"""The cache on SQLite: everything a build can redo from content/ and the ledger, in the state
+folder beside the tree (`Settings.state_folder`, OUT.state/ by default). Free to drop: a schema it
+does not migrate in place, or a file it cannot read, is dropped and made again by a full build.
 
 Two files, because they have different lifetimes:
 
 * `state.sqlite3` (settings.state_file): what content/ looked like at the last build, what each
-  archive holds, what each package's files and summary are. Every change of one build happens in
-  one transaction committed last, so a build that dies half-way leaves the previous state intact
-  and the next build simply redoes the work.
+  archive holds, what each package's files and summary are, and where it shows in the listings.
+  Every change of one build happens in one transaction committed last (after the ledger's), so a
+  build that dies half-way leaves the previous state intact and the next build simply redoes the work.
 * `cache.sqlite3`: the manifest and README of each archive, keyed by the tarball's sha1. Pure
   cache, content-addressed, committed as archives are read, so the package writers (worker
   processes) can read it while the state transaction is still open.
+
+What cannot be redone (the pins of served versions, first-seen times, the keyring) is in the
+ledger (registry_gen.state.sqlite_ledger), which the build session opens first and commits first.
 
 Why SQLite rather than one JSON file: an incremental build at 100,000 versions must not load and
 rewrite 100,000 records; here it touches only the rows of what changed.
@@ -25,34 +29,35 @@ from pathlib import Path
 from typing import Any
 
 from registry_gen.state import heldopen
-from registry_gen.state.firstseen import LEDGER_FILE, FirstSeenLedger
 from registry_gen.state.records import (
     ARCHIVE_FIELDS,
     ArchiveRecord,
     BuildReport,
     BuildStart,
-    CachedManifest,
     ListingMove,
     ListingPlace,
     PackageInputs,
 )
-from registry_gen.state.sqlite_base import first_column
+from registry_gen.state.sqlite_base import connect, connect_readonly, first_column, user_version
+from registry_gen.state.sqlite_ledger import LEDGER_DATABASE, SqliteLedger
 from registry_gen.state.sqlite_listings import ListingTables
 
-SCHEMA_VERSION = 11  # any change to the tables below bumps it: a current state skips the schema script
+SCHEMA_VERSION = 12  # any change to the tables below bumps it: a current state skips the schema script
 WHOLE_STALE = "whole_documents_stale"  # setting: a deferred build left -/all and -/search.json behind
 SHARDS_STALE = "search_shards_stale"  # setting: every search shard is to be written again (a schema-7 state's)
-RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (times and pins kept)
+RELISTED_IN_PLACE = (5, 6)  # older states gain the listing columns and tables (what else they know kept)
 # 7 gains the shard leaves and the duplicate-meta table; 8 the listings table; 9 loses the packages
 # table's copies of a listing's browse key and modified time (the listings table has them); 11
-# gains the table of packages whose write failed.
-MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9, 10)
+# gains the table of packages whose write failed; 12 hands its pins, first-seen times and keyring
+# to the ledger (which took them when it was made) and drops its copies.
+MIGRATED_IN_PLACE = (*RELISTED_IN_PLACE, 7, 8, 9, 10, 11)
+LEDGER_TABLES = ("live", "times")  # what schema 12 handed to the ledger
 # Names per leaf when schema 8 cut the shards of an older state (half of a leaf then; leaves are
 # kept full and split by registry_gen.build.indexes since).
 SCHEMA_8_LEAF_FILL = 100
-CACHE_FILE = "cache.sqlite3"
-CACHE_KEPT = tuple(range(7, SCHEMA_VERSION))  # the cache's tables are unchanged since schema 7
-LEGACY_STATE_FILE = "state.json"
+# The manifest cache's tables have not changed since schema 7: a state migration keeps its manifests.
+CACHE_KEPT = tuple(range(7, SCHEMA_VERSION))
+LEGACY_STATE_FILE = "state.json"  # the first versions' state; the ledger took its times when it was made
 
 # The listing documents a change must touch O(1) of (schema 6). listed: on the front pages and in
 # the site search (served, with versions, readable by anyone); search_text: what the API's search
@@ -105,7 +110,6 @@ CREATE INDEX IF NOT EXISTS metas_with_errors ON metas (path) WHERE error IS NOT 
 -- Schema 8: every valid meta file after the first (by path) for its name, kept per write, so a
 -- build reports them in O(duplicates), not by a self-join over every meta file.
 CREATE TABLE IF NOT EXISTS meta_duplicates (path TEXT PRIMARY KEY, name TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS times (name TEXT, version TEXT, stamp TEXT NOT NULL, PRIMARY KEY (name, version)) WITHOUT ROWID;
 -- all_fragment/search_fragment: the package's serialised piece of -/all and of -/v1/search.
 CREATE TABLE IF NOT EXISTS packages (
     name TEXT PRIMARY KEY, digest TEXT NOT NULL, present INTEGER NOT NULL, versions INTEGER NOT NULL,
@@ -117,28 +121,10 @@ CREATE INDEX IF NOT EXISTS links_by_target ON links (target);
 -- kept so every build reports them, not only the one that found them.
 CREATE TABLE IF NOT EXISTS issues (name TEXT NOT NULL, path TEXT NOT NULL, reason TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS issues_by_name ON issues (name);
--- The archive each served version was published from: a later archive with other bytes for the
--- same name@version never replaces it (a published version keeps its bytes forever).
-CREATE TABLE IF NOT EXISTS live (
-    name TEXT NOT NULL, version TEXT NOT NULL, shasum TEXT NOT NULL, record TEXT NOT NULL,
-    PRIMARY KEY (name, version)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS live_by_shasum ON live (shasum);
 -- Schema 11: packages whose last write failed (the tree keeps their last good files): every build
 -- plans them again, so the failure is retried and reported until it is gone, not only once.
 CREATE TABLE IF NOT EXISTS unwritten (name TEXT PRIMARY KEY, reason TEXT NOT NULL) WITHOUT ROWID;
 """
-
-# The README sits apart from the manifest: a package document needs every version's manifest but
-# only the latest version's README.
-_CACHE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS manifests (
-    shasum TEXT PRIMARY KEY, manifest BLOB NOT NULL, readme TEXT, readme_filename TEXT
-);
--- A table of its own, so a cache made before file lists existed gains it without a migration.
-CREATE TABLE IF NOT EXISTS file_lists (shasum TEXT PRIMARY KEY, files BLOB NOT NULL) WITHOUT ROWID;
-"""
-
 
 _ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
 _ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in ARCHIVE_FIELDS)
@@ -148,23 +134,14 @@ def _record(row: tuple[Any, ...]) -> ArchiveRecord:
     return ArchiveRecord(*row[:10], bool(row[10]), row[11])
 
 
-def _connect(path: Path, schema: str) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    # WAL + NORMAL: a commit is one append, atomic, and survives a crash of the process; a power
-    # cut may lose the last build's state, which only makes the next build redo it.
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA busy_timeout=30000")
-    db.execute(f"PRAGMA journal_size_limit={heldopen.WAL_KEPT_AT_MOST}")  # a reset WAL shrinks back to this
+def _connect(path: Path, schema: str, kept: tuple[int, ...]) -> sqlite3.Connection:
+    db = connect(path, synchronous="NORMAL")
     # A full build's plans and spooled paths wait in temporary tables read by cursor, in order: a
     # small page cache serves them (the default 2 MB filled at 100k packages, not at 10k).
     db.execute("PRAGMA temp.cache_size=-512")
-    version = db.execute("PRAGMA user_version").fetchone()[0]
+    version = user_version(db)
     if version == SCHEMA_VERSION:
         return db  # the version is written after the script: its tables are all there (a publish skips ~1 ms of DDL)
-    # The cache's tables have not changed since schema 7: a state migration keeps its manifests.
-    kept = MIGRATED_IN_PLACE if schema is _STATE_SCHEMA else CACHE_KEPT
     if version not in kept:
         tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         for table in tables:
@@ -177,6 +154,7 @@ def _connect(path: Path, schema: str) -> sqlite3.Connection:
         if version in MIGRATED_IN_PLACE:
             _move_listings(db)
             _drop_listing_copies(db)
+            _drop_ledger_copies(db)
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db
 
@@ -223,6 +201,14 @@ def _drop_listing_copies(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
 
 
+def _drop_ledger_copies(db: sqlite3.Connection) -> None:
+    """Schema 12: the pins, times and keyring live in the ledger, which took them when it was made
+    (the build session opens the ledger before the cache, always)."""
+    for table in LEDGER_TABLES:
+        db.execute(f"DROP TABLE IF EXISTS {table}")  # one of two names, above
+    db.execute("DELETE FROM settings WHERE key = 'signing_keys'")
+
+
 def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
     """Schema 6's listing columns and tables; a schema-5 state gains them in place (its times and
     pinned versions kept) and the next build is a full one, which fills them."""
@@ -261,15 +247,16 @@ def whole_documents_stale(state_file: Path) -> bool:
     return bool(row and row[0])
 
 
-def open_database(path: Path, schema: str) -> sqlite3.Connection:
-    """Opens (creating or, when unreadable, recreating) one of the two databases."""
+def open_database(path: Path, schema: str, *, kept: tuple[int, ...] = MIGRATED_IN_PLACE) -> sqlite3.Connection:
+    """Opens (creating or, when unreadable, recreating) one of the two cache databases; a schema
+    version not in `kept` is dropped and made again."""
     try:
-        db = _connect(path, schema)
+        db = _connect(path, schema, kept)
     except sqlite3.DatabaseError:
         heldopen.release(path)
         for suffix in ("", "-wal", "-shm"):
             Path(str(path) + suffix).unlink(missing_ok=True)
-        db = _connect(path, schema)
+        db = _connect(path, schema, kept)
     heldopen.hold(path)  # so that closing `db` after the build is not the last close (see heldopen)
     return db
 
@@ -277,10 +264,16 @@ def open_database(path: Path, schema: str) -> sqlite3.Connection:
 class BuildState(ListingTables):
     """The state database, inside one write transaction from `begin()` to `commit()`."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection | None = None):
+    def __init__(self, path: Path, db: sqlite3.Connection | None = None, ledger: SqliteLedger | None = None):
         self.path = path
-        self.db = db or open_database(path, _STATE_SCHEMA)
-        self.ledger = FirstSeenLedger(path.parent / LEDGER_FILE)
+        # The ledger first: a new one takes the pins and times of an older cache, whose own
+        # migration then drops them.
+        self.ledger = ledger or SqliteLedger(path.parent / LEDGER_DATABASE)
+        try:
+            self.db = db or open_database(path, _STATE_SCHEMA)
+        except BaseException:
+            self.ledger.close()
+            raise
 
     @classmethod
     def reading(cls, path: Path) -> BuildState:
@@ -289,42 +282,41 @@ class BuildState(ListingTables):
         It skips the schema script, and closing it never checkpoints the WAL (only a writer can):
         a publish would otherwise pay a checkpoint for the look before its build. A missing state
         or one of another schema opens the ordinary way, which creates or migrates it."""
+        ledger = SqliteLedger.reading(path.parent / LEDGER_DATABASE)
         if path.exists():
-            db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
             try:
-                if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-                    return cls(path, db)
+                db = connect_readonly(path)
+                if user_version(db) == SCHEMA_VERSION:
+                    return cls(path, db, ledger)
+                db.close()
             except sqlite3.DatabaseError:
                 pass  # unreadable: the ordinary open recreates it
-            db.close()
+        ledger.close()
         return cls(path)
 
-    # -- transaction
+    # -- transaction: the ledger commits first, the cache second (SQLite files in WAL mode do not
+    # commit as a set): a crash between the two leaves the ledger ahead, and the next build, which
+    # trusts the ledger, converges.
 
     def begin(self) -> None:
+        self.ledger.begin()
         self.db.execute("BEGIN IMMEDIATE")
-        self.ledger.discard()  # what a crashed build buffered was never committed
-        self._recover_times()
 
     def commit(self) -> None:
-        self.ledger.flush()  # first: a crash between the two leaves times recorded, never lost
+        self.ledger.commit()
         self.db.execute("COMMIT")
 
     def rollback(self) -> None:
-        self.ledger.discard()
+        self.ledger.rollback()
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
 
-    def _recover_times(self) -> None:
-        """A state without times (new schema, recreated after corruption) takes them from the ledger."""
-        if self.db.execute("SELECT 1 FROM times LIMIT 1").fetchone() is not None:
-            return
-        for name, stamps in self.ledger.load().items():
-            self._insert_times(name, stamps)
-
     def close(self) -> None:
         self.rollback()
-        heldopen.close(self.db, self.path)
+        try:
+            heldopen.close(self.db, self.path)
+        finally:
+            self.ledger.close()
 
     # -- settings
 
@@ -362,15 +354,13 @@ class BuildState(ListingTables):
         self.begin()
         settings = dict(self.db.execute("SELECT key, value FROM settings WHERE key IN ('fingerprint', ?, ?)", (SHARDS_STALE, WHOLE_STALE)))
         empty = self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not settings.get("fingerprint")
-        if empty:
-            self.import_times(read_legacy_times(self.path.parent))
         return BuildStart(
             empty=empty,
             fingerprint_changed=settings.get("fingerprint", "") != fingerprint,
             unwritten=frozenset(self.unwritten_names()),
             shards_stale=bool(settings.get(SHARDS_STALE)),
             whole_stale=bool(settings.get(WHOLE_STALE)),
-            seed_pins=not empty and not self.has_live(),
+            seed_pins=not empty and not self.ledger.has_pins(),
         )
 
     def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
@@ -557,31 +547,18 @@ class BuildState(ListingTables):
         """(name, path) of every valid meta file after the first (by path) for the same name."""
         return list(self.db.execute("SELECT name, path FROM meta_duplicates ORDER BY path"))
 
-    # -- first-seen publish times
+    # -- first-seen publish times (in the ledger)
 
     def times_of(self, name: str) -> dict[str, str]:
-        return dict(self.db.execute("SELECT version, stamp FROM times WHERE name = ?", (name,)))
+        return self.ledger.first_seen(name)
 
-    def put_times(self, name: str, stamps: dict[str, str], *, durable: bool = True) -> None:
-        """Records publish times; `durable=False` for times a registry-meta.json already keeps
-        (content/ is their durable home: no ledger line, no fsync)."""
-        self._insert_times(name, stamps)
-        if durable:
-            self.ledger.record(name, stamps)
-
-    def _insert_times(self, name: str, stamps: dict[str, str]) -> None:
-        self.db.executemany(
-            "INSERT OR REPLACE INTO times (name, version, stamp) VALUES (?, ?, ?)",
-            ((name, version, stamp) for version, stamp in stamps.items()),
-        )
+    def put_times(self, name: str, stamps: dict[str, str]) -> None:
+        """Records the publish times a build resolved for versions it had no time for."""
+        if stamps:
+            self.ledger.record_first_seen(name, stamps)
 
     def delete_times(self, name: str) -> None:
-        if self.db.execute("DELETE FROM times WHERE name = ?", (name,)).rowcount:
-            self.ledger.forget(name)
-
-    def import_times(self, times: dict[str, dict[str, str]]) -> None:
-        for name, stamps in times.items():
-            self.put_times(name, stamps)
+        self.ledger.forget_first_seen(name)
 
     # -- packages
 
@@ -667,7 +644,7 @@ class BuildState(ListingTables):
         splits = self.apply_listing_move(move)
         self.db.execute("DELETE FROM packages WHERE name = ?", (name,))
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
-        self.db.execute("DELETE FROM live WHERE name = ?", (name,))
+        self.ledger.unpin(name)
         return splits
 
     def _count_package(self, name: str, *, versions_now: int | None) -> None:
@@ -771,21 +748,16 @@ class BuildState(ListingTables):
 
     def live_of(self, name: str) -> dict[str, ArchiveRecord]:
         """version -> the archive record each served version of `name` was published from."""
-        rows = self.db.execute("SELECT version, record FROM live WHERE name = ?", (name,))
-        return {version: ArchiveRecord(**json.loads(record)) for version, record in rows}
+        return self.ledger.pins(name)
 
-    def has_live(self) -> bool:
-        return self.db.execute("SELECT 1 FROM live LIMIT 1").fetchone() is not None
+    def put_live(self, name: str, releases: dict[str, ArchiveRecord], known: dict[str, ArchiveRecord] | None = None) -> None:
+        self.ledger.pin(name, releases, known)
 
-    def put_live(self, name: str, releases: dict[str, ArchiveRecord]) -> None:
-        self.db.execute("DELETE FROM live WHERE name = ?", (name,))
-        self.db.executemany(
-            "INSERT INTO live (name, version, shasum, record) VALUES (?, ?, ?, ?)",
-            (
-                (name, version, record.shasum or "", json.dumps(record.to_json(), separators=(",", ":")))
-                for version, record in releases.items()
-            ),
-        )
+    def signing_keys(self) -> str:
+        return self.ledger.signing_keys()
+
+    def record_signing_keys(self, public_keys: str) -> None:
+        self.ledger.record_signing_keys(public_keys)
 
     def set_issues(self, name: str, issues: list[tuple[str, str]]) -> None:
         self.db.execute("DELETE FROM issues WHERE name = ?", (name,))
@@ -794,95 +766,3 @@ class BuildState(ListingTables):
     def all_issues(self) -> list[tuple[str, str, str]]:
         """(package, path, reason) of every archive a package's build refused."""
         return list(self.db.execute("SELECT name, path, reason FROM issues ORDER BY path, reason"))
-
-
-def read_legacy_times(cache_dir: Path) -> dict[str, dict[str, str]]:
-    """First-seen times from the JSON state of earlier versions, so publish times survive the move."""
-    try:
-        data = json.loads((cache_dir / LEGACY_STATE_FILE).read_bytes())
-        times = data.get("times", {})
-        return {n: dict(v) for n, v in times.items() if isinstance(v, dict)}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return {}
-
-
-class ManifestCache:
-    """sha1 of a tarball -> what the packuments need from it (manifest, README)."""
-
-    def __init__(self, path: Path, *, readonly: bool = False):
-        self.path = path
-        self.readonly = readonly
-        if readonly:
-            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
-            self.db.execute("PRAGMA busy_timeout=30000")
-        else:
-            self.db = open_database(path, _CACHE_SCHEMA)
-
-    def manifest(self, shasum: str) -> bytes | None:
-        row = self.db.execute("SELECT manifest FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
-        return row[0] if row else None
-
-    def readme(self, shasum: str) -> tuple[str | None, str | None] | None:
-        row = self.db.execute("SELECT readme, readme_filename FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
-        return (row[0], row[1]) if row else None
-
-    def files(self, shasum: str) -> bytes | None:
-        row = self.db.execute("SELECT files FROM file_lists WHERE shasum = ?", (shasum,)).fetchone()
-        return row[0] if row else None
-
-    def heal(self, shasum: str, cached: CachedManifest) -> None:
-        """Puts back a lost entry read again from its archive, so that the next publish of that
-        package does not read it again. A worker's read-only connection cannot: a build big enough
-        for workers reads such archives again until an in-process build heals them."""
-        if not self.readonly:
-            self.put_many([(shasum, cached)])
-
-    def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
-        if not items:
-            return
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            self.db.executemany(
-                "INSERT OR REPLACE INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?)",
-                ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
-            )
-            self.db.executemany(
-                "INSERT OR REPLACE INTO file_lists (shasum, files) VALUES (?, ?)",
-                ((shasum, c.files) for shasum, c in items if c.files is not None),
-            )
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
-
-    def forget_unreferenced(self, shasums: Iterable[str] | None, state_path: Path) -> None:
-        """Drops the manifests of `shasums` (None: of all) that no archive of the committed state
-        refers to."""
-        self.db.execute("ATTACH DATABASE ? AS state", (str(state_path),))
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-            if shasums is None:
-                for table in ("manifests", "file_lists"):
-                    self.db.execute(
-                        f"DELETE FROM {table} WHERE shasum NOT IN (SELECT shasum FROM state.archives WHERE shasum IS NOT NULL)"
-                        " AND shasum NOT IN (SELECT shasum FROM state.live)"
-                    )
-            else:
-                doomed = list(shasums)
-                for table in ("manifests", "file_lists"):
-                    self.db.executemany(
-                        f"DELETE FROM {table} WHERE shasum = ?1 AND NOT EXISTS (SELECT 1 FROM state.archives WHERE shasum = ?1)"
-                        " AND NOT EXISTS (SELECT 1 FROM state.live WHERE shasum = ?1)",
-                        ((s,) for s in doomed),
-                    )
-            self.db.execute("COMMIT")
-        finally:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            self.db.execute("DETACH DATABASE state")
-
-    def close(self) -> None:
-        if self.readonly:
-            self.db.close()
-        else:
-            heldopen.close(self.db, self.path)

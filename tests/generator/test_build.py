@@ -221,8 +221,8 @@ def test_a_tree_built_before_pinning_pins_what_it_serves(settings: Settings) -> 
     make_tarball(settings.content_dir, "demo-twin", "1.0.0", files={"index.js": "1"})
     run_build(settings)
     served = _served(settings, "demo-twin", "1.0.0")
-    with sqlite3.connect(settings.state_file) as db:  # what an older registry-gen left behind
-        db.execute("DELETE FROM live")
+    with sqlite3.connect(settings.state_folder / "ledger.sqlite3") as db:  # a ledger made from a state without pins
+        db.execute("DELETE FROM pins")
     make_tarball(settings.content_dir / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
     assert [e.path for e in run_build(settings).errors] == ["two/demo-twin-1.0.0.tgz"]
     assert _served(settings, "demo-twin", "1.0.0") == served
@@ -425,7 +425,7 @@ def test_the_write_sides_state_view_is_read_only_and_sees_the_build(tmp_path: Pa
     try:
         assert set(view.live_of("pkg")) == {"1.0.0"}
         try:
-            view.db.execute("DELETE FROM live")
+            view.db.execute("DELETE FROM packages")
         except sqlite3.OperationalError as exc:
             assert "readonly" in str(exc)
         else:

@@ -14,7 +14,7 @@ import pytest
 
 from registry_gen.state import heldopen
 from registry_gen.build import run_build
-from registry_gen.state.sqlite_cache import CACHE_FILE
+from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 

@@ -19,7 +19,8 @@ import pytest
 from registry_gen import site
 from registry_gen.build import read
 from registry_gen.build import PathLog, run_build
-from registry_gen.state.sqlite_cache import CACHE_FILE, SCHEMA_VERSION, BuildState
+from registry_gen.state.sqlite_cache import SCHEMA_VERSION, BuildState
+from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
@@ -107,13 +108,15 @@ def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settin
         for column in ("listed", "search_text"):  # (schema 10 has no modified and range_key columns there)
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
         db.execute("PRAGMA user_version=5")
-        live = db.execute("SELECT COUNT(*) FROM live").fetchone()[0]
+    with sqlite3.connect(settings.state_folder / "ledger.sqlite3") as db:
+        live = db.execute("SELECT COUNT(*) FROM pins").fetchone()[0]
     result = run_build(settings)
     assert not result.errors and result.packages == len(NAMES) and result.versions == len(NAMES)
     assert sorted(result.rebuilt_packages) == sorted(NAMES)  # the full build that fills the new columns
     with sqlite3.connect(settings.state_file) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        assert db.execute("SELECT COUNT(*) FROM live").fetchone()[0] == live  # pinned versions kept
+    with sqlite3.connect(settings.state_folder / "ledger.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == live == len(NAMES)  # pinned versions kept
     assert _names(settings, site.search_shard_path("sc")) == ["@scope/gamma"]
 
 
@@ -302,7 +305,7 @@ def test_a_schema_9_state_loses_its_listing_copies_in_place_and_writes_nothing(s
     result = run_build(settings)
     assert result.rebuilt_packages == [] and result.written == [] and result.removed == []
     with sqlite3.connect(settings.state_file) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
         assert {"modified", "range_key"}.isdisjoint(row[1] for row in db.execute("PRAGMA table_info(packages)"))
     assert {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()} == tree
     # The browse key a package leaves now comes from the listings table: its old range loses it.

@@ -30,7 +30,7 @@ import pytest
 
 from registry_gen import build, site
 from registry_gen.build import indexes, packages, read, write
-from registry_gen.state.sqlite_cache import CACHE_FILE
+from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
 from tests.realworld.corpus import Corpus, ensure_corpus

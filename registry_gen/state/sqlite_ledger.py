@@ -1,0 +1,143 @@
+"""The ledger on SQLite: `<state_folder>/ledger.sqlite3`, what no build can redo from content/.
+
+- the pins: the archive record each served version was published from (name, version, sha1),
+  so a later archive with other bytes for it is refused, even after the cache is dropped;
+- the first-seen times: the `time` clients see for a version dropped into content/ by hand;
+- the keyring: every public key the tree was ever signed with.
+
+It is never dropped: its schema moves by numbered steps (registry_gen.state.migrations). Commits
+are synchronous=FULL (each one on disk before it returns): a commit is rare (a build that changed
+pins or times, a keyring rotation), and what it holds cannot be rebuilt. A build commits the ledger
+first and the cache second: a crash between the two leaves the ledger ahead, and the next build,
+trusting the ledger, converges.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+
+from registry_gen.errors import LedgerUnreadable
+from registry_gen.state import heldopen
+from registry_gen.state.migrations import LATEST, migrate
+from registry_gen.state.records import ArchiveRecord
+from registry_gen.state.sqlite_base import connect, connect_readonly, user_version
+
+LEDGER_DATABASE = "ledger.sqlite3"
+
+
+class SqliteLedger:
+    """One connection to the ledger; writes happen inside `begin()` ... `commit()`."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection | None = None) -> None:
+        self.path = path
+        self.db = db or _open(path)
+
+    @classmethod
+    def reading(cls, path: Path) -> SqliteLedger:
+        """A read-only view (the write side's look before a write): a missing ledger, or one of an
+        older schema, opens the ordinary way, which creates or migrates it."""
+        if path.exists():
+            try:
+                db = connect_readonly(path)
+                if user_version(db) == LATEST:
+                    return cls(path, db)
+                db.close()
+            except sqlite3.DatabaseError:
+                pass
+        return cls(path)
+
+    # -- transaction
+
+    def begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.rollback()
+        heldopen.close(self.db, self.path)
+
+    # -- pins
+
+    def pins(self, name: str) -> dict[str, ArchiveRecord]:
+        """version -> the archive record each served version of `name` was published from."""
+        rows = self.db.execute("SELECT version, record FROM pins WHERE name = ?", (name,))
+        return {version: ArchiveRecord(**json.loads(record)) for version, record in rows}
+
+    def has_pins(self) -> bool:
+        return self.db.execute("SELECT 1 FROM pins LIMIT 1").fetchone() is not None
+
+    def pin(self, name: str, releases: Mapping[str, ArchiveRecord], known: Mapping[str, ArchiveRecord] | None = None) -> None:
+        """Pins what `name` serves now: new versions added, gone ones dropped. `known`: its pins as
+        read before (None: read them here); an unchanged package writes nothing, so a build that
+        changed no pin does not sync the ledger."""
+        before = self.pins(name) if known is None else known
+        gone = [(name, version) for version in before.keys() - releases.keys()]
+        changed = [(v, r) for v, r in releases.items() if before.get(v) != r]
+        self.db.executemany("DELETE FROM pins WHERE name = ? AND version = ?", gone)
+        self.db.executemany(
+            "INSERT OR REPLACE INTO pins (name, version, shasum, record) VALUES (?, ?, ?, ?)",
+            ((name, v, r.shasum or "", json.dumps(r.to_json(), separators=(",", ":"))) for v, r in changed),
+        )
+
+    def unpin(self, name: str) -> None:
+        self.db.execute("DELETE FROM pins WHERE name = ?", (name,))
+
+    # -- first-seen times
+
+    def first_seen(self, name: str) -> dict[str, str]:
+        return dict(self.db.execute("SELECT version, stamp FROM first_seen WHERE name = ?", (name,)))
+
+    def record_first_seen(self, name: str, stamps: Mapping[str, str]) -> None:
+        self.db.executemany(
+            "INSERT OR REPLACE INTO first_seen (name, version, stamp) VALUES (?, ?, ?)", ((name, v, t) for v, t in stamps.items())
+        )
+
+    def forget_first_seen(self, name: str) -> None:
+        """A package that left the registry: a later one of the same name starts afresh."""
+        self.db.execute("DELETE FROM first_seen WHERE name = ?", (name,))
+
+    # -- the keyring
+
+    def signing_keys(self) -> str:
+        row = self.db.execute("SELECT public_keys FROM keyring WHERE id = 1").fetchone()
+        return row[0] if row else ""
+
+    def record_signing_keys(self, public_keys: str) -> None:
+        if self.signing_keys() != public_keys:  # an equal rewrite would make the build's commit sync
+            self.db.execute("INSERT OR REPLACE INTO keyring (id, public_keys) VALUES (1, ?)", (public_keys,))
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """Opens the ledger, creating or migrating it. Never recreated: an unreadable ledger stops the
+    build (a person must restore it from the backup), where the cache would just be dropped."""
+    try:
+        db = connect(path, synchronous="FULL")
+    except sqlite3.DatabaseError as exc:
+        raise _unreadable(path, exc) from exc
+    try:
+        migrate(db, path.parent)
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise _unreadable(path, exc) from exc
+    except BaseException:
+        db.close()
+        raise
+    heldopen.hold(path)  # so that closing `db` after the build is not the last close (see heldopen)
+    return db
+
+
+def _unreadable(path: Path, exc: Exception) -> LedgerUnreadable:
+    return LedgerUnreadable(
+        f"{path} cannot be read ({exc}); it holds what no build can redo (pinned versions, first-seen times, "
+        "the signing keyring): restore it from your backup (README, Backups); nothing was changed"
+    )
