@@ -12,7 +12,7 @@ import dataclasses
 import json
 
 from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
-from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state import open_state
 from registry_gen.errors import InvalidManifest, NotFound
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, validate_name
@@ -35,11 +35,8 @@ def meta_location(settings: Settings, storage: FolderStorage, name: str) -> str:
     canonical = meta_key(name)
     if storage.exists(canonical):
         return canonical
-    state = BuildState(settings.state_file)
-    try:
-        found = [path for path, error in state.metas_of(name) if error is None and storage.exists(path)]
-    finally:
-        state.close()
+    with open_state(settings).view() as state:
+        found = [path for path in state.meta_paths(name) if storage.exists(path)]
     return found[0] if found else canonical
 
 

@@ -19,6 +19,7 @@ from registry_gen.build.run import build_lock, build_locked, run_build
 from registry_gen.build.write import ABBREVIATED_FILE, PACKUMENT_FILE
 from registry_gen.state.records import ArchiveRecord
 
+
 __all__ = [
     "ABBREVIATED_FILE",
     "PACKUMENT_FILE",

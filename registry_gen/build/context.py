@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from registry_gen.settings import Settings
 from registry_gen.signing import Signer
 
+
 ProgressCallback = Callable[[str, int, int], None]
 
 

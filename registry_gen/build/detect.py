@@ -11,34 +11,19 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from registry_gen import __version__, site
-from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.build.context import BuildContext, ProgressCallback
 from registry_gen.build.plan import choose_releases
+from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.keyring import load_signer
 from registry_gen.layout import ALL_DOCUMENT
 from registry_gen.settings import Settings
-from registry_gen.state.records import ArchiveRecord, BuildStart, PackageInputs
+from registry_gen.state import BuildSession
+from registry_gen.state.records import BuildStart
 
 
 SPOOL_HELD = 4096  # new archive paths held in memory before they wait in the state (PathSpool)
-
-
-class ContentState(Protocol):
-    """What detection reads and records in the state (registry_gen.state's build session has it)."""
-
-    def begin_build(self, fingerprint: str) -> BuildStart: ...
-    def forget_content(self) -> None: ...
-    def folder_listings(self) -> dict[str, bytes]: ...
-    def folder_listing(self, folder: str) -> bytes | None: ...
-    def put_folder_listing(self, folder: str, listing: bytes | None) -> None: ...
-    def spool_paths(self, paths: Iterable[str], *, fresh: bool = False, spool: str = "spooled_paths") -> None: ...
-    def spooled_paths(self, batch: int = 1000, spool: str = "spooled_paths") -> Iterator[str]: ...
-    def present_names(self) -> Iterator[str]: ...
-    def package_inputs(self, name: str) -> PackageInputs: ...
-    def put_live(self, name: str, releases: dict[str, ArchiveRecord]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -51,7 +36,7 @@ class Detected:
 
 
 def detect(
-    settings: Settings, state: ContentState, changed: Iterable[str | Path] | None, *, force_full: bool,
+    settings: Settings, state: BuildSession, changed: Iterable[str | Path] | None, *, force_full: bool,
     progress: ProgressCallback | None = None,
 ) -> Detected:  # fmt: skip
     """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
@@ -72,11 +57,11 @@ def detect(
     return Detected(context, detect_hinted_changes(settings.content_dir, state, changed), start)
 
 
-def seed_pins(state: ContentState) -> None:
+def seed_pins(state: BuildSession) -> None:
     """Pins the versions each present package serves now to the archives they come from."""
     for name in state.present_names():
         releases, _ = choose_releases(name, state.package_inputs(name).archives, {})
-        state.put_live(name, releases)
+        state.pin(name, releases)
 
 
 def scan_content(content_dir: Path) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
@@ -160,9 +145,9 @@ class PathSpool:
     """Paths to read, handed out in path order. Past SPOOL_HELD of them (a full build finds every
     archive) they go to a temporary table of `state`, so a build holds a few thousand at most."""
 
-    def __init__(self, state: ContentState | None = None, spool: str = "spooled_paths") -> None:
+    def __init__(self, state: BuildSession | None = None, spool: str = "spooled_paths") -> None:
         self.state = state
-        self.spool = spool  # its table (BuildState.SPOOLS): the archives' or the meta files'
+        self.spool = spool  # its table in the state: the archives' or the meta files'
         self.held: list[str] = []
         self.count = 0
         self.spilled = False
@@ -209,18 +194,18 @@ class ContentChanges:
             (self.removed_archives if content_kind(name) == "archive" else self.removed_metas).append(_join(folder, name))
 
 
-def _store_listing(state: ContentState, folder: str, listing: Listing | None) -> None:
+def _store_listing(state: BuildSession, folder: str, listing: Listing | None) -> None:
     state.put_folder_listing(folder, marshal.dumps(listing) if listing else None)
 
 
-def forget_file(state: ContentState, relative: str) -> None:
+def forget_file(state: BuildSession, relative: str) -> None:
     """Leaves one file out of its folder's stored listing, so the next build looks at it again."""
     folder, _, name = relative.rpartition("/")
     listing = [(n, size, mtime) for n, (size, mtime) in sorted(_decode_listing(state.folder_listing(folder)).items()) if n != name]
     _store_listing(state, folder, listing or None)
 
 
-def detect_changes(content_dir: Path, state: ContentState) -> ContentChanges:
+def detect_changes(content_dir: Path, state: BuildSession) -> ContentChanges:
     """Stat-based change detection over all of content/: a folder whose listing (names, sizes,
     mtimes) is byte-identical to the stored one costs one comparison, whatever its size."""
     known = state.folder_listings()
@@ -251,7 +236,7 @@ def _relative_hint(content_dir: Path, path: str | Path) -> str:
     return relative
 
 
-def detect_hinted_changes(content_dir: Path, state: ContentState, paths: Iterable[str | Path]) -> ContentChanges:
+def detect_hinted_changes(content_dir: Path, state: BuildSession, paths: Iterable[str | Path]) -> ContentChanges:
     """Change detection limited to `paths` (what the write API or watch mode knows it touched):
     cost in proportion to the hint, not to content/. Everything else is trusted to the state."""
     by_folder: dict[str, set[str]] = defaultdict(set)

@@ -33,7 +33,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
 from registry_gen import site
 from registry_gen.build.context import BuildContext
@@ -42,8 +41,10 @@ from registry_gen.hosting import LEGACY_SEARCH_FOLDER, STATIC_EXTRAS
 from registry_gen.layout import ALL_DOCUMENT, LEGACY_FULL_SEARCH_FILE, SEARCH_DOCUMENT
 from registry_gen.packument import all_index_chunks, search_document_chunks
 from registry_gen.settings import Settings
-from registry_gen.state.records import BrowseInputs, BuildStart, Leaf, LeafHood, LeafOp, ListedAt, ListingMove, ListingPlace
+from registry_gen.state import ListingMemory
+from registry_gen.state.records import BuildStart, Leaf, LeafHood, LeafOp, ListedAt, ListingMove, ListingPlace
 from registry_gen.writer import gzip_bytes, remove_tree, write_if_changed, write_streams_if_changed
+
 
 # Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
@@ -174,25 +175,11 @@ def leaves_by_shard(leaves: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
 # ---------------------------------------------------------------- the writer (I/O)
 
 
-class ListingReader(Protocol):
-    """What the writer reads of the state (registry_gen.state's build session has it)."""
-
-    def browse_inputs(self, prefix: str, page_size: int) -> BrowseInputs: ...
-    def prefix_counts(self, key: str) -> dict[str, int]: ...
-    def front_page_inputs(self, recent: int) -> tuple[list[dict[str, Any]], list[tuple[str, int]]]: ...
-    def listed_ranges(self) -> set[str]: ...
-    def listed_shards(self) -> set[str]: ...
-    def leaf_count(self, key: str, *, at_most: int) -> int: ...
-    def shard_leaves(self, key: str) -> list[str]: ...
-    def existing_leaves(self, key: str, bounds: Iterable[str]) -> set[str]: ...
-    def leaf_entries(self, key: str, bound: str) -> list[bytes]: ...
-
-
 class IndexWriter:
     """Writes the listing documents one build's changes name (all of them in a full build):
     each browse page at most once per build, however many changed keys walk through it."""
 
-    def __init__(self, settings: Settings, state: ListingReader) -> None:
+    def __init__(self, settings: Settings, state: ListingMemory) -> None:
         self.settings, self.state, self.out = settings, state, settings.out_dir
         self.files = FileChanges()
         self.browse_pages: dict[str, list[str] | None] = {}  # page -> what write_browse_page returned
@@ -323,12 +310,7 @@ def write_fixed_files(settings: Settings) -> FileChanges:
     return files
 
 
-class WholeDocumentSource(Protocol):
-    def whole_document_stamp(self) -> str: ...
-    def whole_document_fragments(self, column: str, batch: int = 1000) -> Iterable[bytes]: ...
-
-
-def write_whole_documents(settings: Settings, state: WholeDocumentSource) -> FileChanges:
+def write_whole_documents(settings: Settings, state: ListingMemory) -> FileChanges:
     """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
     Both grow with the registry (tens of MB at 1M versions): streamed from the state's rows to
     their files and gzip siblings, never held whole."""
@@ -373,12 +355,8 @@ class Indexed:
     whole_stale: bool
 
 
-class IndexState(ListingReader, WholeDocumentSource, Protocol):
-    pass
-
-
 def write_indexes(
-    context: BuildContext, state: IndexState, changes: ListingChanges, start: BuildStart, *, packages_changed: bool, defer_whole: bool
+    context: BuildContext, state: ListingMemory, changes: ListingChanges, start: BuildStart, *, packages_changed: bool, defer_whole: bool
 ) -> Indexed:
     """Phase 5: the fixed files of a full build, the listing documents the changes touched, and
     -/all and -/search.json now, or marked stale for the refresher (`defer_whole`)."""

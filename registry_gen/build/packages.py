@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from registry_gen import site
 from registry_gen.build.context import BuildContext
@@ -27,7 +27,6 @@ from registry_gen.build.plan import (
     PLAN_BATCH,
     Action,
     PackagePlan,
-    PlanSource,
     Plans,
     meta_issues,
     meta_of,
@@ -39,43 +38,19 @@ from registry_gen.build.plan import (
     resolve_times,
     unasked_removals,
 )
-from registry_gen.build.read import Manifests, load_cached, version_extras
+from registry_gen.build.read import load_cached, version_extras
 from registry_gen.build.results import BuildIssue, FileChanges, NameLog
 from registry_gen.build.write import PACKUMENT_FILE, PackageJob, PackageOutcome, remove_package, write_packages
 from registry_gen.errors import RegistryError
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir
-from registry_gen.state.records import LeafHood, ListedAt, ListingMove, PackageInputs
+from registry_gen.state import BuildSession, Manifests
+from registry_gen.state.records import PackageInputs, PackageWrite
 from registry_gen.versions import choose_dist_tags
 from registry_gen.writer import write_if_changed
 
+
 TimesFound = dict[str, dict[str, str]]  # the publish times a build resolved afresh, by package
-
-
-class PackageStore(PlanSource, Protocol):
-    """What this phase reads and writes in the state (registry_gen.state's build session has it)."""
-
-    def listing_neighbourhood(self, name: str, keys_after: Iterable[str]) -> tuple[ListedAt | None, dict[str, LeafHood]]: ...
-    def put_package(self, name: str, record: dict[str, Any], *, present: bool, fragments: tuple[bytes, bytes], move: ListingMove) -> dict[str, str]: ...
-    def delete_package(self, name: str, move: ListingMove) -> dict[str, str]: ...
-    def put_live(self, name: str, releases: dict[str, Any]) -> None: ...
-    def package(self, name: str) -> dict[str, Any] | None: ...
-    def set_unwritten(self, name: str, reason: str | None) -> None: ...
-    def set_issues(self, name: str, issues: list[tuple[str, str]]) -> None: ...
-    def put_times(self, name: str, stamps: dict[str, str]) -> None: ...
-    def delete_times(self, name: str) -> None: ...
-    def present_names(self) -> Iterator[str]: ...
-    # a full build's working set
-    def start_full_build(self) -> None: ...
-    def every_package_name(self, batch: int = 1000) -> Iterator[str]: ...
-    def put_plans(self, plans: Iterable[tuple[str, str, bool, bool]]) -> None: ...
-    def plan_of(self, name: str) -> tuple[str, bool, bool] | None: ...
-    def planned(self, action: str | None = None, batch: int = 1000) -> Iterator[str]: ...
-    def planned_count(self, action: str | None = None) -> int: ...
-    def present_after_full_build(self, batch: int = 1000) -> Iterator[str]: ...
-    def put_predicted_links(self, name: str, targets: Iterable[str]) -> None: ...
-    def predicted_links_of(self, name: str) -> set[str]: ...
-    def linking_after_full_build(self, target: str, action: str) -> set[str]: ...
 
 
 @dataclass
@@ -94,13 +69,12 @@ class Outcomes:
         return int(getattr(self.rebuilt, "total", len(self.rebuilt)))
 
 
-def write_changes(context: BuildContext, state: PackageStore, cache: Manifests, plans: Plans, unwritten: AbstractSet[str]) -> Outcomes:
+def write_changes(context: BuildContext, state: BuildSession, cache: Manifests, plans: Plans, unwritten: AbstractSet[str]) -> Outcomes:
     """Phase 4 of an incremental build: records what the plans found, removes what went, writes
     what changed, then refreshes the pages whose Dependents list changed."""
     phase = PackageWriting(context, state, cache, unwritten)
     refusals, _ = plan_findings(plans.plans.values())
-    for name, issues in refusals.items():
-        state.set_issues(name, issues)
+    state.record_refusals(refusals)
     refuse_mass_removal(context.settings, state, unasked_removals(context.settings, state, plans.plans.values()))
     # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one gained or lost.
     dependents_changed: set[str] = set()
@@ -114,21 +88,20 @@ def write_changes(context: BuildContext, state: PackageStore, cache: Manifests, 
     links_to = HeldIncoming(state, to_write, incoming).links_to
     jobs = phase.jobs(to_write, plans.relinked, times, registry_names, links_to)
     for outcome in phase.run(jobs, registry_names, len(to_write)):
-        before = phase.take(outcome, plans.plans[outcome.name].present)
+        # Times are stored as each package lands, not all at the end: a first build holds one
+        # entry per version otherwise (~150 MB at 1M versions).
+        before = phase.take(outcome, plans.plans[outcome.name].present, times)
         if outcome.record is not None:
             dependents_changed.update(before ^ set(outcome.record["links"]))
         else:
             phase.rendered_dependents.pop(outcome.name, None)  # not written: its page may be stale
-        # Stored as each package lands, not all at the end: a first build holds one entry per
-        # version otherwise (~150 MB at 1M versions).
-        phase.store_times(outcome.name, times)
     for name in list(times):  # packages whose files were already current
         phase.store_times(name, times)
     phase.refresh_dependents({n for n in dependents_changed if n in registry_names}, registry_names)
     return phase.outcomes
 
 
-def write_everything(context: BuildContext, state: PackageStore, cache: Manifests, unwritten: AbstractSet[str]) -> Outcomes:
+def write_everything(context: BuildContext, state: BuildSession, cache: Manifests, unwritten: AbstractSet[str]) -> Outcomes:
     """Phases 3 and 4 of a full build, which writes every package."""
     phase = PackageWriting(context, state, cache, unwritten)
     phase.outcomes.listing = ListingChanges(collecting=False)  # it writes every listing page and shard
@@ -146,7 +119,7 @@ def write_everything(context: BuildContext, state: PackageStore, cache: Manifest
     links_to = functools.partial(state.linking_after_full_build, action=Action.WRITE.value)
     jobs = phase.jobs(state.planned(Action.WRITE.value), set(), times, registry_names, links_to)
     for outcome in phase.run(jobs, registry_names, state.planned_count(Action.WRITE.value)):
-        before = phase.take(outcome, plans[outcome.name].present)
+        before = phase.take(outcome, plans[outcome.name].present, times)
         after = set(outcome.record["links"]) if outcome.record is not None else before
         # Rendered from the predicted links: a package whose links came out otherwise (or whose
         # write failed) changed its targets' lists after they were rendered. A package not
@@ -155,7 +128,6 @@ def write_everything(context: BuildContext, state: PackageStore, cache: Manifest
         recheck.update(n for n in before ^ after if planned_unwritten(plans, n))
         if outcome.record is None:
             recheck.add(outcome.name)
-        phase.store_times(outcome.name, times)
     phase.refresh_dependents({n for n in recheck if n in registry_names}, registry_names)
     return phase.outcomes
 
@@ -164,7 +136,7 @@ class PackageWriting:
     """Phase 4's working set, for the length of the phase: what it wrote (`outcomes`) and the
     Dependents list each page it rendered was rendered with."""
 
-    def __init__(self, context: BuildContext, state: PackageStore, cache: Manifests, unwritten: AbstractSet[str]) -> None:
+    def __init__(self, context: BuildContext, state: BuildSession, cache: Manifests, unwritten: AbstractSet[str]) -> None:
         self.context, self.settings, self.state, self.cache = context, context.settings, state, cache
         self.unwritten = unwritten  # packages whose last write failed: cleared when written
         self.outcomes = Outcomes()
@@ -179,8 +151,7 @@ class PackageWriting:
         while batch := list(itertools.islice(names, PLAN_BATCH)):
             plans = [plan_package(self.settings, self.state.package_inputs(name), name in broken) for name in batch]
             refusals, errors = plan_findings(plans)
-            for name, issues in refusals.items():
-                self.state.set_issues(name, issues)
+            self.state.record_refusals(refusals)
             self.outcomes.errors.extend(errors)
             going += unasked_removals(self.settings, self.state, plans)
             self.state.put_plans((p.name, p.action.value, p.present, p.was_present) for p in plans)
@@ -192,49 +163,45 @@ class PackageWriting:
     def remove(self, name: str) -> list[str]:
         """Takes a package out of the tree; returns the names it linked to (their Dependents change)."""
         previous = self.state.package(name)
-        if previous:
-            self.outcomes.files.absorb(remove_package(self.settings, name, previous))
-            before, hoods = self.state.listing_neighbourhood(name, ())
-            move = listing_move(name, before, None, hoods)
-            self.outcomes.listing.note(move, before, hoods, self.state.delete_package(name, move))
-            self.outcomes.package_set_changed = True
-        self.state.delete_times(name)
-        self._record_write(name, None)  # a package that never got written, gone before it was
-        return list(previous.get("links", [])) if previous else []
+        if not previous:  # a package that never got written, gone before it was
+            self.state.remove_package(name, None)
+            return []
+        self.outcomes.files.absorb(remove_package(self.settings, name, previous))
+        before = self.state.package_before(name, ())
+        move = listing_move(name, before.listed, None, before.hoods)
+        self.outcomes.listing.note(move, before.listed, before.hoods, self.state.remove_package(name, move))
+        self.outcomes.package_set_changed = True
+        return list(previous.get("links", []))
 
-    def take(self, outcome: PackageOutcome, present: bool) -> set[str]:
-        """Keeps one package's outcome in the state; returns the names its page linked to before."""
+    def take(self, outcome: PackageOutcome, present: bool, times: TimesFound) -> frozenset[str]:
+        """Keeps one package's outcome in the state (with the times resolved for it); returns the
+        names its page linked to before."""
         self.outcomes.files.written.absorb(outcome.written)  # type: ignore[attr-defined]
         self.outcomes.files.removed.absorb(outcome.removed)  # type: ignore[attr-defined]
-        before_links = set((self.state.package(outcome.name) or {}).get("links", ()))
-        self._record_write(outcome.name, None if outcome.record is not None else outcome.error or "failed")
+        listing = outcome.listing
+        keys = listing.search_keys if outcome.record is not None and listing is not None and listing.listed else ()
+        before = self.state.package_before(outcome.name, keys)
         if outcome.record is None:
+            self.state.record_failure(outcome.name, outcome.error or "failed")
             self.outcomes.errors.append(BuildIssue(outcome.name, outcome.error or "failed", outcome.name))
-            return before_links
+            self.store_times(outcome.name, times)
+            return before.links
         self.outcomes.package_set_changed = self.outcomes.package_set_changed or outcome.new
-        assert outcome.listing is not None  # set with every record
-        before, hoods = self.state.listing_neighbourhood(outcome.name, outcome.listing.search_keys if outcome.listing.listed else ())
-        move = listing_move(outcome.name, before, outcome.listing, hoods)
-        splits = self.state.put_package(outcome.name, outcome.record, present=present, fragments=outcome.fragments, move=move)
-        self.outcomes.listing.note(move, before, hoods, splits)
-        self.state.put_live(outcome.name, outcome.releases)
+        move = listing_move(outcome.name, before.listed, listing, before.hoods)
+        write = PackageWrite(
+            outcome.name, outcome.record, present, outcome.fragments, outcome.releases, times.pop(outcome.name, {}),
+            retried=outcome.name in self.unwritten,
+        )  # fmt: skip
+        self.outcomes.listing.note(move, before.listed, before.hoods, self.state.commit_package(write, move))
         self.outcomes.rebuilt.append(outcome.name)
-        return before_links
-
-    def _record_write(self, name: str, error: str | None) -> None:
-        """Keeps the unwritten table current: a failure noted, a success (or a removal) cleared.
-        A package not in it costs nothing here (no statement per package written)."""
-        if error is not None:
-            self.state.set_unwritten(name, error)
-        elif name in self.unwritten:
-            self.state.set_unwritten(name, None)
+        return before.links
 
     def store_times(self, name: str, times: TimesFound) -> None:
         """The publish times resolved afresh into the ledger: a version dropped by hand keeps the
         time it was first seen, whatever happens to its file's mtime or to the cache."""
         stamps = times.pop(name, None)
         if stamps:
-            self.state.put_times(name, stamps)
+            self.state.record_first_seen(name, stamps)
 
     def incoming_links(self, names: list[str]) -> dict[str, list[str]]:
         """For each package, which of `names` will link to it: from each one's latest manifest, the
@@ -333,7 +300,7 @@ def planned_unwritten(plans: Mapping[str, PackagePlan], name: str) -> bool:
 class PlanTable(Mapping[str, PackagePlan]):
     """A full build's plans, as the state's plan table holds them (their findings already recorded)."""
 
-    def __init__(self, state: PackageStore) -> None:
+    def __init__(self, state: BuildSession) -> None:
         self.state = state
 
     def __getitem__(self, name: str) -> PackagePlan:
@@ -353,7 +320,7 @@ class HeldIncoming:
     """Who will link to each package of a build that writes a few: the packages it writes by
     their new manifests (`incoming`), the others by the links the state has for them."""
 
-    def __init__(self, state: PackageStore, written: list[str], incoming: Mapping[str, list[str]]) -> None:
+    def __init__(self, state: BuildSession, written: list[str], incoming: Mapping[str, list[str]]) -> None:
         self.state, self.written, self.incoming = state, written, incoming
 
     def links_to(self, name: str) -> set[str]:
@@ -368,7 +335,7 @@ class PresentNames(AbstractSet[str]):
     Asked name by name (a page links a dependency only if it is here), so a build of one package
     does not load every name; worker processes get it as one file (write.write_names)."""
 
-    def __init__(self, state: PackageStore, planned: Mapping[str, PackagePlan], *, full: bool = False):
+    def __init__(self, state: BuildSession, planned: Mapping[str, PackagePlan], *, full: bool = False):
         self.state = state
         self.planned = planned  # the packages this build plans (the plans themselves: no copy of them all)
         self.full = full  # a full build plans every package the state knows

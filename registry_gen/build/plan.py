@@ -13,26 +13,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
 
 from registry_gen.build.results import BuildIssue
 from registry_gen.errors import InvalidManifest, PruneRefused
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.settings import Settings
+from registry_gen.state import BuildSession
 from registry_gen.state.records import ArchiveRecord, PackageInputs
 from registry_gen.timestamps import iso_from_ns
 
+
 PLAN_BATCH = 1000  # packages a full build plans at a time (the plans then wait in the state)
-
-
-class PlanSource(Protocol):
-    """What planning reads of the state (registry_gen.state's build session has it)."""
-
-    def package_inputs(self, name: str) -> PackageInputs: ...
-    def meta_problems(self) -> tuple[list[tuple[str, str | None, str]], list[tuple[str, str]]]: ...
-    def linking_to(self, targets: Iterable[str]) -> set[str]: ...
-    def is_present(self, name: str) -> bool: ...
-    def present_count(self) -> int: ...
 
 
 def is_open_entry(meta: PackageMeta) -> bool:
@@ -196,7 +187,7 @@ class Plans:
     errors: list[BuildIssue]
 
 
-def plan_changes(settings: Settings, state: PlanSource, names: Iterable[str]) -> Plans:
+def plan_changes(settings: Settings, state: BuildSession, names: Iterable[str]) -> Plans:
     """Phase 3 of an incremental build: plans the packages of `names`, then those whose pages link
     to a package that appears or goes (package pages link dependencies only to packages in the
     registry)."""
@@ -210,7 +201,7 @@ def plan_changes(settings: Settings, state: PlanSource, names: Iterable[str]) ->
     return Plans(plans, relinked, errors)
 
 
-def unasked_removals(settings: Settings, state: PlanSource, plans: Iterable[PackagePlan]) -> int:
+def unasked_removals(settings: Settings, state: BuildSession, plans: Iterable[PackagePlan]) -> int:
     """How many of the packages planned would leave the tree unasked (see refuse_mass_removal);
     0 with `--prune`. A package whose registry-meta.json records its unpublishing went on purpose."""
     if settings.prune:
@@ -218,7 +209,7 @@ def unasked_removals(settings: Settings, state: PlanSource, plans: Iterable[Pack
     return sum(1 for p in plans if not p.present and state.is_present(p.name) and not _unpublished(settings, state, p.name))
 
 
-def refuse_mass_removal(settings: Settings, state: PlanSource, going: int) -> None:
+def refuse_mass_removal(settings: Settings, state: BuildSession, going: int) -> None:
     """Stops a build that would take most of the tree's packages away (`going` of them, unasked_removals)
     when content/ does not say they went (a wrong folder, a half-finished copy, an unmounted
     disk): only `--prune` does that."""
@@ -231,7 +222,7 @@ def refuse_mass_removal(settings: Settings, state: PlanSource, going: int) -> No
         )
 
 
-def _unpublished(settings: Settings, state: PlanSource, name: str) -> bool:
+def _unpublished(settings: Settings, state: BuildSession, name: str) -> bool:
     try:
         meta = meta_of(settings, state.package_inputs(name))
     except (InvalidManifest, OSError):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from registry_gen import site
 from registry_gen.build.context import BuildContext, ProgressCallback
@@ -25,6 +25,7 @@ from registry_gen.meta import parse_meta
 from registry_gen.names import tarball_path
 from registry_gen.packument import dumps
 from registry_gen.settings import Limits, Settings
+from registry_gen.state import BuildSession, Manifests
 from registry_gen.state.records import ArchiveRecord, CachedManifest
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_write_bytes
@@ -188,28 +189,7 @@ class ReadResult:
     errors: list[BuildIssue]
 
 
-class ReadTarget(Protocol):
-    """What reading records in the state (registry_gen.state's build session has it)."""
-
-    def previous_archives(self, paths: Iterable[str]) -> dict[str, ArchiveRecord]: ...
-    def record_archives(self, records: Iterable[ArchiveRecord], removed: Iterable[str]) -> None: ...
-    def previous_meta_names(self, paths: Iterable[str]) -> dict[str, str | None]: ...
-    def record_metas(self, metas: Iterable[tuple[str, str | None, str | None]], removed: Iterable[str]) -> None: ...
-    def folder_listing(self, folder: str) -> bytes | None: ...
-    def put_folder_listing(self, folder: str, listing: bytes | None) -> None: ...
-
-
-class Manifests(Protocol):
-    """The manifest cache (registry_gen.state): what the documents need of each archive, by sha1."""
-
-    def manifest(self, shasum: str) -> bytes | None: ...
-    def readme(self, shasum: str) -> tuple[str | None, str | None] | None: ...
-    def files(self, shasum: str) -> bytes | None: ...
-    def heal(self, shasum: str, cached: CachedManifest) -> None: ...
-    def put_many(self, items: list[tuple[str, CachedManifest]]) -> None: ...
-
-
-def read_content(context: BuildContext, state: ReadTarget, cache: Manifests, changes: ContentChanges) -> ReadResult:
+def read_content(context: BuildContext, state: BuildSession, cache: Manifests, changes: ContentChanges) -> ReadResult:
     """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
     touched: set[str] = set()
     dropped: set[str] | None = None if context.full else set()
@@ -229,7 +209,7 @@ def read_content(context: BuildContext, state: ReadTarget, cache: Manifests, cha
 
 
 def _record_batch(
-    state: ReadTarget, cache: Manifests, batch: list[tuple[ArchiveRecord, CachedManifest | None]], touched: set[str],
+    state: BuildSession, cache: Manifests, batch: list[tuple[ArchiveRecord, CachedManifest | None]], touched: set[str],
     dropped: set[str] | None,
 ) -> None:  # fmt: skip
     """One batch of archives read: what each replaces, into the state; their manifests, into the cache."""
@@ -252,7 +232,7 @@ def _drop(dropped: set[str] | None, shasums: Iterable[str | None]) -> None:
         dropped.update(s for s in shasums if s)
 
 
-def update_metas(settings: Settings, state: ReadTarget, changes: ContentChanges, affected: set[str]) -> list[BuildIssue]:
+def update_metas(settings: Settings, state: BuildSession, changes: ContentChanges, affected: set[str]) -> list[BuildIssue]:
     """Re-reads the meta files that changed; adds the names they concern to `affected`. What was
     parsed is not kept (a full build would hold every meta file): plan.meta_of reads a package's file
     again. Returns the files it could not read."""

@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
-
 @dataclass(frozen=True)
 class BuildIssue:
     """Something of content/ the build did not serve: `path` is the file (or the package name when

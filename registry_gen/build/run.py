@@ -14,7 +14,6 @@ simply redone by the next one.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -31,8 +30,7 @@ from registry_gen.buildlock import holding_build_lock
 from registry_gen.errors import ContentMissing
 from registry_gen.keyring import publish_keys
 from registry_gen.settings import Settings
-from registry_gen.state.sqlite_cache import LEGACY_STATE_FILE, BuildState
-from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
+from registry_gen.state import BuildSession, Manifests, open_state
 from registry_gen.statedir import move_state_out_of_tree
 
 if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it
@@ -93,36 +91,31 @@ def _build_locked(
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
-    cache_dir = settings.state_folder
-    state = BuildState(settings.state_file)
+    state = open_state(settings)
+    session = state.session()
     try:
-        cache = ManifestCache(cache_dir / CACHE_FILE)
+        manifests = state.manifests()
     except BaseException:
-        state.close()
+        session.close()
         raise
-    try:  # both connections close whatever happens: serve and watch run many builds in one process
+    try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
-            result, dropped = _build_in_transaction(settings, state, cache, progress, changed, full, defer_whole)
-            state.commit()
+            result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole)
+            session.commit()
         finally:
-            state.close()
+            session.close()
         if dropped is None or dropped:
-            cache.forget_unreferenced(dropped, settings.state_file)
+            manifests.forget_unreferenced(dropped)
     finally:
-        cache.close()
-    for legacy in (cache_dir / LEGACY_STATE_FILE, cache_dir / "manifests"):
-        if legacy.is_dir():
-            shutil.rmtree(legacy, ignore_errors=True)
-        elif legacy.exists():
-            legacy.unlink()
+        manifests.close()
     result.seconds = time.perf_counter() - started
     return result
 
 
 def _build_in_transaction(
     settings: Settings,
-    state: BuildState,
-    cache: ManifestCache,
+    state: BuildSession,
+    cache: Manifests,
     progress: ProgressCallback | None,
     changed: Iterable[str | Path] | None,
     force_full: bool = False,
@@ -150,7 +143,7 @@ def _build_in_transaction(
 
 
 def _result(
-    detected: Detected, reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildState, plan_errors: list[BuildIssue]
+    detected: Detected, reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, plan_errors: list[BuildIssue]
 ) -> BuildResult:
     """Phase 6: the build's report, from what each phase returned and what the state keeps."""
     report = state.build_report()

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from registry_gen import site
-from registry_gen.build.read import converted_cache, load_cached, ordered_map, version_extras, worker_count
 from registry_gen.build.context import ProgressCallback
+from registry_gen.build.read import converted_cache, load_cached, ordered_map, version_extras, worker_count
 from registry_gen.build.results import FileChanges
 from registry_gen.errors import RegistryError
 from registry_gen.hosting import tag_documents
@@ -32,7 +32,7 @@ from registry_gen.packument import (
 from registry_gen.settings import Settings
 from registry_gen.signing import Signer
 from registry_gen.state.records import ArchiveRecord, ListingPlace
-from registry_gen.state.sqlite_manifests import ManifestCache
+from registry_gen.state import Manifests, open_state
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
 from registry_gen.writer import atomic_copy, gzip_bytes, remove_tree, write_if_changed
@@ -200,7 +200,7 @@ class PackageOutcome:
 @dataclass
 class _WriterContext:
     settings: Settings
-    cache: ManifestCache
+    cache: Manifests
     registry_names: AbstractSet[str]
     signer: Signer | None = None
 
@@ -208,10 +208,10 @@ class _WriterContext:
 _worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
 
 
-def _init_writer(settings: Settings, cache_path: str, names_file: str) -> None:
+def _init_writer(settings: Settings, names_file: str) -> None:
     """`names_file`: the packages with a page after this build, one a line (write_names)."""
     global _worker_context
-    cache = ManifestCache(Path(cache_path), readonly=True)
+    cache = open_state(settings).manifests(readonly=True)
     registry_names = set(Path(names_file).read_text(encoding="utf-8").split("\n")) - {""}
     _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
 
@@ -260,7 +260,7 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
 
 def write_packages(
     settings: Settings,
-    cache: ManifestCache,
+    cache: Manifests,
     registry_names: AbstractSet[str],
     jobs: Iterator[PackageJob],
     at_most: int,
@@ -272,7 +272,7 @@ def write_packages(
     if at_most >= PARALLEL_PACKAGES and workers > 1:
         names_file = write_names(settings.state_folder, registry_names)
         try:
-            with worker_pool(workers, _init_writer, (settings, str(cache.path), str(names_file))) as pool:
+            with worker_pool(workers, _init_writer, (settings, str(names_file))) as pool:
                 for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
                     if progress:
                         progress("write", index + 1, at_most)

@@ -60,6 +60,9 @@ def migrate(db: sqlite3.Connection, folder: Path) -> int:
         if number <= before:
             continue
         db.execute("BEGIN IMMEDIATE")
+        if int(db.execute("PRAGMA user_version").fetchone()[0]) >= number:  # another process ran it meanwhile
+            db.execute("ROLLBACK")
+            continue
         try:
             for statement in _statements(script):
                 db.execute(statement)

@@ -132,6 +132,31 @@ class PackageInputs:
 
 
 @dataclass(frozen=True, slots=True)
+class PackageBefore:
+    """What the state knows of a package just before its outcome is kept: the names its page linked
+    to, where it was listed, and the leaf around it in each shard it was or will be in."""
+
+    links: frozenset[str]
+    listed: ListedAt | None
+    hoods: dict[str, LeafHood]
+
+
+@dataclass(frozen=True, slots=True)
+class PackageWrite:
+    """One package written: its row (files, tarballs, links, summary...), whether it has a page,
+    its pieces of -/all and -/v1/search, the versions it serves now (pinned to their archives),
+    the publish times resolved afresh, and whether its last write had failed."""
+
+    name: str
+    record: dict[str, Any]
+    present: bool
+    fragments: tuple[bytes, bytes]
+    pins: dict[str, ArchiveRecord]
+    times: dict[str, str]
+    retried: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class BuildStart:
     """What a build needs to know before it looks at content/."""
 

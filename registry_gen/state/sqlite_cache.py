@@ -36,7 +36,9 @@ from registry_gen.state.records import (
     BuildStart,
     ListingMove,
     ListingPlace,
+    PackageBefore,
     PackageInputs,
+    PackageWrite,
 )
 from registry_gen.state.sqlite_base import connect, connect_readonly, first_column, user_version
 from registry_gen.state.sqlite_ledger import LEDGER_DATABASE, SqliteLedger
@@ -230,21 +232,6 @@ def _add_index_columns(db: sqlite3.Connection, *, relisted: bool) -> None:
         db.execute("DELETE FROM prefixes")
         db.execute("DROP TABLE IF EXISTS ranges")
         db.execute("DELETE FROM settings WHERE key = 'fingerprint'")
-
-
-def whole_documents_stale(state_file: Path) -> bool:
-    """Whether a write left -/all and -/search.json for its server's refresher (read-only look)."""
-    if not state_file.is_file():
-        return False
-    try:
-        db = sqlite3.connect(f"{state_file.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            row = db.execute("SELECT value FROM settings WHERE key = ?", (WHOLE_STALE,)).fetchone()
-        finally:
-            db.close()
-    except sqlite3.DatabaseError:
-        return False
-    return bool(row and row[0])
 
 
 def open_database(path: Path, schema: str, *, kept: tuple[int, ...] = MIGRATED_IN_PLACE) -> sqlite3.Connection:
@@ -552,13 +539,10 @@ class BuildState(ListingTables):
     def times_of(self, name: str) -> dict[str, str]:
         return self.ledger.first_seen(name)
 
-    def put_times(self, name: str, stamps: dict[str, str]) -> None:
+    def record_first_seen(self, name: str, stamps: dict[str, str]) -> None:
         """Records the publish times a build resolved for versions it had no time for."""
         if stamps:
             self.ledger.record_first_seen(name, stamps)
-
-    def delete_times(self, name: str) -> None:
-        self.ledger.forget_first_seen(name)
 
     # -- packages
 
@@ -627,6 +611,40 @@ class BuildState(ListingTables):
         )
         return splits
 
+    def package_before(self, name: str, keys_after: Iterable[str]) -> PackageBefore:
+        """What the package was just before its outcome is kept (its page's links, its listing)."""
+        row = self.db.execute("SELECT record FROM packages WHERE name = ?", (name,)).fetchone()
+        links = frozenset(json.loads(row[0]).get("links", ())) if row else frozenset()
+        listed, hoods = self.listing_neighbourhood(name, keys_after) if row else (None, {k: self._hood(k, name, leaving=False) for k in keys_after})
+        return PackageBefore(links, listed, hoods)
+
+    def commit_package(self, write: PackageWrite, move: ListingMove) -> dict[str, str]:
+        """Keeps one written package: its row, links and listing place (the cache), the versions it
+        serves and the times resolved for it (the ledger). Returns the leaves split by its move."""
+        splits = self.put_package(write.name, write.record, present=write.present, fragments=write.fragments, move=move)
+        self.ledger.pin(write.name, write.pins)
+        self.ledger.record_first_seen(write.name, write.times)
+        if write.retried:
+            self.set_unwritten(write.name, None)
+        return splits
+
+    def remove_package(self, name: str, move: ListingMove | None) -> dict[str, str]:
+        """Forgets a package that left the tree (`move`: out of the listings; None when it was never
+        written): its row, pins and first-seen times, and any failure recorded for it."""
+        splits = self.delete_package(name, move) if move is not None else {}
+        self.ledger.forget_first_seen(name)
+        self.set_unwritten(name, None)
+        return splits
+
+    def record_failure(self, name: str, reason: str | None) -> None:
+        """A package whose write failed (reason): every later build tries it again; None clears it."""
+        self.set_unwritten(name, reason)
+
+    def record_refusals(self, refusals: dict[str, list[tuple[str, str]]]) -> None:
+        """The archives each package refused (path, reason), kept so every build reports them."""
+        for name, issues in refusals.items():
+            self.set_issues(name, issues)
+
     def set_unwritten(self, name: str, reason: str | None) -> None:
         """Records that the package's write failed (reason), or that it succeeded (None)."""
         if reason is None:
@@ -638,7 +656,7 @@ class BuildState(ListingTables):
         return {row[0] for row in self.db.execute("SELECT name FROM unwritten")}
 
     def delete_package(self, name: str, move: ListingMove) -> dict[str, str]:
-        """Forgets a package that left the tree (`move` takes it out of the listings)."""
+        """Forgets a written package (`move` takes it out of the listings)."""
         self._count_package(name, versions_now=None)
         self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
         splits = self.apply_listing_move(move)
@@ -750,8 +768,23 @@ class BuildState(ListingTables):
         """version -> the archive record each served version of `name` was published from."""
         return self.ledger.pins(name)
 
-    def put_live(self, name: str, releases: dict[str, ArchiveRecord], known: dict[str, ArchiveRecord] | None = None) -> None:
-        self.ledger.pin(name, releases, known)
+    def pin(self, name: str, releases: dict[str, ArchiveRecord]) -> None:
+        self.ledger.pin(name, releases)
+
+    # -- the write side's questions (StateView)
+
+    def served_versions(self, name: str) -> frozenset[str]:
+        return frozenset(self.ledger.pins(name))
+
+    def meta_paths(self, name: str) -> list[str]:
+        """The valid meta files the build found for `name`, by path."""
+        return [path for path, error in self.metas_of(name) if error is None]
+
+    def archive_paths(self, name: str, version: str | None = None) -> list[str]:
+        """Every archive in content/ the build found holding `name` (@`version`), readable or
+        damaged (a damaged one still serves the version it held), by path."""
+        rows = self.db.execute("SELECT path, version FROM archives WHERE name = ? ORDER BY path", (name,))
+        return [path for path, held in rows if version is None or held == version]
 
     def signing_keys(self) -> str:
         return self.ledger.signing_keys()

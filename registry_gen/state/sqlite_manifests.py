@@ -30,8 +30,9 @@ CREATE TABLE IF NOT EXISTS file_lists (shasum TEXT PRIMARY KEY, files BLOB NOT N
 class ManifestCache:
     """sha1 of a tarball -> what the packuments need from it (manifest, README)."""
 
-    def __init__(self, path: Path, *, readonly: bool = False):
+    def __init__(self, path: Path, state_path: Path, *, readonly: bool = False):
         self.path = path
+        self.state_path = state_path  # the cache whose archives (and the ledger beside it, whose pins) refer to entries
         self.readonly = readonly
         if readonly:
             self.db = connect_readonly(path)
@@ -75,11 +76,11 @@ class ManifestCache:
             raise
         self.db.execute("COMMIT")
 
-    def forget_unreferenced(self, shasums: Iterable[str] | None, state_path: Path) -> None:
+    def forget_unreferenced(self, shasums: Iterable[str] | None) -> None:
         """Drops the manifests of `shasums` (None: of all) that no archive of the committed state
         and no pinned version of the ledger refers to."""
-        self.db.execute("ATTACH DATABASE ? AS state", (str(state_path),))
-        self.db.execute("ATTACH DATABASE ? AS ledger", (str(state_path.parent / LEDGER_DATABASE),))
+        self.db.execute("ATTACH DATABASE ? AS state", (str(self.state_path),))
+        self.db.execute("ATTACH DATABASE ? AS ledger", (str(self.state_path.parent / LEDGER_DATABASE),))
         try:
             self.db.execute("BEGIN IMMEDIATE")
             if shasums is None:

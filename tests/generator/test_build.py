@@ -351,7 +351,7 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     """serve and watch run many builds in one process: a build that raises must not leak a connection."""
     import pytest
 
-    from registry_gen.build import run as build
+    from registry_gen.state import sqlite as build
 
     opened: list[Any] = []
     for name in ("ManifestCache", "BuildState"):
@@ -376,6 +376,9 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     with pytest.raises(Exception, match="index.html"):
         run_build(settings)
     assert len(opened) == 2 and all(c.closed for c in opened)
+    assert opened[0].ledger.db is not None  # the session's ledger: closed with it (a closed connection refuses work)
+    with pytest.raises(sqlite3.ProgrammingError):
+        opened[0].ledger.db.execute("SELECT 1")
 
 
 def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
 from registry_gen.search import search_registry
+from registry_gen.state import open_state
 from registry_gen.settings import Settings, load_settings
 from registry_gen.verify import verify_tree
 from registry_gen.writes import WriteService
@@ -76,7 +77,7 @@ def test_the_write_service_leaves_the_whole_documents_to_its_refresher(settings:
     everything = json.loads((settings.out_dir / "-/all/index.html").read_bytes())
     assert "fresh-one" not in everything  # deferred...
     assert "fresh-one" in _names(settings, site.search_shard_path("fr"))  # ...but the site search has it
-    found = search_registry(settings.state_file, "fresh", size=20, offset=0, listed_only=True)
+    found = search_registry(open_state(settings), "fresh", size=20, offset=0, listed_only=True)
     assert [o["package"]["name"] for o in found["objects"]] == ["fresh-one"]  # and so does the API's
     refresher.flush()
     assert refresher.refreshes == 1
