@@ -20,6 +20,7 @@ from registry_gen.keyring import load_signer
 from registry_gen.layout import ALL_DOCUMENT
 from registry_gen.settings import Settings
 from registry_gen.state import BuildSession
+from registry_gen.state.ledger import UNCHECKED, content_digest, landed
 from registry_gen.state.records import BuildStart
 
 
@@ -37,13 +38,18 @@ class Detected:
 
 def detect(
     settings: Settings, state: BuildSession, changed: Iterable[str | Path] | None, *, force_full: bool,
-    progress: ProgressCallback | None = None,
+    progress: ProgressCallback | None = None, writing: int | None = None,
 ) -> Detected:  # fmt: skip
-    """Phase 1: what differs between content/ and the state (all of it after a settings change)."""
+    """Phase 1: what differs between content/ and the state (all of it after a settings change).
+    Journalled writes a crash left pending (all but `writing`, the one in progress) are resolved
+    from content/ first, and their files looked at."""
     fingerprint = settings_fingerprint(settings)
     start = state.begin_build(fingerprint)
     if start.seed_pins:
         seed_pins(state)  # a tree built before versions were pinned: pin what it serves now
+    recovered = recover_writes(settings, state, start, writing)
+    if changed is not None and recovered:
+        changed = [*changed, *recovered]
     signer = load_signer(settings)  # a bad key stops the build before it writes anything
     # The state lives beside the tree (Settings.state_folder): a tree deleted on its own would
     # otherwise look up to date. Its index document is written by every build.
@@ -55,6 +61,28 @@ def detect(
     if changed is None or full:
         return Detected(context, detect_changes(settings.content_dir, state), start)
     return Detected(context, detect_hinted_changes(settings.content_dir, state, changed), start)
+
+
+def recover_writes(settings: Settings, state: BuildSession, start: BuildStart, writing: int | None) -> list[str]:
+    """Resolves the pending journalled writes from what content/ holds (landed: done, else
+    aborted); returns the content keys they touched."""
+    done, aborted, keys = [], [], []
+    for write_id, files in start.pending_writes:
+        if write_id == writing:
+            continue
+        current = {key: _file_digest(settings.content_dir / key, after) for key, after in files.items() if after != UNCHECKED}
+        (done if landed(files, current) else aborted).append(write_id)
+        keys += list(files)
+    if done or aborted:
+        state.resolve_writes(done, aborted)
+    return keys
+
+
+def _file_digest(path: Path, like: str | None) -> str | None:
+    try:
+        return content_digest(path.read_bytes(), like)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
 
 
 def seed_pins(state: BuildSession) -> None:

@@ -76,10 +76,14 @@ def build_lock(settings: Settings) -> FileLock:
     return FileLock(str(settings.lock_file))
 
 
-def build_locked(settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False) -> BuildResult:
+def build_locked(
+    settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False, writing: int | None = None
+) -> BuildResult:
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
-    the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken."""
-    return _build_locked(settings, None, changed, defer_whole=defer_whole)
+    the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken.
+    `writing`: the journalled write in progress, which this build leaves pending (its writer
+    finishes it); any other pending write is resolved."""
+    return _build_locked(settings, None, changed, defer_whole=defer_whole, writing=writing)
 
 
 def _build_locked(
@@ -88,6 +92,7 @@ def _build_locked(
     changed: Iterable[str | Path] | None = None,
     full: bool = False,
     defer_whole: bool = False,
+    writing: int | None = None,
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -100,7 +105,7 @@ def _build_locked(
         raise
     try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
-            result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole)
+            result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole, writing)
             session.commit()
         finally:
             session.close()
@@ -120,10 +125,11 @@ def _build_in_transaction(
     changed: Iterable[str | Path] | None,
     force_full: bool = False,
     defer_whole: bool = False,
+    writing: int | None = None,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
-    detected = detect(settings, state, changed, force_full=force_full, progress=progress)
+    detected = detect(settings, state, changed, force_full=force_full, progress=progress, writing=writing)
     context = detected.context
     reading = read_content(context, state, cache, detected.changes)
     plan_errors: list[BuildIssue] = []

@@ -43,6 +43,25 @@ STEPS: Final[tuple[tuple[int, str], ...]] = (
         CREATE TABLE keyring (id INTEGER PRIMARY KEY CHECK (id = 1), public_keys TEXT NOT NULL);
         """,
     ),
+    (
+        2,
+        """
+        -- The change journal (registry_gen.state.ledger). A write is kept pending, with its events and
+        -- the digest each file of content/ it touches will have (JSON), before content/ changes; when
+        -- it is done its events are appended to the journal (so seq follows the order writes became
+        -- visible), and the pending row keeps only its outcome.
+        CREATE TABLE writes (
+            id INTEGER PRIMARY KEY, status TEXT NOT NULL CHECK (status IN ('pending', 'done', 'aborted')),
+            started TEXT NOT NULL, actor TEXT NOT NULL, actor_id TEXT, files TEXT NOT NULL, events TEXT NOT NULL
+        );
+        CREATE INDEX writes_pending ON writes (id) WHERE status = 'pending';
+        CREATE TABLE journal (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, write_id INTEGER NOT NULL REFERENCES writes (id),
+            time TEXT NOT NULL, actor TEXT NOT NULL, actor_id TEXT, kind TEXT NOT NULL, package TEXT NOT NULL,
+            versions TEXT NOT NULL, detail TEXT NOT NULL
+        );
+        """,
+    ),
 )
 LATEST: Final = STEPS[-1][0]
 LEGACY_STATE: Final = "state.sqlite3"

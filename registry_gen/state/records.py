@@ -166,6 +166,7 @@ class BuildStart:
     shards_stale: bool  # every search shard is to be written again (a migrated state)
     whole_stale: bool  # a deferred build left -/all and -/search.json behind
     seed_pins: bool  # a state from before versions were pinned: pin what the tree serves
+    pending_writes: tuple[tuple[int, dict[str, str | None]], ...] = ()  # journalled writes a crash left unresolved (id, files)
 
 
 @dataclass(frozen=True, slots=True)

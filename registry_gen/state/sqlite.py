@@ -19,6 +19,7 @@ from pathlib import Path
 from registry_gen.layout import STATE_DATABASE
 from registry_gen.state.sqlite_base import connect_readonly, user_version
 from registry_gen.state.sqlite_cache import LEGACY_STATE_FILE, SCHEMA_VERSION, WHOLE_STALE, BuildState
+from registry_gen.state.sqlite_ledger import LEDGER_DATABASE, SqliteLedger
 from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
 
 
@@ -40,6 +41,15 @@ class SqliteState:
 
     def manifests(self, *, readonly: bool = False) -> ManifestCache:
         return ManifestCache(self.folder / CACHE_FILE, self.cache_path, readonly=readonly)
+
+    @contextmanager
+    def journal(self) -> Iterator[SqliteLedger]:
+        """The change journal (in the ledger): its own connection, each call its own transaction."""
+        ledger = SqliteLedger(self.folder / LEDGER_DATABASE)
+        try:
+            yield ledger
+        finally:
+            ledger.close()
 
     @contextmanager
     def view(self) -> Iterator[BuildState]:

@@ -348,6 +348,7 @@ class BuildState(ListingTables):
             shards_stale=bool(settings.get(SHARDS_STALE)),
             whole_stale=bool(settings.get(WHOLE_STALE)),
             seed_pins=not empty and not self.ledger.has_pins(),
+            pending_writes=tuple((w.id, dict(w.files)) for w in self.ledger.pending_writes()),
         )
 
     def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
@@ -788,6 +789,11 @@ class BuildState(ListingTables):
 
     def signing_keys(self) -> str:
         return self.ledger.signing_keys()
+
+    def resolve_writes(self, done: list[int], aborted: list[int]) -> None:
+        """Journalled writes a crash left pending, resolved by the build from content/ (in its
+        ledger transaction: they are done, or aborted, with the build)."""
+        self.ledger.resolve_writes(done, aborted)
 
     def record_signing_keys(self, public_keys: str) -> None:
         self.ledger.record_signing_keys(public_keys)

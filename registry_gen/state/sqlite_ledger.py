@@ -3,7 +3,8 @@
 - the pins: the archive record each served version was published from (name, version, sha1),
   so a later archive with other bytes for it is refused, even after the cache is dropped;
 - the first-seen times: the `time` clients see for a version dropped into content/ by hand;
-- the keyring: every public key the tree was ever signed with.
+- the keyring: every public key the tree was ever signed with;
+- the change journal: every accepted write, numbered (registry_gen.state.ledger).
 
 It is never dropped: its schema moves by numbered steps (registry_gen.state.migrations). Commits
 are synchronous=FULL (each one on disk before it returns): a commit is rare (a build that changed
@@ -14,13 +15,15 @@ trusting the ledger, converges.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from registry_gen.errors import LedgerUnreadable
 from registry_gen.state import heldopen
+from registry_gen.state.ledger import JournalEntry, JournalEvent, PendingWrite, WriteFiles
 from registry_gen.state.migrations import LATEST, migrate
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_base import connect, connect_readonly, user_version
@@ -115,6 +118,63 @@ class SqliteLedger:
     def record_signing_keys(self, public_keys: str) -> None:
         if self.signing_keys() != public_keys:  # an equal rewrite would make the build's commit sync
             self.db.execute("INSERT OR REPLACE INTO keyring (id, public_keys) VALUES (1, ?)", (public_keys,))
+
+    # -- the change journal (registry_gen.state.ledger)
+
+    def begin_write(self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str) -> int:
+        """Keeps a write pending, durably, before content/ changes; returns its id."""
+        body = json.dumps([[e.kind, e.package, list(e.versions), dict(e.detail)] for e in events], separators=(",", ":"))
+        row = self.db.execute(  # one statement: committed on its own (FULL) when no transaction is open
+            "INSERT INTO writes (status, started, actor, actor_id, files, events) VALUES ('pending', ?, ?, ?, ?, ?) RETURNING id",
+            (time, actor, actor_id, json.dumps(dict(files), separators=(",", ":")), body),
+        ).fetchone()
+        return int(row[0])
+
+    def finish_write(self, write_id: int, *, done: bool) -> None:
+        """Done: the write's events join the journal, numbered after every write done before it.
+        Aborted: nothing of it is ever read. A write already finished is left as it is."""
+        with self._atomically():
+            self.resolve_writes([write_id] if done else [], [] if done else [write_id])
+
+    @contextlib.contextmanager
+    def _atomically(self) -> Iterator[None]:
+        """A transaction of its own, unless the caller's (a build's) is open already."""
+        if self.db.in_transaction:
+            yield
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None:
+        for write_id in done:
+            row = self.db.execute("SELECT started, actor, actor_id, events FROM writes WHERE id = ? AND status = 'pending'", (write_id,)).fetchone()
+            if row is None:
+                continue
+            started, actor, actor_id, events = row
+            self.db.executemany(
+                "INSERT INTO journal (write_id, time, actor, actor_id, kind, package, versions, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                ((write_id, started, actor, actor_id, kind, package, json.dumps(versions), json.dumps(detail, separators=(",", ":")))
+                 for kind, package, versions, detail in json.loads(events)),
+            )  # fmt: skip
+        outcomes = [("done", i) for i in done] + [("aborted", i) for i in aborted]
+        self.db.executemany("UPDATE writes SET status = ?, files = '{}', events = '[]' WHERE id = ? AND status = 'pending'", outcomes)
+
+    def pending_writes(self) -> list[PendingWrite]:
+        rows = self.db.execute("SELECT id, files FROM writes WHERE status = 'pending' ORDER BY id")
+        return [PendingWrite(int(write_id), json.loads(files)) for write_id, files in rows]
+
+    def since(self, seq: int, limit: int = 100) -> list[JournalEntry]:
+        """The journal's entries after `seq`, in order, at most `limit` of them."""
+        rows = self.db.execute(
+            "SELECT seq, time, actor, actor_id, kind, package, versions, detail FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, limit),
+        )
+        return [JournalEntry(s, t, a, i, k, p, tuple(json.loads(v)), json.loads(d)) for s, t, a, i, k, p, v, d in rows]
 
 
 def _open(path: Path) -> sqlite3.Connection:

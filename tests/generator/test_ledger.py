@@ -157,3 +157,24 @@ def test_an_unreadable_ledger_stops_the_build_with_one_line_and_changes_nothing(
     assert {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()} == tree
     (tmp_path / "registry.yaml").write_text(f"content_dir: {settings.content_dir}\nout_dir: {settings.out_dir}\nbase_url: {settings.base_url}\n")
     assert_one_line(run(["build"], tmp_path), 1, "ledger.sqlite3 cannot be read", "restore it from your backup")
+
+
+def test_the_journal_numbers_writes_in_the_order_they_became_done(settings: Settings) -> None:
+    """A reader that has read up to a number never misses a write done later: a write left pending
+    (a crash) and resolved after another one is numbered after it; an aborted one never shows."""
+    from registry_gen.state import JournalEvent, open_state
+
+    with open_state(settings).journal() as journal:
+        first = journal.begin_write({"a/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "a")], "alice", "id-a", "t1")
+        second = journal.begin_write({}, [JournalEvent("package:publish", "b", ("1.0.0",), {"dist-tags": {}})], "bob", None, "t2")
+        third = journal.begin_write({}, [JournalEvent("package:publish", "c", ("1.0.0",))], "carol", None, "t3")
+        assert journal.since(0) == [] and [w.id for w in journal.pending_writes()] == [first, second, third]
+        journal.finish_write(second, done=True)
+        read = journal.since(0)
+        assert [(e.package, e.actor, e.time) for e in read] == [("b", "bob", "t2")]
+        journal.finish_write(third, done=False)
+        journal.finish_write(first, done=True)
+        journal.finish_write(first, done=False)  # already finished: left as it is
+        assert [(e.package, e.actor_id) for e in journal.since(read[-1].seq)] == [("a", "id-a")]
+        assert [e.package for e in journal.since(0)] == ["b", "a"] and journal.pending_writes() == []
+        assert journal.since(0, limit=1)[0].detail == {"dist-tags": {}}

@@ -131,6 +131,7 @@ class RegistryProcess:
     # `registry-gen serve` with no options, as a user runs it: root's registry.yaml says everything
     # (relative content_dir and out_dir, port, base_url).
     config_only: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # set for the server only (e.g. a test hook)
 
     @property
     def content(self) -> Path:
@@ -145,7 +146,7 @@ class RegistryProcess:
         config = self.root / "registry.yaml"
         if not config.exists():
             config.write_text("signup: open\n")  # these tests sign users up with npm adduser
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")} | self.env
         env["PYTHONUNBUFFERED"] = "1"
         where = () if self.config_only else (
             str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", "0", "--threads", "8")
