@@ -43,7 +43,7 @@ from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
-from registry_gen.state import JournalEvent, open_state
+from registry_gen.state import Journal, JournalEvent, open_state
 from registry_gen.state.ledger import content_digest
 from registry_gen.storage import ContentStorage, FolderStorage, archive_key
 from registry_gen.write_events import describe_write, write_events
@@ -110,6 +110,7 @@ class WriteService:
         self._thread_lock = threading.Lock()
         self._file_lock = build_lock(settings)
         self._recovered = False  # a crashed writer's pending journal entries resolved (first write)
+        self._journal: Journal | None = None  # opened at the first write, kept (a write's two journal calls)
 
     # ---- the public writes
 
@@ -166,14 +167,14 @@ class WriteService:
             self._recover()
             if journal is None:
                 return write(self.storage)
-            with self.state.journal() as entries:
-                write_id = entries.begin_write(journal.files, journal.events, journal.actor, None, publish.now_iso())
-                try:
-                    written = write(self.storage)
-                except BaseException:
-                    entries.finish_write(write_id, done=False)
-                    raise
-                entries.finish_write(write_id, done=bool(written))
+            entries = self._opened_journal()
+            write_id = entries.begin_write(journal.files, journal.events, journal.actor, None, publish.now_iso())
+            try:
+                written = write(self.storage)
+            except BaseException:
+                entries.finish_write(write_id, done=False)
+                raise
+            entries.finish_write(write_id, done=bool(written))
             return written
 
     @contextmanager
@@ -206,20 +207,26 @@ class WriteService:
         """Journals the write pending, changes content/, builds; done, or undone and aborted."""
         name = current.state.name
         removing = {key for version in sorted(change.removed) for key in self.reader.archive_keys(name, version)}
-        with self.state.journal() as journal:
-            write_id = journal.begin_write(
-                self._files_after(current, change, removing), events, actor.name if actor else "registry-gen",
-                actor.account_id if actor else None, publish.now_iso(),
-            )  # fmt: skip
-            failpoint("after-intent")
-            try:
-                result = self._write(current, change, sorted(removing), write_id)
-            except BaseException:
-                journal.finish_write(write_id, done=False)
-                raise
-            failpoint("after-write")
-            journal.finish_write(write_id, done=True)
+        journal = self._opened_journal()
+        write_id = journal.begin_write(
+            self._files_after(current, change, removing), events, actor.name if actor else "registry-gen",
+            actor.account_id if actor else None, publish.now_iso(),
+        )  # fmt: skip
+        failpoint("after-intent")
+        try:
+            result = self._write(current, change, sorted(removing), write_id)
+        except BaseException:
+            journal.finish_write(write_id, done=False)
+            raise
+        failpoint("after-write")
+        journal.finish_write(write_id, done=True)
         return result
+
+    def _opened_journal(self) -> Journal:
+        """The journal, opened once per service (with the lock held: writes use it one at a time)."""
+        if self._journal is None:
+            self._journal = self.state.journal()
+        return self._journal
 
     def _write(self, current: CurrentPackage, change: Change, removing: list[str], write_id: int) -> BuildResult:
         name = current.state.name
@@ -258,9 +265,7 @@ class WriteService:
         finishing it left it pending; one build resolves it from content/ (and takes its files)."""
         if self._recovered:
             return
-        with self.state.journal() as journal:
-            pending = journal.pending_writes()
-        if pending:
+        if self._opened_journal().pending_writes():
             self._build([])
         self._recovered = True
 

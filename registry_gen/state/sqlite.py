@@ -42,14 +42,10 @@ class SqliteState:
     def manifests(self, *, readonly: bool = False) -> ManifestCache:
         return ManifestCache(self.folder / CACHE_FILE, self.cache_path, readonly=readonly)
 
-    @contextmanager
-    def journal(self) -> Iterator[SqliteLedger]:
-        """The change journal (in the ledger): its own connection, each call its own transaction."""
-        ledger = SqliteLedger(self.folder / LEDGER_DATABASE)
-        try:
-            yield ledger
-        finally:
-            ledger.close()
+    def journal(self) -> SqliteLedger:
+        """The change journal (in the ledger): its own connection, each call its own transaction;
+        a context manager that closes it."""
+        return SqliteLedger(self.folder / LEDGER_DATABASE)
 
     @contextmanager
     def view(self) -> Iterator[BuildState]:

@@ -775,7 +775,7 @@ class BuildState(ListingTables):
     # -- the write side's questions (StateView)
 
     def served_versions(self, name: str) -> frozenset[str]:
-        return frozenset(self.ledger.pins(name))
+        return self.ledger.pinned_versions(name)
 
     def meta_paths(self, name: str) -> list[str]:
         """The valid meta files the build found for `name`, by path."""

@@ -69,6 +69,12 @@ class SqliteLedger:
         self.rollback()
         heldopen.close(self.db, self.path)
 
+    def __enter__(self) -> SqliteLedger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- pins
 
     def pins(self, name: str) -> dict[str, ArchiveRecord]:
@@ -79,18 +85,19 @@ class SqliteLedger:
     def has_pins(self) -> bool:
         return self.db.execute("SELECT 1 FROM pins LIMIT 1").fetchone() is not None
 
-    def pin(self, name: str, releases: Mapping[str, ArchiveRecord], known: Mapping[str, ArchiveRecord] | None = None) -> None:
-        """Pins what `name` serves now: new versions added, gone ones dropped. `known`: its pins as
-        read before (None: read them here); an unchanged package writes nothing, so a build that
-        changed no pin does not sync the ledger."""
-        before = self.pins(name) if known is None else known
-        gone = [(name, version) for version in before.keys() - releases.keys()]
-        changed = [(v, r) for v, r in releases.items() if before.get(v) != r]
-        self.db.executemany("DELETE FROM pins WHERE name = ? AND version = ?", gone)
+    def pin(self, name: str, releases: Mapping[str, ArchiveRecord]) -> None:
+        """Pins what `name` serves now: new versions added, gone ones dropped. An unchanged package
+        writes nothing, so a build that changed no pin does not sync the ledger."""
+        before = dict(self.db.execute("SELECT version, record FROM pins WHERE name = ?", (name,)))  # compared as stored, not decoded
+        now = {version: json.dumps(record.to_json(), separators=(",", ":")) for version, record in releases.items()}
+        self.db.executemany("DELETE FROM pins WHERE name = ? AND version = ?", [(name, v) for v in before.keys() - now.keys()])
         self.db.executemany(
             "INSERT OR REPLACE INTO pins (name, version, shasum, record) VALUES (?, ?, ?, ?)",
-            ((name, v, r.shasum or "", json.dumps(r.to_json(), separators=(",", ":"))) for v, r in changed),
+            ((name, v, releases[v].shasum or "", body) for v, body in now.items() if before.get(v) != body),
         )
+
+    def pinned_versions(self, name: str) -> frozenset[str]:
+        return frozenset(v for (v,) in self.db.execute("SELECT version FROM pins WHERE name = ?", (name,)))
 
     def unpin(self, name: str) -> None:
         self.db.execute("DELETE FROM pins WHERE name = ?", (name,))
@@ -132,9 +139,17 @@ class SqliteLedger:
 
     def finish_write(self, write_id: int, *, done: bool) -> None:
         """Done: the write's events join the journal, numbered after every write done before it.
-        Aborted: nothing of it is ever read. A write already finished is left as it is."""
-        with self._atomically():
-            self.resolve_writes([write_id] if done else [], [] if done else [write_id])
+        Aborted: nothing of it is ever read. A write already finished is left as it is.
+
+        Committed without waiting for the disk (synchronous=NORMAL; the next FULL commit syncs it):
+        lost to a power cut, the write is pending again, and resolved from content/ as the
+        recovery resolves any (the pending row itself was synced before content/ changed)."""
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with self._atomically():
+                self.resolve_writes([write_id] if done else [], [] if done else [write_id])
+        finally:
+            self.db.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
     def _atomically(self) -> Iterator[None]:
