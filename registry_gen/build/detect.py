@@ -44,7 +44,7 @@ def detect(
     Journalled writes a crash left pending (all but `writing`, the one in progress) are resolved
     from content/ first, and their files looked at."""
     fingerprint = settings_fingerprint(settings)
-    start = state.begin_build(fingerprint)
+    start = state.begin_build(fingerprint, durable=writing is None)  # a journalled write's entry covers its build
     if start.seed_pins:
         seed_pins(state)  # a tree built before versions were pinned: pin what it serves now
     recovered = recover_writes(settings, state, start, writing)

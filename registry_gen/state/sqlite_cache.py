@@ -285,8 +285,11 @@ class BuildState(ListingTables):
     # commit as a set): a crash between the two leaves the ledger ahead, and the next build, which
     # trusts the ledger, converges.
 
-    def begin(self) -> None:
-        self.ledger.begin()
+    def begin(self, *, durable: bool = True) -> None:
+        """`durable=False` (the build of a journalled write): the ledger's commit will not wait for
+        the disk. The write's journal entry, synced before content/ changed, makes it safe: lost
+        to a power cut, the write is pending again, and its recovery builds it again."""
+        self.ledger.begin(durable=durable)
         self.db.execute("BEGIN IMMEDIATE")
 
     def commit(self) -> None:
@@ -336,9 +339,9 @@ class BuildState(ListingTables):
     def is_empty(self) -> bool:
         return self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not self.get_setting("fingerprint")
 
-    def begin_build(self, fingerprint: str) -> BuildStart:
+    def begin_build(self, fingerprint: str, *, durable: bool = True) -> BuildStart:
         """Opens the build's transaction; what the build needs to know before it looks at content/."""
-        self.begin()
+        self.begin(durable=durable)
         settings = dict(self.db.execute("SELECT key, value FROM settings WHERE key IN ('fingerprint', ?, ?)", (SHARDS_STALE, WHOLE_STALE)))
         empty = self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not settings.get("fingerprint")
         return BuildStart(

@@ -54,16 +54,22 @@ class SqliteLedger:
 
     # -- transaction
 
-    def begin(self) -> None:
+    def begin(self, *, durable: bool = True) -> None:
+        """`durable=False`: this transaction's commit does not wait for the disk (the next durable
+        commit syncs it). SQLite takes the setting outside a transaction only: set here."""
+        if not durable:
+            self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("BEGIN IMMEDIATE")
 
     def commit(self) -> None:
         if self.db.in_transaction:
             self.db.execute("COMMIT")
+        self.db.execute("PRAGMA synchronous=FULL")
 
     def rollback(self) -> None:
         if self.db.in_transaction:
             self.db.execute("ROLLBACK")
+        self.db.execute("PRAGMA synchronous=FULL")
 
     def close(self) -> None:
         self.rollback()
@@ -144,26 +150,22 @@ class SqliteLedger:
         Committed without waiting for the disk (synchronous=NORMAL; the next FULL commit syncs it):
         lost to a power cut, the write is pending again, and resolved from content/ as the
         recovery resolves any (the pending row itself was synced before content/ changed)."""
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            with self._atomically():
-                self.resolve_writes([write_id] if done else [], [] if done else [write_id])
-        finally:
-            self.db.execute("PRAGMA synchronous=FULL")
+        with self._atomically(durable=False):
+            self.resolve_writes([write_id] if done else [], [] if done else [write_id])
 
     @contextlib.contextmanager
-    def _atomically(self) -> Iterator[None]:
+    def _atomically(self, *, durable: bool = True) -> Iterator[None]:
         """A transaction of its own, unless the caller's (a build's) is open already."""
         if self.db.in_transaction:
             yield
             return
-        self.db.execute("BEGIN IMMEDIATE")
+        self.begin(durable=durable)
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.rollback()
             raise
-        self.db.execute("COMMIT")
+        self.commit()
 
     def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None:
         for write_id in done:
