@@ -9,7 +9,7 @@ PORT ?= 4873
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test e2e build check bench venv clean demo system-deps corpus
+.PHONY: run test test-fast e2e build check bench venv clean demo system-deps corpus
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ run: $(RUNTIME_STAMP)
 test: $(TEST_STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
+
+## The inner loop: the pure and in-process tests (no real client, server or browser), on two
+## workers; under a minute here. `make test` runs them too, with everything else.
+FAST_TESTS := tests/core tests/generator tests/signing tests/check/test_lint_rules.py tests/importers/test_parsers.py tests/user_api/test_units.py
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
 ## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (README "Compatibility").
 e2e: $(TEST_STAMP)
