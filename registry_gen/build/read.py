@@ -193,10 +193,11 @@ def read_content(context: BuildContext, state: BuildSession, cache: Manifests, c
     """Phase 2: opens only new and changed archives and meta files; returns the packages they touch."""
     touched: set[str] = set()
     dropped: set[str] | None = None if context.full else set()
-    removed = state.previous_archives(changes.removed_archives)
-    touched.update(r.name for r in removed.values() if r.name)
-    _drop(dropped, (r.shasum for r in removed.values()))
-    state.record_archives((), removed)
+    if changes.removed_archives:
+        removed = state.previous_archives(changes.removed_archives)
+        touched.update(r.name for r in removed.values() if r.name)
+        _drop(dropped, (r.shasum for r in removed.values()))
+        state.record_archives((), removed)
     batch: list[tuple[ArchiveRecord, CachedManifest | None]] = []
     for found in read_changed(context.settings, changes.archives, context.progress):
         batch.append(found)
@@ -213,6 +214,8 @@ def _record_batch(
     dropped: set[str] | None,
 ) -> None:  # fmt: skip
     """One batch of archives read: what each replaces, into the state; their manifests, into the cache."""
+    if not batch:
+        return
     previous = state.previous_archives(record.path for record, _ in batch)
     records = []
     for record, _ in batch:
@@ -236,9 +239,10 @@ def update_metas(settings: Settings, state: BuildSession, changes: ContentChange
     """Re-reads the meta files that changed; adds the names they concern to `affected`. What was
     parsed is not kept (a full build would hold every meta file): plan.meta_of reads a package's file
     again. Returns the files it could not read."""
-    removed = state.previous_meta_names(changes.removed_metas)
-    affected.update(name for name in removed.values() if name)
-    state.record_metas((), removed)
+    if changes.removed_metas:
+        removed = state.previous_meta_names(changes.removed_metas)
+        affected.update(name for name in removed.values() if name)
+        state.record_metas((), removed)
     errors: list[BuildIssue] = []
     paths = iter(changes.metas)  # in path order
     while batch := list(itertools.islice(paths, RECORD_BATCH)):
