@@ -18,7 +18,8 @@ from pathlib import Path
 
 from registry_gen.layout import STATE_DATABASE
 from registry_gen.state.sqlite_base import connect_readonly, user_version
-from registry_gen.state.sqlite_cache import LEGACY_STATE_FILE, SCHEMA_VERSION, WHOLE_STALE, BuildState
+from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.sqlite_schema import LEGACY_STATE_FILE, SCHEMA_VERSION, WHOLE_STALE
 from registry_gen.state.sqlite_ledger import LEDGER_DATABASE, SqliteLedger
 from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
 

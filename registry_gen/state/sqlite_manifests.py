@@ -11,7 +11,7 @@ from pathlib import Path
 from registry_gen.state import heldopen
 from registry_gen.state.records import CachedManifest
 from registry_gen.state.sqlite_base import connect_readonly
-from registry_gen.state.sqlite_cache import CACHE_KEPT, open_database
+from registry_gen.state.sqlite_schema import CACHE_KEPT, open_database
 from registry_gen.state.sqlite_ledger import LEDGER_DATABASE
 
 CACHE_FILE = "cache.sqlite3"

@@ -419,7 +419,8 @@ def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) ->
 def test_the_write_sides_state_view_is_read_only_and_sees_the_build(tmp_path: Path) -> None:
     """`BuildState.reading` (what a publish asks before its build) answers from the state the build
     wrote, cannot write, and opens a missing or outdated state the ordinary way."""
-    from registry_gen.state.sqlite_cache import SCHEMA_VERSION, BuildState
+    from registry_gen.state.sqlite_cache import BuildState
+    from registry_gen.state.sqlite_schema import SCHEMA_VERSION
 
     settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public")
     make_tarball(tmp_path / "content" / "pkg", "pkg", "1.0.0")

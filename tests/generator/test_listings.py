@@ -19,7 +19,8 @@ import pytest
 from registry_gen import site
 from registry_gen.build import read
 from registry_gen.build import PathLog, run_build
-from registry_gen.state.sqlite_cache import SCHEMA_VERSION, BuildState
+from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.sqlite_schema import SCHEMA_VERSION
 from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
@@ -247,7 +248,7 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
         db.execute("DROP TABLE meta_duplicates")
         db.execute("PRAGMA user_version=7")
     monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
-    monkeypatch.setattr("registry_gen.state.sqlite_cache.SCHEMA_8_LEAF_FILL", 2)  # half a leaf, as the migration cuts them
+    monkeypatch.setattr("registry_gen.state.sqlite_schema.SCHEMA_8_LEAF_FILL", 2)  # half a leaf, as the migration cuts them
     result = run_build(settings)
     assert result.rebuilt_packages == []  # no package read or rendered again
     assert [e.path for e in result.errors] == ["b/registry-meta.json"]  # the duplicate found in place
