@@ -48,7 +48,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         signer = load_signer(settings)
         typer.echo(f"signing key: {signer.keyid if signer else 'none (signing is off)'}", err=True)
         recorded = []
-        if settings.state_file.exists():
+        if settings.state_folder.is_dir():  # the keyring is in its ledger (kept when the cache is dropped)
             with open_state(settings).view() as state:
                 recorded = recorded_keys(state)
         document = keys_document(rotate_keyring(recorded, signer.public if signer else None, "<next build>"))

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from registry_gen.build.context import ProgressCallback
-from registry_gen.build.detect import Detected, detect
+from registry_gen.build.detect import detect
 from registry_gen.build.indexes import Indexed, write_indexes
 from registry_gen.build.packages import Outcomes, write_changes, write_everything
 from registry_gen.build.plan import meta_issues, plan_changes
@@ -142,15 +142,13 @@ def _build_in_transaction(
         outcomes = write_changes(context, state, cache, plans, detected.start.unwritten)
     packages_changed = outcomes.rebuilt_count > 0 or outcomes.package_set_changed
     indexed = write_indexes(context, state, outcomes.listing, detected.start, packages_changed=packages_changed, defer_whole=defer_whole)
-    result = _result(detected, reading, outcomes, indexed, state, plan_errors)
+    result = _result(reading, outcomes, indexed, state, plan_errors)
     publish_keys(settings, state, context.signer, result.written)
     state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
 
 
-def _result(
-    detected: Detected, reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, plan_errors: list[BuildIssue]
-) -> BuildResult:
+def _result(reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, plan_errors: list[BuildIssue]) -> BuildResult:
     """Phase 6: the build's report, from what each phase returned and what the state keeps."""
     report = state.build_report()
     result = BuildResult(packages=report.packages, versions=report.versions, archives_read=reading.archives_read)
