@@ -170,6 +170,8 @@ def parse_advisory(raw: bytes, where: str) -> list[Advisory]:
             raise InvalidAdvisory(f"{where}: neither OSV (`affected`) nor a GitHub advisory (`vulnerabilities`)")
     except (AttributeError, TypeError) as exc:
         raise InvalidAdvisory(f"{where}: unexpected shape ({exc})") from exc
+    except InvalidAdvisory:
+        raise  # says `where` already
     except RegistryError as exc:
         raise InvalidAdvisory(f"{where}: {exc}") from exc
     if not found:

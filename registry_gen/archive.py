@@ -181,21 +181,34 @@ class _GuardedTarInfo(tarfile.TarInfo):
             tarfile_._extended_header_chain = chain - 1
 
 
+def _path_problem(path: str) -> str | None:
+    """Why a path read from an archive could lead outside the folder it is read from (`/x`, `C:/x`,
+    `\\x`, a `..` segment with either slash, a NUL byte), or None when it cannot."""
+    if "\x00" in path:
+        return "contains a NUL byte"
+    unified = path.replace("\\", "/")
+    if unified.startswith("/") or (len(unified) > 1 and unified[1] == ":"):
+        return "is absolute"
+    if ".." in unified.split("/"):
+        return "climbs out with '..'"
+    return None
+
+
 def _clean_member_path(name: str) -> str:
     """The member's path, normalised; refuses absolute paths and anything that climbs out."""
-    if "\x00" in name:
-        raise InvalidArchive("member-path", f"member path {name!r} contains a NUL byte")
-    unified = name.replace("\\", "/")
-    if unified.startswith("/") or (len(unified) > 1 and unified[1] == ":"):
-        raise InvalidArchive("member-path", f"member path {name!r} is absolute")
-    parts = [p for p in unified.split("/") if p not in ("", ".")]
-    if any(p == ".." for p in parts):
-        raise InvalidArchive("member-path", f"member path {name!r} escapes the package folder")
-    return "/".join(parts)
+    problem = _path_problem(name)
+    if problem is not None:
+        raise InvalidArchive("member-path", f"member path {name!r} {problem}")
+    return "/".join(p for p in name.replace("\\", "/").split("/") if p not in ("", "."))
+
+
+# Why an ambiguous tree is refused: npm and pnpm skip links, yarn creates them (RATIONALE.md §7).
+_CLIENTS_DISAGREE = "npm and yarn would install different trees"
 
 
 class _Budget:
-    """Running totals checked against the limits as members stream by."""
+    """Running totals checked against the limits as members stream by, and the paths seen so far:
+    files, folders (named or implied by a member below them) and symbolic links (path → target)."""
 
     def __init__(self, limits: Limits, archive_size_hint: int | None):
         self.limits = limits
@@ -203,28 +216,54 @@ class _Budget:
         self.unpacked = 0
         self.files: set[str] = set()
         self.folders: set[str] = set()
+        self.links: dict[str, str] = {}
         self.size_hint = archive_size_hint
 
     def member(self, path: str) -> bool:
         """Counts a file member; True when its path came before (the caller decides what that means)."""
-        self.members += 1
-        if self.members > self.limits.max_members:
-            raise InvalidArchive("max-members", f"archive has more than {self.limits.max_members} members")
+        self._count()
         if path in self.folders:
             raise InvalidArchive("path-conflict", f"member {path!r} is both a file and a folder")
-        parents = _parents(path)
-        if any(parent in self.files for parent in parents):
-            raise InvalidArchive("path-conflict", f"member {path!r} lies below a file of the same name")
-        self.folders.update(parents)
+        if path in self.links:
+            raise InvalidArchive("path-conflict", f"member {path!r} is both a symbolic link and a file ({_CLIENTS_DISAGREE})")
+        self._refuse_below_file_or_link(path)
         repeated = path in self.files
         self.files.add(path)
         return repeated
 
+    def link(self, path: str, target: str) -> None:
+        """A symbolic link member (its target already checked): one path, one type, nothing below it."""
+        self._count()
+        earlier = "a folder" if path in self.folders else "a file" if path in self.files else "a link" if path in self.links else ""
+        if earlier:
+            raise InvalidArchive("path-conflict", f"member {path!r} is a symbolic link and, earlier in the archive, {earlier} ({_CLIENTS_DISAGREE})")
+        self._refuse_below_file_or_link(path)
+        self.links[path] = target
+
     def folder(self, path: str) -> None:
-        """A folder entry: a file of the same path would change that path's type."""
+        """A folder entry: a file or a link of the same path would change that path's type."""
         if path in self.files:
             raise InvalidArchive("path-conflict", f"member {path!r} is both a file and a folder")
+        if path in self.links:
+            raise InvalidArchive("path-conflict", f"member {path!r} is both a symbolic link and a folder ({_CLIENTS_DISAGREE})")
+        self._refuse_below_file_or_link(path)
         self.folders.add(path)
+
+    def _count(self) -> None:
+        self.members += 1
+        if self.members > self.limits.max_members:
+            raise InvalidArchive("max-members", f"archive has more than {self.limits.max_members} members")
+
+    def _refuse_below_file_or_link(self, path: str) -> None:
+        """A member below a file changes that file's type; one below a link is written into a real
+        folder by npm and through the link by yarn: either way the clients install different trees."""
+        parents = _parents(path)
+        if any(parent in self.files for parent in parents):
+            raise InvalidArchive("path-conflict", f"member {path!r} lies below a file of the same name")
+        link = next((parent for parent in parents if parent in self.links), None)
+        if link is not None:
+            raise InvalidArchive("path-conflict", f"member {path!r} lies below the symbolic link {link!r} ({_CLIENTS_DISAGREE})")
+        self.folders.update(parents)
 
     def bytes(self, count: int, compressed_so_far: int) -> None:
         self.unpacked += count
@@ -296,12 +335,30 @@ def _bytes_to_keep(path: str, keep_all: bool, limits: Limits) -> int | None:
     return limits.max_readme_bytes
 
 
-def _link_refusal(info: tarfile.TarInfo) -> str:
-    """Why a link member is refused. npm and pnpm skip links, but yarn creates them on install
-    (yarn 4 with their targets, leading outside the package), and the registry cannot know which
-    client installs: RATIONALE.md §7."""
-    kind = "symbolic link" if info.issym() else "hard link"
-    return f"member {info.name!r} is a {kind} to {info.linkname[:200]!r} (yarn would create it on install)"
+def _link_target(info: tarfile.TarInfo) -> str:
+    """The target of a symbolic link member that stays inside its package for every client, or
+    InvalidArchive. npm and pnpm skip links; yarn 1 creates them with the target joined below the
+    link's folder, yarn 4 with the target as it is (RATIONALE.md §7). A relative target without
+    `..` resolves below the link's own folder, and so does every link it leads through."""
+    target = info.linkname
+    problem = _path_problem(target)
+    if problem is None and not [part for part in target.replace("\\", "/").split("/") if part not in ("", ".")]:
+        # `.` makes a folder cycle (anything walking node_modules loops), and yarn 4 fails on it.
+        problem = "is empty or names the link's own folder"
+    if problem is not None:
+        raise InvalidArchive(
+            "member-type",
+            f"member {info.name!r} is a symbolic link to {target[:200]!r}, whose target {problem}"
+            " (a link is hosted only when its relative target stays below the link's folder)",
+        )
+    return target
+
+
+def _hard_link_refusal(info: tarfile.TarInfo) -> str:
+    """Why a hard link member is refused, wherever it points: npm, pnpm and yarn 4 skip it, yarn 1
+    creates it from the target joined below the link's folder (RATIONALE.md §7): the file is there
+    for one client and missing for the others, and in a sub-folder yarn 1 fails the install."""
+    return f"member {info.name!r} is a hard link to {info.linkname[:200]!r} ({_CLIENTS_DISAGREE}: npm skips it, yarn 1 creates it)"
 
 
 def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterator[_Member]:
@@ -314,15 +371,18 @@ def _iter_tar(source: _HashingReader, budget: _Budget, keep_all: bool) -> Iterat
                     if path:
                         budget.folder(path)
                     continue
-                if info.issym() or info.islnk():
-                    raise InvalidArchive("member-type", _link_refusal(info))
+                if not path:
+                    raise InvalidArchive("member-path", f"member path {info.name!r} is empty")
+                if info.issym():
+                    budget.link(path, _link_target(info))
+                    continue
+                if info.islnk():
+                    raise InvalidArchive("member-type", _hard_link_refusal(info))
                 if not info.isfile():
                     raise InvalidArchive("member-type", f"member {info.name!r} is not a regular file")
                 if info.sparse is not None:
                     # tarfile fills the holes with zeros, npm's tar does not: two readings of one file.
                     raise InvalidArchive("member-type", f"member {info.name!r} is a sparse file")
-                if not path:
-                    raise InvalidArchive("member-path", f"member path {info.name!r} is empty")
                 budget.member(path)
                 stream = tar.extractfile(info)
                 assert stream is not None
@@ -452,6 +512,8 @@ def _iter_zip(source: IO[bytes], budget: _Budget, limits: Limits) -> Iterator[_M
                 unix_mode = info.external_attr >> 16
                 # Python's zipfile (and some other tools) store bare permission bits (0o600) with
                 # no file-type bits: only a stated type other than "regular" is refused.
+                if stat.S_ISLNK(unix_mode):
+                    raise InvalidArchive("member-type", f"member {info.filename!r} is a symbolic link in a zip (repacking would drop or alter it)")
                 if stat.S_IFMT(unix_mode) and not stat.S_ISREG(unix_mode):
                     raise InvalidArchive("member-type", f"member {info.filename!r} is not a regular file")
                 if not path:
@@ -502,6 +564,21 @@ def _package_root(paths: list[str]) -> str:
     if len(tops) == 1 and all("/" in p for p in paths):
         return tops.pop() + "/"
     raise InvalidArchive("no-package-json", "no package.json at the root or in a single top folder")
+
+
+def _refuse_links_not_served_as_published(links: dict[str, str], root: str) -> None:
+    """Links are hosted only in a tarball served byte for byte, and never as the manifest. A
+    tarball without a top folder is repacked (as a zip is), which would drop or alter its links;
+    a link named package.json is not a manifest (the case is folded: on macOS and Windows
+    `PACKAGE.JSON` is the same file), and the build never follows a link to read one."""
+    for path, target in links.items():
+        if not root:
+            raise InvalidArchive(
+                "member-type",
+                f"member {path!r} is a symbolic link in an archive without a top folder (repacking would drop or alter it)",
+            )
+        if path[len(root):].lower() == "package.json":
+            raise InvalidArchive("member-type", f"member {path!r} is a symbolic link to {target[:200]!r}: package.json must be a regular file")
 
 
 def _parse_manifest(data: bytes, limits: Limits) -> Any:
@@ -594,7 +671,8 @@ def read_archive(source: IO[bytes], limits: Limits | None = None) -> ArchiveCont
     else:
         budget, hashing = _Budget(limits, None), _HashingReader(source, limits.max_archive_bytes)
         members = _last_wins(_iter_zip(source, budget, limits))
-    root = _package_root(list(members))
+    root = _package_root([*members, *budget.links])
+    _refuse_links_not_served_as_published(budget.links, root)
     manifest_member = members.get(root + "package.json")
     if manifest_member is None or manifest_member.data is None:
         raise InvalidArchive("no-package-json", "no package.json found")

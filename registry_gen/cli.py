@@ -38,7 +38,12 @@ BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help="Public UR
 
 
 def settings_from_options(config: Path | None = None, **overrides: Any) -> Settings:
-    return load_settings(config, **overrides)
+    """The settings a command runs with; what is odd in the config file (a key set twice) is said
+    on stderr, once, by every command that reads it."""
+    settings = load_settings(config, **overrides)
+    for warning in settings.config_warnings:
+        typer.echo(warning, err=True)
+    return settings
 
 
 def _progress_reporter() -> tuple[Callable[[str, int, int], None] | None, Callable[[], None]]:
@@ -188,12 +193,20 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
     app.command("check")(check_command)
     if invoked in CORE_COMMANDS:
         return app
+    # Here, not at the top: `build` and `check` (returned above) need none of them.
+    from registry_gen import (
+        commands_advisory,
+        commands_host_config,
+        commands_import,
+        commands_init,
+        commands_keys,
+        commands_verify,
+        commands_watch,
+    )
     from registry_gen.plugins import entry_points
 
-    for extra in ("init", "watch", "verify", "host_config", "import", "keys", "advisory"):
-        module = _optional_module(f"registry_gen.commands_{extra}")
-        if module is not None:
-            module.register(app, settings_from_options)
+    for module in (commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory):
+        module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):
         try:
             register = entry.load()
@@ -203,17 +216,6 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
             continue
         register(app, settings_from_options)
     return app
-
-
-def _optional_module(name: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name == name:
-            return None
-        raise
 
 
 def invoked_name(args: Sequence[str]) -> str | None:
@@ -307,11 +309,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def said_as_error_line(message: Any) -> Any:
+    """typer's prompts tell a mistake as `Error: The two entered values do not match.`; this CLI
+    says `error: …` everywhere else, so their lines are told the same way."""
+    if isinstance(message, str) and message.startswith("Error: "):
+        rest = message.removeprefix("Error: ")
+        return "error: " + rest[:1].lower() + rest[1:]
+    return message
+
+
+def lower_case_prompt_errors() -> None:
+    """typer's prompt and confirm print their mistakes through the `echo` of their own module
+    (typer is pinned to an exact version): that one goes through `said_as_error_line` first."""
+    from typer._click import termui
+
+    plain = termui.echo
+    if getattr(plain, "__name__", "") == "echo_error_lines":
+        return
+
+    def echo_error_lines(message: Any = None, *args: Any, **kwargs: Any) -> None:
+        plain(said_as_error_line(message), *args, **kwargs)
+
+    termui.echo = echo_error_lines  # type: ignore[assignment]
+
+
 def run_command(args: list[str]) -> int:
     debug = wants_debug(args)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         cli_coercion.install()  # parsed values skip typer's pydantic adapters where they need none
+        lower_case_prompt_errors()
         invoked = None if COMPLETION_ENV in os.environ else invoked_name(args)
         command = typer.main.get_command(only_what_runs(create_cli(invoked), args))
         # Not standalone: usage mistakes come back here as exceptions, to be told in one line.

@@ -8,12 +8,24 @@ from typing import Annotated
 
 import typer
 
-from registry_gen.errors import RegistryError
+from registry_gen.errors import ConfigError, RegistryError
 from registry_gen.settings import Settings
 
 ConfigOption = Annotated[
     Path | None, typer.Option("--config", "-c", help="YAML config file (default: ./registry.yaml).", envvar="REGISTRY_GEN_CONFIG")
 ]
+
+
+def read_advisory_file(file: Path) -> bytes:
+    """The file's bytes, or one line naming it and what is wrong (never a bare `[Errno 2]`)."""
+    try:
+        return file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: not found (give the path of an OSV or GitHub advisory JSON file)") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{file}: is a folder, not an advisory JSON file") from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot be read ({exc.strerror or exc})") from None
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
@@ -29,7 +41,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
 
         settings = settings_from_options(config)
         try:
-            found = add_advisory(settings, file.read_bytes(), str(file))
+            found = add_advisory(settings, read_advisory_file(file), str(file))
         except (RegistryError, OSError) as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None

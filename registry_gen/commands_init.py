@@ -1,8 +1,10 @@
-"""`registry-gen init [FOLDER]`: a commented registry.yaml to start from (README "Getting started").
+"""`registry-gen init [FOLDER]`: a commented registry.yaml and an empty content/ to start from
+(README "A first registry").
 
 The file lists every key with its default and what it does, so an operator edits values instead
 of reading the source; only the public URL is asked for (or taken from --base-url), because it is
-the one value a default cannot guess and every tarball URL is built from it.
+the one value a default cannot guess and every tarball URL is built from it. A URL naming this
+machine also gives the address `serve` listens on: tarballs are fetched where the URL says.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Annotated
 import typer
 
 from registry_gen.errors import ConfigError
-from registry_gen.settings import DEFAULT_CONFIG_FILE, Settings
+from registry_gen.settings import DEFAULT_CONFIG_FILE, Settings, load_settings, loopback_address
 from registry_gen.writer import atomic_write_bytes
 
 DEFAULT_URL = Settings().base_url
@@ -39,8 +41,8 @@ gzip: true                    # write .gz siblings of the JSON files (nginx gzip
 signing_key: null             # PEM key that signs every version (`registry-gen keys generate`)
 
 # The write and user API (`registry-gen serve`, `registry-gen api`).
-host: 127.0.0.1               # address to listen on (0.0.0.0: every interface)
-port: 4873
+host: {host}# address to listen on (0.0.0.0: every interface)
+port: {port}# serve's port; a base_url on this machine names the same one
 data_dir: data                # SQLite user database
 database_url: null            # e.g. postgresql://user@host/db to keep users in PostgreSQL
 signup: admin                 # open | closed | admin: who may create accounts (`registry-gen user add NAME --admin` makes the first admin)
@@ -71,13 +73,26 @@ packages: {{}}                  # read rules, e.g. '@internal/*': {{read: authen
 """
 
 
+def listen_address(base_url: str | None) -> tuple[str, int]:
+    """Where `serve` listens: the address a URL of this machine names (an IP literal as it is,
+    localhost as 127.0.0.1), else the defaults (a public URL reaches it through a proxy)."""
+    defaults = Settings()
+    local = loopback_address(base_url or DEFAULT_URL)
+    if local is None:
+        return defaults.host, defaults.port
+    host, port = local
+    return (defaults.host if "localhost" in host else host), port
+
+
 def config_text(base_url: str | None) -> str:
     """The commented file; without a URL the key stays commented out (build then warns)."""
     if base_url is None:
         line = f"# base_url: https://npm.example.com/   # not set yet: builds use {DEFAULT_URL} and warn"
     else:
         line = f"base_url: {base_url}"
-    return TEMPLATE.format(base_url_line=line)
+    host, port = listen_address(base_url)
+    shown_host = f"'{host}'" if ":" in host else host  # an IPv6 address is not a plain YAML scalar
+    return TEMPLATE.format(base_url_line=line, host=f"{shown_host:<24}", port=f"{port:<24}")
 
 
 def checked_url(url: str) -> str:
@@ -114,8 +129,13 @@ def init_command(
     url = checked_url(base_url) if base_url is not None else _ask_url()
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(target, config_text(url).encode())
-    typer.echo(f"wrote {target}" + (f" for {url}" if url else " (base_url not set yet: edit it before deploying)"))
-    typer.echo(f"next: put archives into {folder / 'content'}, then `registry-gen build` or `registry-gen serve` there")
+    content = load_settings(target).content_dir
+    content.mkdir(parents=True, exist_ok=True)  # serve and build start from it, empty or not
+    typer.echo(f"wrote {target}" + (f" for {url}" if url else " (base_url not set yet: edit it before deploying)") + f", and {content}/")
+    typer.echo(
+        "next: `registry-gen user add NAME --admin`, then `registry-gen serve` there "
+        f"(publish with npm, or put archives into {content})"
+    )
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import stat
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +22,41 @@ ConfigOption = Annotated[
 ]
 
 
+def same_file(configured: Path | None, out: Path) -> bool:
+    return configured is not None and configured.resolve() == out.resolve()
+
+
+def point_config_at(config_file: Path, key_file: Path) -> str:
+    """Sets signing_key in `config_file` to `key_file` (relative to the file's folder when inside
+    it), on its existing line with the comment kept; the file is replaced atomically, its mode
+    kept (it may hold a database password). Returns what changed."""
+    from registry_gen.settings import with_top_level_value, yaml_scalar
+
+    config = config_file.resolve()
+    target = key_file.resolve()
+    value = str(target.relative_to(config.parent)) if target.is_relative_to(config.parent) else str(target)
+    text, said = with_top_level_value(config.read_text(encoding="utf-8"), "signing_key", yaml_scalar(value))
+    replace_keeping_mode(config, text.encode("utf-8"))
+    return said
+
+
+def replace_keeping_mode(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one; the new one has the old one's permissions."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
     keys = typer.Typer(help="The key that signs every version (npm audit signatures verifies it).", no_args_is_help=True)
 
@@ -24,6 +64,13 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
     def generate_command(
         out: Annotated[
             Path | None, typer.Option("--out", "-o", help="Where to write the PEM private key (default: signing_key from the config).")
+        ] = None,
+        set_config: Annotated[
+            bool | None,
+            typer.Option(
+                "--set-config/--no-set-config",
+                help="Point signing_key in the config at the new key (default: ask on a terminal, else leave it).",
+            ),
         ] = None,
         config: ConfigOption = None,
     ) -> None:
@@ -34,8 +81,20 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         target = out or settings.signing_key
         if target is None:
             raise ConfigError("keys generate: give --out PATH, or set signing_key in the config")
+        if set_config and settings.config_file is None:
+            raise ConfigError("--set-config: no registry.yaml here to set signing_key in; pass --config FILE")
         signer = write_new_key(Path(target), settings)
-        typer.echo(f"wrote {target} (key id {signer.keyid}); set signing_key: {target} in registry.yaml and build")
+        typer.echo(f"wrote {target} (key id {signer.keyid})")
+        if out is None or settings.config_file is None or same_file(settings.signing_key, out):
+            typer.echo("build (or restart serve/api) to sign with it" if settings.config_file else f"set signing_key: {target} in registry.yaml, then build")
+            return
+        if set_config is None and sys.stdin.isatty():
+            set_config = typer.confirm(f"Set signing_key in {settings.config_file} to {out}?", default=True)
+        if not set_config:
+            typer.echo(f"not set: edit the signing_key line of {settings.config_file} (or pass --set-config), then build")
+            return
+        said = point_config_at(settings.config_file, out)
+        typer.echo(f"{settings.config_file}: {said}; build (or restart serve/api) to sign with it")
 
     @keys.command("show")
     def show_command(config: ConfigOption = None) -> None:

@@ -70,6 +70,10 @@ class PruneRefused(RegistryError):
     """A build would remove most of the tree's packages though content/ does not say they went."""
 
 
+class BindingNotPending(RegistryError):
+    """`owner bind-recorded` outside an upgrade: names left unbound since may be so on purpose."""
+
+
 class AddressUnavailable(RegistryError):
     """The server cannot listen on the address it was given (in use, not this machine's, privileged)."""
 
@@ -80,3 +84,18 @@ class LockTimeout(RegistryError):
 
 class LedgerUnreadable(RegistryError):
     """The state's ledger (what no build can redo) cannot be read: it must be restored, never dropped."""
+
+
+class StorageError(RegistryError):
+    """The content store refused an operation that retrying will not fix (no such bucket, no
+    credentials, access denied): an operator must change the configuration."""
+
+
+class StorageUnavailable(StorageError):
+    """The content store cannot be reached right now (connection refused, timed out, 5xx,
+    throttled). Nothing was half-written; the same request may succeed later (HTTP 503)."""
+
+
+class RevisionConflict(RegistryError):
+    """A whole-document write named a `_rev` that is no longer the document's: somebody changed
+    the package since the client read it (CouchDB's 409)."""

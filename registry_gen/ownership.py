@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
 from registry_gen.state import JournalEvent, open_state
@@ -19,7 +22,7 @@ from registry_gen.meta import PackageMeta, dump_meta, parse_meta
 from registry_gen.names import package_dir, validate_name
 from registry_gen.publish import PackageState, apply_claim, maintainer_entry, now_iso
 from registry_gen.settings import Settings
-from registry_gen.storage import FolderStorage, meta_key, write_meta
+from registry_gen.storage import ContentStorage, meta_key, open_content_storage, write_meta
 
 
 def published_versions(settings: Settings, name: str) -> frozenset[str]:
@@ -31,7 +34,7 @@ def published_versions(settings: Settings, name: str) -> frozenset[str]:
         return frozenset()
 
 
-def meta_location(settings: Settings, storage: FolderStorage, name: str) -> str:
+def meta_location(settings: Settings, storage: ContentStorage, name: str) -> str:
     """The package's meta file: the API's own place, unless the build found it elsewhere in content/."""
     canonical = meta_key(name)
     if storage.exists(canonical):
@@ -46,7 +49,7 @@ def claim_package(
 ) -> bool:
     """Binds `username` (account `account_id`) as a maintainer of `name`; False when it already was."""
     validate_name(name, legacy=True)
-    storage = FolderStorage(settings.content_dir)
+    storage = open_content_storage(settings)
     with build_lock(settings):
         key = meta_location(settings, storage, name)
         raw = storage.read(key)
@@ -80,7 +83,7 @@ def erase_maintainer_email(settings: Settings, username: str, actor: str = "regi
     """A deleted account's email leaves every meta in content/ (and so every document, index and
     page after the rebuild). Returns the meta files changed. Emails inside a tarball's own
     package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails")."""
-    storage = FolderStorage(settings.content_dir)
+    storage = open_content_storage(settings)
     erased: dict[str, PackageMeta] = {}
     with build_lock(settings):
         for key in sorted(scan_content(settings.content_dir)[1]):
@@ -103,3 +106,170 @@ def erase_maintainer_email(settings: Settings, username: str, actor: str = "regi
     run_build(settings, changed=list(erased))
     _finish(settings, write_id)
     return list(erased)
+
+
+# ---------------------------------------------------------------- upgrading from a release without bindings
+#
+# Before maintainers were bound to accounts (the release b384b22 and older), a maintainer entry was a
+# right by its name alone. Today an entry grants nothing until it carries its account's id, so
+# `registry-gen owner bind-recorded` binds each recorded name to the account of that name, once,
+# at the upgrade. An account created after the package's first publish is held back: it may be
+# someone who registered the name later, and binding it would hand them the package. Only an
+# administrator's `owner claim` binds it (SECURITY.md, "Ownership"; README, "Upgrading").
+
+BOUND = "bound"
+HELD_BACK = "held back"
+NO_ACCOUNT = "no account"
+
+
+@dataclass(frozen=True)
+class AccountFacts:
+    """What the binding rule needs of the live account named like a maintainer (looked up by user_api)."""
+
+    id: str
+    created: datetime
+
+
+@dataclass(frozen=True)
+class BindingDecision:
+    """One recorded maintainer name of one package, and what the upgrade does with it."""
+
+    package: str
+    maintainer: str
+    outcome: str  # BOUND, HELD_BACK or NO_ACCOUNT
+    reason: str
+    account_id: str | None = None
+
+
+def _moment(stamp: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def first_publish_time(meta: PackageMeta) -> datetime | None:
+    """The earliest time the meta records for the package (`created`, any version's time, any
+    unpublish time): a package re-taken after a full unpublish keeps its older moments here."""
+    stamps = [meta.created or "", *meta.time.values(), *meta.unpublished.values()]
+    moments = [moment for moment in map(_moment, stamps) if moment is not None]
+    return min(moments) if moments else None
+
+
+def unbound_names(meta: PackageMeta) -> list[str]:
+    """The maintainer names recorded without an account, in the meta's order."""
+    return [entry["name"] for entry in meta.maintainers if not entry.get("account")]
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def decide_binding(package: str, name: str, account: AccountFacts | None, first_publish: datetime | None) -> BindingDecision:
+    """The upgrade's rule for one unbound name: bind it only to an account that already existed when
+    the package was first published (the person the previous release gave its rights to)."""
+    if account is None:
+        return BindingDecision(package, name, NO_ACCOUNT, "no live account of that name: the entry stays unbound")
+    claim = f"if it is the same person, run `registry-gen owner claim {package} {name}`"
+    if first_publish is None:
+        return BindingDecision(package, name, HELD_BACK, f"the package records no publish time; {claim}")
+    if account.created > first_publish:
+        return BindingDecision(package, name, HELD_BACK, (
+            f"account created {_stamp(account.created)}, after the package's first publish "
+            f"{_stamp(first_publish)}; {claim}"
+        ))  # fmt: skip
+    reason = f"account created {_stamp(account.created)}, first publish {_stamp(first_publish)}"
+    return BindingDecision(package, name, BOUND, reason, account.id)
+
+
+def decide_bindings(meta: PackageMeta, accounts: Mapping[str, AccountFacts | None]) -> list[BindingDecision]:
+    """The decision for every unbound maintainer name of the package (`accounts` by name)."""
+    first = first_publish_time(meta)
+    return [decide_binding(meta.name, name, accounts.get(name), first) for name in dict.fromkeys(unbound_names(meta))]
+
+
+def with_bindings(meta: PackageMeta, decisions: list[BindingDecision]) -> PackageMeta | None:
+    """The meta with each BOUND name's entry carrying its account (None: nothing to bind). Entries
+    already bound are never touched. Nothing a client sees changes (the account id is never shown),
+    so the meta keeps its `modified` time and revision."""
+    accounts = {d.maintainer: d.account_id for d in decisions if d.outcome == BOUND and d.account_id}
+    people = [
+        {**entry, "account": accounts[entry["name"]]} if not entry.get("account") and entry["name"] in accounts else entry
+        for entry in meta.maintainers
+    ]
+    return dataclasses.replace(meta, maintainers=people) if people != meta.maintainers else None
+
+
+@dataclass(frozen=True)
+class BindingReport:
+    decisions: list[BindingDecision]
+    unreadable: list[str]  # meta files of content/ that do not parse: their names stay unbound
+    written: list[str]  # meta files changed (empty for a dry run)
+
+
+def bind_recorded_maintainers(
+    settings: Settings, account_of: Callable[[str], AccountFacts | None], *, apply: bool = True
+) -> BindingReport:
+    """Binds every recorded maintainer name of content/ by `decide_binding`, and rebuilds the packages
+    whose meta changed. `apply=False` decides and writes nothing. The metas are read first without
+    the build lock (a large registry's scan must not stall publishes); each one to change is read
+    again under the lock, so an entry bound meanwhile is left as it is."""
+    storage = open_content_storage(settings)
+    accounts: dict[str, AccountFacts | None] = {}
+    decisions: list[BindingDecision] = []
+    unreadable: list[str] = []
+    to_write: list[str] = []
+    for key in sorted(scan_content(settings.content_dir)[1]):
+        meta = _meta_at(storage, key)
+        if meta is None:
+            unreadable.append(key)
+            continue
+        for name in unbound_names(meta):
+            if name not in accounts:
+                accounts[name] = account_of(name)
+        found = decide_bindings(meta, accounts)
+        decisions.extend(found)
+        if any(d.outcome == BOUND for d in found):
+            to_write.append(key)
+    written = _write_bindings(settings, storage, to_write, accounts) if apply and to_write else []
+    return BindingReport(decisions, unreadable, written)
+
+
+def _meta_at(storage: ContentStorage, key: str) -> PackageMeta | None:
+    raw = storage.read(key)
+    try:
+        return parse_meta(raw) if raw is not None else None
+    except InvalidManifest:
+        return None  # the build reports a broken meta; nothing in it can be bound safely
+
+
+def _write_bindings(
+    settings: Settings, storage: ContentStorage, keys: list[str], accounts: Mapping[str, AccountFacts | None],
+    actor: str = "registry-gen owner bind-recorded",
+) -> list[str]:
+    bound: dict[str, PackageMeta] = {}
+    events: list[JournalEvent] = []
+    with build_lock(settings):
+        for key in keys:
+            meta = _meta_at(storage, key)
+            decisions = decide_bindings(meta, accounts) if meta is not None else []
+            changed = with_bindings(meta, decisions) if meta is not None else None
+            if changed is not None:
+                bound[key] = changed
+                names = [d.maintainer for d in decisions if d.outcome == BOUND]
+                events.append(JournalEvent("package:change", changed.name, (), {"owners bound": names}))
+        if not bound:
+            return []
+        write_id = _journalled(settings, {key: content_digest(dump_meta(meta)) for key, meta in bound.items()}, events, actor)
+        for key, meta in bound.items():
+            write_meta(storage, key, meta)
+    run_build(settings, changed=list(bound))  # keys of content/: right whether content_dir is relative or not
+    _finish(settings, write_id)
+    return list(bound)
+
+
+def describe_binding(decision: BindingDecision, *, dry_run: bool = False) -> str:
+    """One line of `owner bind-recorded`'s list."""
+    outcome = "would bind" if dry_run and decision.outcome == BOUND else decision.outcome
+    return f"{outcome}: {decision.maintainer} as a maintainer of {decision.package} ({decision.reason})"

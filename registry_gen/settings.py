@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
+STORAGE_ENV = "REGISTRY_STORAGE"
 # `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
 CHECK_PROFILES = ("npm", "commonjs")
 SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
@@ -82,9 +84,17 @@ class Settings:
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
+    # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
+    # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
+    storage: str | None = None
+    storage_endpoint_url: str | None = None  # None: $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS itself
+    # Whether the store honours `PUT If-None-Match: *`; None (`auto`): probe it once.
+    storage_conditional_writes: bool | None = None
     # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
     # this machine reaches; `build` warns, `serve` derives it from the address it binds).
     base_url_given: bool = field(default=False, compare=False)
+    # `warning:` lines about the config file itself (a key set twice), for the CLI to print.
+    config_warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -106,6 +116,21 @@ class Settings:
         if not isinstance(ignore, (list, tuple)) or not all(isinstance(rule, str) for rule in ignore):
             raise ConfigError(f"check_ignore must be a list of rule ids; got {self.check_ignore!r}")
         object.__setattr__(self, "check_ignore", tuple(ignore))
+        self._check_storage()
+
+    def _check_storage(self) -> None:
+        from registry_gen.storage.location import parse_s3_url
+
+        if self.storage is not None:
+            parse_s3_url(self.storage)
+        endpoint = self.storage_endpoint_url
+        if endpoint is not None:
+            if not isinstance(endpoint, str) or not re.fullmatch(r"https?://[^/\s]+/?", endpoint):
+                raise ConfigError(f"storage_endpoint_url must be an http(s) URL such as http://127.0.0.1:9000; got {endpoint!r}")
+            if self.storage is None:
+                raise ConfigError("storage_endpoint_url is set but storage is not: add storage: s3://BUCKET/PREFIX, or remove it")
+        if self.storage_conditional_writes not in (None, True, False):
+            raise ConfigError(f"storage_conditional_writes must be auto, true or false; got {self.storage_conditional_writes!r}")
 
     def with_updates(self, **changes: Any) -> Settings:
         """A copy with some values replaced; None values are ignored (unset CLI options)."""
@@ -138,8 +163,26 @@ def default_base_url_warning(settings: Settings) -> str | None:
     )
 
 
+def loopback_address(url: str) -> tuple[str, int] | None:
+    """(host, port) of `url` when it names this machine (localhost, 127.0.0.0/8, ::1), else None:
+    then the server answers it only on that port, while a public name may sit in front of it
+    (nginx) on another one."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if host != "localhost" and not host.endswith(".localhost") and not ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:  # a name that is not an address, or a port out of range
+        return None
+    return host, port
+
+
 _PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
-_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir"}
+_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir", "storage", "storage_endpoint_url"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "content_dir": (str, "a path (string)"),
@@ -162,6 +205,10 @@ _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "connection_limit": (int, "an integer"),
     "idle_timeout": (int, "an integer"),
     "index_refresh_seconds": ((int, float), "a number of seconds"),
+    # the content store
+    "storage": (str, "a string such as s3://BUCKET/PREFIX"),
+    "storage_endpoint_url": (str, "a URL (string)"),
+    "storage_conditional_writes": (bool, "auto, true or false"),
 }
 
 
@@ -205,6 +252,14 @@ def _auth_limits_from(value: Any) -> AuthLimits:
     return AuthLimits(**checked)
 
 
+def _conditional_writes_from(value: Any) -> bool | None:
+    """`auto` (None: probe the store once), true or false."""
+    if value == "auto" or value is None:
+        return None
+    check_type("storage_conditional_writes", value, bool, "auto, true or false")
+    return bool(value)
+
+
 def _value_from(key: str, value: Any, source: Path) -> Any:
     if key == "limits":
         return _limits_from(value)
@@ -214,6 +269,8 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
         return parse_rules(value)
     if value is None and key in _NULLABLE_KEYS:
         return None
+    if key == "storage_conditional_writes":
+        return _conditional_writes_from(value)
     expected, wanted = _YAML_TYPES[key]
     check_type(key, value, expected, wanted)
     return source.parent / value if key in _PATH_KEYS else value
@@ -232,32 +289,132 @@ def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
     return values
 
 
+# The command-line spelling of the settings an option can set, for errors about a value given there.
+OPTION_NAMES = {"base_url": "--base-url", "host": "--host", "port": "--port", "out_dir": "--out", "check_profile": "--profile"}
+
+
+def repeated_keys(lines_by_key: dict[str, list[int]], source: Path) -> list[str]:
+    """One `warning:` line per key a mapping sets more than once, with its lines. YAML keeps the
+    last value: still so, but said (a second `signing_key:` appended below init's used to win silently)."""
+    warnings = []
+    for key, lines in lines_by_key.items():
+        if len(lines) > 1:
+            shown = ", ".join(map(str, lines[:-1])) + f" and {lines[-1]}"
+            warnings.append(
+                f"warning: {source}: {key} is set more than once (lines {shown}); the last one (line {lines[-1]}) "
+                "is used: keep only one"
+            )
+    return warnings
+
+
+def read_config(path: Path) -> tuple[Any, list[str]]:
+    """The YAML document in `path`, and a warning per key set twice in one of its mappings."""
+    import yaml  # here, not at the top: `registry-gen --help` never reads a config
+
+    warnings: list[str] = []
+
+    class KeyLineLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):  # before merges (`<<`) are flattened into it
+                lines: dict[str, list[int]] = {}
+                for key_node, _ in node.value:
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                        lines.setdefault(str(key_node.value), []).append(key_node.start_mark.line + 1)
+                warnings.extend(repeated_keys(lines, path))
+            return super().construct_mapping(node, deep)
+
+    loader = KeyLineLoader(path.read_text(encoding="utf-8"))
+    try:
+        return loader.get_single_data(), warnings
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+
+
+def yaml_scalar(value: str) -> str:
+    """`value` as a YAML scalar that reads back as the same string (plain when it can be)."""
+    import json
+
+    import yaml
+
+    try:
+        if value and yaml.safe_load(f"k: {value}") == {"k": value}:
+            return value
+    except yaml.YAMLError:
+        pass
+    return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+
+
+def with_top_level_value(text: str, key: str, value: str) -> tuple[str, str]:
+    """`text` (a registry.yaml) with `key: value` set on the line that has the key, its comment
+    kept; later lines setting it again are dropped (they would win); appended when absent. Also
+    says what changed, for the user."""
+    lines = text.splitlines(keepends=True)
+    setting = re.compile(rf"^{re.escape(key)}\s*:(?P<value>.*?)(?P<comment>\s+#.*)?$")
+    found = [index for index, line in enumerate(lines) if setting.match(line.rstrip("\r\n"))]
+    if not found:
+        separator = "" if not text or text.endswith("\n") else "\n"
+        return f"{text}{separator}{key}: {value}\n", f"added {key} at its end"
+    original = lines[found[0]].rstrip("\r\n")
+    match = setting.match(original)
+    assert match is not None
+    head = f"{key}: {value}"
+    if match.group("comment"):
+        hash_column = original.index("#", match.start("comment"))
+        head = f"{head.ljust(hash_column - 1)} {original[hash_column:]}"
+    dropped = [index + 1 for index in found[1:]]
+    for index in reversed(found):
+        del lines[index : continuation_end(lines, index)]
+    lines.insert(found[0], head + "\n")
+    said = f"set {key} on line {found[0] + 1}"
+    if dropped:
+        said += f", removed its repeats on line {', '.join(map(str, dropped))}"
+    return "".join(lines), said
+
+
+def continuation_end(lines: list[str], index: int) -> int:
+    """The index after line `index` and the indented lines continuing its value."""
+    end = index + 1
+    while end < len(lines) and lines[end][:1] in (" ", "\t") and lines[end].strip():
+        end += 1
+    return end
+
+
+def blamed(exc: Exception, values: dict[str, Any], from_options: set[str]) -> ConfigError:
+    """The error about a value, named after where the value came from: an option, or the file."""
+    message = str(exc)
+    for key in from_options:
+        if message.startswith(f"{key} "):
+            return ConfigError(f"{OPTION_NAMES.get(key, key)}{message.removeprefix(key)}")
+    return ConfigError(f"{values.get('config_file') or 'options'}: {message}")
+
+
 def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Settings:
     """Defaults < registry.yaml (or $REGISTRY_GEN_CONFIG, or `config_file`) < env < overrides."""
     explicit = config_file or os.environ.get(CONFIG_ENV)
     path = Path(explicit) if explicit else Path(DEFAULT_CONFIG_FILE)
     values: dict[str, Any] = {}
     if path.exists():
-        import yaml  # here, not at the top: `registry-gen --help` never reads a config
-
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        data, warnings = read_config(path)
+        data = data or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
         values.update(_from_mapping(data, path))
         values["config_file"] = path
+        values["config_warnings"] = tuple(warnings)
     elif explicit:
         raise ConfigError(f"{path}: config file not found")
     if os.environ.get(DATABASE_URL_ENV):
         values["database_url"] = os.environ[DATABASE_URL_ENV]
+    if os.environ.get(STORAGE_ENV):
+        values["storage"] = os.environ[STORAGE_ENV]
     if os.environ.get(SIGNING_KEY_ENV):
         values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    values.update(given)
     values.setdefault("base_url_given", "base_url" in values)
     try:
         return Settings(**values)
     except (TypeError, ConfigError) as exc:
-        source = values.get("config_file") or "options"
-        raise ConfigError(f"{source}: {exc}") from exc
+        raise blamed(exc, values, set(given)) from exc

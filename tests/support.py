@@ -10,6 +10,7 @@ import json
 import os
 import pty
 import select
+import socketserver
 import subprocess
 import threading
 import time
@@ -73,12 +74,62 @@ def static_server(root: Path, handler_class: type[http.server.SimpleHTTPRequestH
         server.server_close()
 
 
+@contextlib.contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[int]:
+    """Runs `server` (bound to 127.0.0.1) in a thread; yields its port, shuts it down after."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])  # type: ignore[index]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def recording_static_server(root: Path) -> Iterator[tuple[str, list[str]]]:
+    """`static_server(root)` that also yields the list of paths asked for with GET, in order."""
+    asked: list[str] = []
+
+    class Recording(_QuietHandler):
+        def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+            asked.append(self.path)
+            super().do_GET()
+
+    with static_server(root, Recording) as url:
+        yield url, asked
+
+
+@contextlib.contextmanager
+def refusing_proxy() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP proxy on 127.0.0.1 that refuses every request (502) and records its request line
+    (`CONNECT host:443 …` for HTTPS): a client sent through it reaches nothing outside, whatever
+    this machine's network, and shows where it tried to go. Yields its URL and the lines."""
+    seen: list[str] = []
+
+    class Refuse(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            seen.append(self.rfile.readline(8192).decode("latin-1").strip())
+            self.wfile.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Refuse)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 class Npm:
     """The real npm, with its own cache and userconfig so tests never touch the user's."""
 
-    def __init__(self, home: Path, registry: str):
+    def __init__(self, home: Path, registry: str, command: list[str] | None = None):
         self.home = home
         self.registry = registry
+        self.command = command or [NPM]  # another npm: tests.hosts.clients.install_client's prefix
         home.mkdir(parents=True, exist_ok=True)
         self.userconfig = home / ".npmrc"
         self.userconfig.touch()
@@ -98,7 +149,7 @@ class Npm:
 
     def run(self, *args: str, cwd: Path, check: bool = True, input: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [NPM, *args], cwd=cwd, env=self.env, capture_output=True, text=True, input=input, timeout=timeout
+            [*self.command, *args], cwd=cwd, env=self.env, capture_output=True, text=True, input=input, timeout=timeout
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"npm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -133,3 +184,15 @@ def drive_terminal(command: list[str], env: dict[str, str], cwd: Path, answers: 
             process.wait()
         os.close(master)
     return process.returncode, seen
+
+
+def poll(condition: Callable[[], object], what: str, timeout: float = 60.0) -> object:
+    """Polls `condition` until it returns something truthy; fails naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)

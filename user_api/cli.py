@@ -21,6 +21,7 @@ from user_api import account_actions as actions
 from user_api.errors import UserApiError
 
 if TYPE_CHECKING:  # the store (SQL drivers) loads only when a command runs: `--help` stays fast
+    from registry_gen.ownership import BindingReport
     from user_api.store import UserStore
 
 
@@ -200,7 +201,7 @@ def register_token_commands(users: typer.Typer, opened_store: Callable[..., Any]
 
 
 def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_settings_callable: Callable[..., Settings]) -> None:
-    """`registry-gen owner claim PACKAGE USER`: bind a maintainer name to an account (admin action)."""
+    """`registry-gen owner claim PACKAGE USER` and `owner bind-recorded`: bind maintainer names to accounts (admin actions)."""
     owners = typer.Typer(help="Bind package maintainers to accounts.", no_args_is_help=True)
 
     @owners.command("claim")
@@ -217,4 +218,35 @@ def register_owner(app: typer.Typer, opened_store: Callable[..., Any], load_sett
             changed = claim_for(settings, store, package, username)
         typer.echo(f"{username} is {'now' if changed else 'already'} a bound maintainer of {package}")
 
+    @owners.command("bind-recorded")
+    def bind_recorded(
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be bound; change nothing.")] = False,
+        force: Annotated[
+            bool, typer.Option("--force", help="Bind even though no upgrade is pending (the accounts' database was migrated before this step existed).")
+        ] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Once, after upgrading from a release before maintainers were bound to accounts: bind every
+        maintainer name recorded without an account to the account of that name. An account created
+        after the package's first publish is held back and listed (`owner claim` binds it)."""
+        with opened_store(config) as store:
+            settings = load_settings_callable(config) if config else load_settings_callable()
+            from user_api.admin import bind_recorded_for  # loads the build: only when used
+
+            report = bind_recorded_for(settings, store, apply=not dry_run, force=force)
+        for line in binding_summary(report, dry_run=dry_run):
+            typer.echo(line)
+
     app.add_typer(owners, name="owner")
+
+
+def binding_summary(report: BindingReport, *, dry_run: bool) -> list[str]:
+    """`owner bind-recorded`'s output: one line per recorded name, then the counts."""
+    from registry_gen.ownership import BOUND, HELD_BACK, describe_binding
+
+    lines = [describe_binding(decision, dry_run=dry_run) for decision in report.decisions]
+    lines += [f"unreadable: content/{key} does not parse; its maintainers stay unbound (fix it, then run this again)" for key in report.unreadable]
+    counts = {outcome: sum(d.outcome == outcome for d in report.decisions) for outcome in (BOUND, HELD_BACK)}
+    verb = "would bind" if dry_run else "bound"
+    lines.append(f"{verb} {counts[BOUND]}, held back {counts[HELD_BACK]} (of {len(report.decisions)} names recorded without an account)")
+    return lines

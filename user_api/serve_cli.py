@@ -21,9 +21,9 @@ from typing import Annotated, Any
 import typer
 
 from registry_gen.cli_options import ConfigOption
-from registry_gen.errors import AddressUnavailable
+from registry_gen.errors import AddressUnavailable, ContentMissing
 from registry_gen.layout import SEARCH_DOCUMENT
-from registry_gen.settings import Settings, default_base_url_warning
+from registry_gen.settings import Settings, default_base_url_warning, loopback_address
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
@@ -90,11 +90,17 @@ def _bind(application: Callable[..., Any], options: dict[str, Any]) -> Any:
 
 
 def _greet(settings: Settings, listening: str, threads: int, static: bool) -> None:
+    """The address listened on, the public URL when it is another, and what to try: against
+    this address when the URL names this machine anyway, else against the public name."""
     if static:
-        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {settings.base_url}")
+        typer.echo(f"registry-gen: serving {settings.out_dir} and the API at {listening}")
+        if settings.base_url != listening:
+            typer.echo(f"  public URL {settings.base_url}: tarball URLs and the site's links point there")
+        registry = listening if loopback_address(settings.base_url) else settings.base_url
+        account = "adduser" if settings.signup == "open" else "login"  # else only an admin makes accounts
         typer.echo(f"listening on {listening} ({threads} threads); try:")
-        typer.echo(f"  npm install --registry {settings.base_url} {_example_package(settings.out_dir)}")
-        typer.echo(f"  npm adduser --registry {settings.base_url}")
+        typer.echo(f"  npm install --registry {registry} {_example_package(settings.out_dir)}")
+        typer.echo(f"  npm {account} --registry {registry}")
     else:
         typer.echo(f"registry-gen: API listening on {listening} ({threads} threads), public URL {settings.base_url}")
         typer.echo(f"  serve {settings.out_dir} for GET/HEAD and send every other method here")
@@ -110,6 +116,61 @@ def _derived_base_url(settings: Settings, port: int) -> Settings:
             "(`registry-gen init` writes one)",
             err=True,
         )
+    return settings
+
+
+def port_mismatch_warning(settings: Settings, port: int) -> str | None:
+    """One line when base_url names this machine on another port than serve's: npm would fetch
+    every tarball where nothing answers. (A public name in front, nginx, has its own port: no line.)"""
+    local = loopback_address(settings.base_url)
+    if local is None or local[1] == port:
+        return None
+    return (
+        f"warning: base_url {settings.base_url} is this machine on port {local[1]}, but serve listens on {port}: "
+        f"tarball URLs point where nothing answers; serve with --port {local[1]}, or pass --base-url "
+        f"{_public_url(settings.host, port)} (or change port/base_url in registry.yaml)"
+    )
+
+
+def tree_exists(settings: Settings) -> bool:
+    """Whether a registry was built here before: a non-empty tree, or the build's state."""
+    out = settings.out_dir
+    return settings.state_folder.exists() or (out.is_dir() and any(out.iterdir())) or (out.exists() and not out.is_dir())
+
+
+def is_new_registry(settings: Settings) -> bool:
+    """True when the content folder is missing and no tree was built yet (nothing to lose: the
+    registry starts empty). Beside an existing tree a missing one is refused before anything is
+    written, as `build` refuses it: a wrong path must not empty a served registry."""
+    if settings.content_dir.is_dir():
+        return False
+    if settings.content_dir.exists():
+        raise ContentMissing(f"content folder {settings.content_dir} is a file, not a folder; nothing was changed")
+    if tree_exists(settings):
+        raise ContentMissing(
+            f"content folder {settings.content_dir} does not exist, but the tree {settings.out_dir} does; nothing was changed "
+            "(check the path or --config: an empty content folder would unpublish every package)"
+        )
+    return True
+
+
+def start_empty(settings: Settings) -> None:
+    settings.content_dir.mkdir(parents=True, exist_ok=True)
+    typer.echo(
+        f"registry-gen: a new registry: created the empty content folder {settings.content_dir} "
+        "(publish with `npm publish`, or put archives into it)"
+    )
+
+
+def _public_settings(settings: Settings, port: int, static: bool, explicit_base_url: bool) -> Settings:
+    """The settings with the URL the tree is built for, and a line for what is odd about it."""
+    if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
+        settings = _derived_base_url(settings, port)
+    elif not static and default_base_url_warning(settings):
+        typer.echo(default_base_url_warning(settings), err=True)  # `api` rebuilds the tree for that URL
+    mismatch = port_mismatch_warning(settings, port) if static else None  # `api` sits behind a proxy's port
+    if mismatch:
+        typer.echo(mismatch, err=True)
     return settings
 
 
@@ -138,6 +199,7 @@ def _run(
     from user_api.store import open_user_store
 
     configure_server_logging()
+    new_registry = is_new_registry(settings)  # or refused, before anything is bound or written
     holder: dict[str, Any] = {}
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
@@ -158,13 +220,13 @@ def _run(
     # Per-route body caps and the smuggling check run in waitress's parser, before a body is read.
     server.channel_class = guarded_channel(publish_body_limit(settings), store_token_check(lambda: holder.get("store")))
     port = int(getattr(server, "effective_port", settings.port))
-    if static and not explicit_base_url and settings.base_url == DEFAULT_BASE_URL:
-        settings = _derived_base_url(settings, port)
-    elif not static and default_base_url_warning(settings):
-        typer.echo(default_base_url_warning(settings), err=True)  # `api` rebuilds the tree for that URL
+    settings = _public_settings(settings, port, static, explicit_base_url)
+    if new_registry:
+        start_empty(settings)
     _prepare_tree(settings, static)
     store = open_user_store(settings)
     holder["store"] = store
+    _remind_upgrade_steps(store)
     refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
     holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher))
     _greet(settings, _public_url(settings.host, port), threads, static)
@@ -192,6 +254,19 @@ def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any) -> None:
     if refresher is not None:
         refresher.flush()  # what the last writes deferred, before the process goes
     store.close()
+
+
+def _remind_upgrade_steps(store: Any) -> None:
+    """Until an operator runs it, every start says which upgrade step is still to do (README, "Upgrading")."""
+    from user_api.sqlstore import BIND_RECORDED_MAINTAINERS
+
+    if BIND_RECORDED_MAINTAINERS in store.pending_upgrade_steps():
+        typer.echo(
+            "warning: the accounts come from a release before maintainers were bound to accounts: their "
+            "packages' maintainers cannot publish until an administrator runs `registry-gen owner bind-recorded` "
+            "(README, \"Upgrading\")",
+            err=True,
+        )
 
 
 def _sweep_temp_files(settings: Settings) -> list[Path]:

@@ -4,11 +4,27 @@
   "use strict";
   var root = document.body.getAttribute("data-root") || "";
 
+  // The button's name stays "Copy the npm command" for screen readers, so "Copied" is also said
+  // through a status region (one that is in the page before anything is said in it).
+  var copyButtons = document.querySelectorAll("button[data-copy]");
+  var announcer = null;
+  if (copyButtons.length) {
+    announcer = document.createElement("p");
+    announcer.className = "visually-hidden";
+    announcer.id = "copy-status";
+    announcer.setAttribute("role", "status");
+    document.body.appendChild(announcer);
+  }
+
   function copyText(text, button) {
     var done = function () {
-      var label = button.textContent;
+      // The label from before the first press: a second press within the delay keeps "Copy".
+      var label = button.getAttribute("data-label") || button.textContent;
+      button.setAttribute("data-label", label);
       button.textContent = "Copied";
-      setTimeout(function () { button.textContent = label; }, 1200);
+      announcer.textContent = "Copied: " + text;
+      clearTimeout(button.copyTimer);
+      button.copyTimer = setTimeout(function () { button.textContent = label; }, 1200);
     };
     if (navigator.clipboard && window.isSecureContext) {
       navigator.clipboard.writeText(text).then(done, function () {});
@@ -22,12 +38,32 @@
     document.body.removeChild(area);
   }
 
-  document.querySelectorAll("button[data-copy]").forEach(function (button) {
+  copyButtons.forEach(function (button) {
     button.addEventListener("click", function () {
       var source = document.getElementById(button.getAttribute("data-copy"));
       if (source) copyText(source.textContent, button);
     });
   });
+
+  // A box that scrolls sideways (a code block, a wide table) joins the Tab order while it
+  // overflows, so that the arrow keys can scroll it in every browser (Safari does not do it by
+  // itself); one that holds a link or a button is reached through it already.
+  function keyboardScrollers() {
+    document.querySelectorAll("pre, .readme table, .table-scroll, .install code").forEach(function (box) {
+      var owned = box.hasAttribute("data-scroll-focus");
+      if (!owned && (box.hasAttribute("tabindex") || box.querySelector("a[href], button, input, [tabindex]"))) return;
+      if (box.scrollWidth > box.clientWidth) {
+        box.setAttribute("tabindex", "0");
+        box.setAttribute("data-scroll-focus", "");
+      } else if (owned) {
+        box.removeAttribute("tabindex");
+        box.removeAttribute("data-scroll-focus");
+      }
+    });
+  }
+  keyboardScrollers();
+  var resized = null;
+  window.addEventListener("resize", function () { clearTimeout(resized); resized = setTimeout(keyboardScrollers, 150); });
 
   // Not-found page: name what was asked for and offer a search for it.
   var missing = document.getElementById("not-found");

@@ -56,8 +56,7 @@ def test_init_asks_for_the_url_on_a_terminal(tmp_path: Path) -> None:
 def test_init_without_a_terminal_leaves_the_url_to_fill_in_and_build_warns(tmp_path: Path) -> None:
     proc = run(["init"], tmp_path)
     assert proc.returncode == 0 and "base_url not set yet" in proc.stdout
-    (tmp_path / "content").mkdir()
-    built = run(["build"], tmp_path)
+    built = run(["build"], tmp_path)  # init made content/
     assert built.returncode == 0, built.stderr
     warnings = [line for line in built.stderr.splitlines() if line.startswith(WARNING)]
     assert len(warnings) == 1 and "http://127.0.0.1:4873/" in warnings[0] and "--base-url" in warnings[0]
@@ -68,3 +67,25 @@ def test_build_with_a_configured_url_does_not_warn(tmp_path: Path) -> None:
     assert WARNING not in run(["build", "--base-url", "https://npm.example.com/"], tmp_path).stderr
     (tmp_path / "registry.yaml").write_text("base_url: http://127.0.0.1:4873/\n")  # chosen, even if it is the default
     assert WARNING not in run(["build"], tmp_path).stderr
+
+
+def test_init_makes_the_content_folder_and_a_local_url_gives_the_port(tmp_path: Path) -> None:
+    """Issue 31: `init --base-url http://127.0.0.1:5110/` wrote `port: 4873` and no content/, so
+    the README's next step, `serve`, stopped at once."""
+    proc = run(["init", "--base-url", "http://127.0.0.1:5110/"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    settings = load_settings(tmp_path / "registry.yaml")
+    assert (settings.port, settings.host, settings.base_url) == (5110, "127.0.0.1", "http://127.0.0.1:5110/")
+    assert settings.content_dir.is_dir() and not any(settings.content_dir.iterdir())
+    assert "port: 5110 " in (tmp_path / "registry.yaml").read_text()  # the commented line, edited in place
+    assert "user add" in proc.stdout and "serve" in proc.stdout  # the next steps, in order
+
+
+def test_init_takes_an_ipv6_loopback_address_and_leaves_public_urls_on_the_default_port(tmp_path: Path) -> None:
+    assert run(["init", "six", "--base-url", "http://[::1]:5111/"], tmp_path).returncode == 0
+    six = load_settings(tmp_path / "six" / "registry.yaml")
+    assert (six.host, six.port) == ("::1", 5111)
+    assert run(["init", "public", "--base-url", "https://npm.example.com:8443/"], tmp_path).returncode == 0
+    public = load_settings(tmp_path / "public" / "registry.yaml")
+    assert (public.host, public.port) == ("127.0.0.1", 4873)  # behind a proxy: its port is not serve's
+    assert (tmp_path / "public" / "content").is_dir()

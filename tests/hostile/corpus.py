@@ -184,15 +184,31 @@ def _tar_cases() -> list[Case]:
         Case("tar-drive-letter", "member-path", lambda: p("d", file_info("C:/evil.js", b"1"))),
         Case("tar-outside-top-folder", "no-package-json", lambda: p("e", file_info("other/evil.js", b"1"))),
         # member types
+        # Links: a symbolic link whose target stays below its own folder is hosted (links_inside_tgz);
+        # any other target, a hard link, a link as package.json or in a repacked archive is not, and
+        # a path both a link and another member (or below a link) is ambiguous between npm and yarn.
         Case("tar-symlink", "member-type", lambda: p("f", special_info("package/link", tarfile.SYMTYPE, "/etc/passwd"))),
-        Case("tar-hardlink", "member-type", lambda: p("g", special_info("package/hard", tarfile.LNKTYPE, "package/package.json"))),
-        # Links are refused wherever they point, also over a file, below a link or as the only
-        # package.json: yarn 1 and yarn 4 create them when installing (RATIONALE.md §7).
         Case("tar-symlink-climbing-then-file", "member-type", lambda: p("f2", special_info("package/x", tarfile.SYMTYPE, "../../.."), file_info("package/x/pwned.js", b"1"))),
+        Case("tar-symlink-backslash-climbing", "member-type", lambda: p("f5", special_info("package/lib/x", tarfile.SYMTYPE, "y\\..\\..\\..\\etc"))),
+        Case("tar-symlink-drive-letter", "member-type", lambda: p("f6", special_info("package/x", tarfile.SYMTYPE, "C:/Windows/win.ini"))),
+        Case("tar-symlink-unc-target", "member-type", lambda: p("f7", special_info("package/x", tarfile.SYMTYPE, "\\\\host\\share"))),
+        Case("tar-symlink-nul-target", "member-type", lambda: p("f8", _pax_link("package/x", "index.js\x00/etc/passwd"))),
+        Case("tar-symlink-empty-target", "member-type", lambda: p("f9", special_info("package/x", tarfile.SYMTYPE, ""))),
+        # A link to its own folder: a folder cycle, and yarn 4 fails the install on it.
+        Case("tar-symlink-to-its-folder", "member-type", lambda: p("f10", special_info("package/lib/here", tarfile.SYMTYPE, "./."))),
+        Case("tar-symlink-as-manifest", "member-type", lambda: tgz([special_info("package/package.json", tarfile.SYMTYPE, "index.js"), file_info("package/index.js", manifest_bytes("f11"))])),
+        Case("tar-symlink-as-manifest-folded", "member-type", lambda: p("f12", special_info("package/PACKAGE.JSON", tarfile.SYMTYPE, "index.js"))),
+        Case("tar-symlink-without-top-folder", "member-type", lambda: tgz([file_info("package.json", manifest_bytes("f4")), file_info("index.js", b"1"), special_info("main.js", tarfile.SYMTYPE, "index.js")])),
+        Case("tar-hardlink", "member-type", lambda: p("g", file_info("package/a.js", b"1"), special_info("package/copy.js", tarfile.LNKTYPE, "package/a.js"))),
         Case("tar-hardlink-outside-then-file", "member-type", lambda: p("g2", special_info("package/shadow", tarfile.LNKTYPE, "/etc/shadow"), file_info("package/shadow", b"x"))),
-        Case("tar-file-then-symlink", "member-type", lambda: p("f3", file_info("package/index.js", b"1"), special_info("package/index.js", tarfile.SYMTYPE, "/etc/passwd"))),
-        Case("tar-symlink-as-manifest", "member-type", lambda: tgz([special_info("package/package.json", tarfile.SYMTYPE, "/etc/passwd"), file_info("package/index.js", b"1")])),
-        Case("tar-symlink-without-top-folder", "member-type", lambda: tgz([file_info("package.json", manifest_bytes("f4")), special_info("evil", tarfile.SYMTYPE, "/etc/passwd")])),
+        Case("tar-file-then-symlink", "path-conflict", lambda: p("f3", file_info("package/index.js", b"1"), file_info("package/other.js", b"2"), special_info("package/index.js", tarfile.SYMTYPE, "other.js"))),
+        Case("tar-symlink-then-file", "path-conflict", lambda: p("f13", file_info("package/other.js", b"2"), special_info("package/index.js", tarfile.SYMTYPE, "other.js"), file_info("package/index.js", b"1"))),
+        Case("tar-symlink-then-file-below", "path-conflict", lambda: p("f14", file_info("package/sub/keep.js", b"k"), special_info("package/lib", tarfile.SYMTYPE, "sub"), file_info("package/lib/x.js", b"1"))),
+        Case("tar-symlink-then-symlink-below", "path-conflict", lambda: p("f15", special_info("package/lib", tarfile.SYMTYPE, "sub"), special_info("package/lib/x.js", tarfile.SYMTYPE, "y.js"))),
+        Case("tar-symlink-then-folder", "path-conflict", lambda: p("f16", special_info("package/lib", tarfile.SYMTYPE, "sub"), special_info("package/lib", tarfile.DIRTYPE))),
+        Case("tar-symlink-then-folder-below", "path-conflict", lambda: p("f19", special_info("package/lib", tarfile.SYMTYPE, "sub"), special_info("package/lib/deeper", tarfile.DIRTYPE))),
+        Case("tar-folder-then-symlink", "path-conflict", lambda: p("f17", file_info("package/lib/x.js", b"1"), special_info("package/lib", tarfile.SYMTYPE, "sub"))),
+        Case("tar-symlink-twice", "path-conflict", lambda: p("f18", special_info("package/x", tarfile.SYMTYPE, "a.js"), special_info("package/x", tarfile.SYMTYPE, "a.js"))),
         Case("tar-char-device", "member-type", lambda: p("h", special_info("package/tty", tarfile.CHRTYPE))),
         Case("tar-block-device", "member-type", lambda: p("i", special_info("package/sda", tarfile.BLKTYPE))),
         Case("tar-fifo", "member-type", lambda: p("j", special_info("package/pipe", tarfile.FIFOTYPE))),
@@ -239,6 +255,32 @@ def _tar_cases() -> list[Case]:
         Case("manifest-infinite-float", "manifest-json", lambda: p("ab", manifest=b'{"name":"hostile-ab","version":"1.0.0","n":1e999}')),
         Case("manifest-huge-integer", "manifest-json", lambda: p("ac", manifest=b'{"name":"hostile-ac","version":"1.0.0","n":' + b"9" * 5000 + b"}")),
     ]
+
+
+def links_inside_tgz(name: str = "hostile-links-inside") -> bytes:
+    """Symbolic links whose targets stay below their own folders, in every shape that is hosted:
+    chains through a linked folder, a `./` prefix, links into a sub-folder, a loop, dangling
+    links, and a README.md that is a link (never read as the README: readme.txt is)."""
+    def link(path: str, target: str) -> tuple[tarfile.TarInfo, None]:
+        return special_info(f"package/{path}", tarfile.SYMTYPE, target)
+
+    return tgz([
+        file_info("package/package.json", json.dumps({"name": name, "version": "1.0.0", "main": "main.js"}).encode()),
+        file_info("package/lib/c.js", b"module.exports = 'c';\n"), file_info("package/readme.txt", b"the real readme\n"),
+        link("main.js", "linked/c.js"), link("linked", "lib"), link("lib/alias.js", "./c.js"), link("sub/deep/x", "y/z"),
+        link("loop1", "loop2"), link("loop2", "loop1"), link("dangling", "nowhere.js"), link("README.md", "lib/c.js"),
+    ])  # fmt: skip
+
+
+LINKS_INSIDE = ("main.js", "linked", "lib/alias.js", "sub/deep/x", "loop1", "loop2", "dangling", "README.md")
+
+
+def _pax_link(name: str, target: str) -> tuple[tarfile.TarInfo, None]:
+    """A symbolic link whose target is given in a pax header, where (unlike the ustar field) a NUL
+    byte does not end it."""
+    info, _ = special_info(name, tarfile.SYMTYPE, "placeholder")
+    info.pax_headers = {"linkpath": target}
+    return info, None
 
 
 def _pax_bomb() -> tuple[tarfile.TarInfo, bytes]:

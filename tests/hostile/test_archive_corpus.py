@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen.archive import read_archive
+from registry_gen.archive import compute_digests, read_archive
 from registry_gen.build import run_build
 from registry_gen.cli import main
 from registry_gen.errors import InvalidArchive, InvalidManifest
 from registry_gen.manifest import validate_manifest
 from registry_gen.settings import Settings
 from registry_gen.verify import verify_tree
-from tests.hostile.corpus import CASES, LIMITS, MiB, Case, multi_member_zeros, package_zip
+from tests.hostile.corpus import CASES, LIMITS, MiB, Case, links_inside_tgz, multi_member_zeros, package_zip
 from tests.support import make_tarball
 
 ARCHIVE_CASES = [c for c in CASES if c.stage == "archive"]
@@ -41,6 +41,16 @@ def test_reader_refuses_the_archive_with_its_rule(case: Case) -> None:
     with pytest.raises(InvalidArchive) as caught:
         read_archive(io.BytesIO(case.make()), case.limits)
     assert caught.value.rule == case.rule, str(caught.value)
+
+
+def test_links_staying_below_their_folder_are_hosted_byte_for_byte_and_never_read() -> None:
+    """The links are neither files of the version (npm and pnpm skip them) nor ever followed: the
+    README.md that is a link is no README, the readme.txt beside it is."""
+    data = links_inside_tgz()
+    contents = read_archive(io.BytesIO(data), LIMITS)
+    assert contents.converted is None and contents.digests == compute_digests(data)
+    assert (contents.readme, contents.readme_filename) == ("the real readme\n", "readme.txt")
+    assert [path for path, _ in contents.files] == ["lib/c.js", "package.json", "readme.txt"] and contents.file_count == 3
 
 
 @pytest.mark.parametrize("case", MANIFEST_CASES, ids=lambda c: c.id)

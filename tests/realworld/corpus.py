@@ -317,6 +317,20 @@ def ensure_tarball(entry: Entry, folder: str) -> Path:
     return target
 
 
+def ensure_document(spec: str, folder: str) -> dict[str, Any]:
+    """What the public registry serves for one version outside the odd list (`npm view --json`,
+    as fetch_document keeps it), cached in `<cache root>/<folder>/documents/`."""
+    root = cache_root() / folder
+    target = root / "documents" / document_filename(spec)
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / ".fetch.lock"), timeout=NPM_TIMEOUT):
+        if not target.is_file():
+            failure = fetch_document(root, spec, npm_env(cache_root() / "npm-cache"))
+            if failure:
+                raise FetchError(failure)
+    return dict(json.loads(target.read_text()))
+
+
 def main(argv: Sequence[str]) -> int:
     if list(argv) not in (["fetch"], ["path"]):
         print("usage: python -m tests.realworld.corpus fetch|path", file=sys.stderr)

@@ -121,7 +121,8 @@ def snapshot(*roots: Path) -> dict[str, str]:
 
 @dataclass
 class RegistryProcess:
-    """`registry-gen serve --port 0` in its own folder (content/, public/, data/)."""
+    """`registry-gen serve --port 0` in its own folder (content/, public/, data/); `python` may be
+    another release's interpreter, and `port` a fixed one (the same address across an upgrade)."""
 
     root: Path
     base: str = ""
@@ -132,6 +133,8 @@ class RegistryProcess:
     # (relative content_dir and out_dir, port, base_url).
     config_only: bool = False
     env: dict[str, str] = field(default_factory=dict)  # set for the server only (e.g. a test hook)
+    python: str = sys.executable
+    port: int = 0
 
     @property
     def content(self) -> Path:
@@ -148,10 +151,12 @@ class RegistryProcess:
             config.write_text("signup: open\n")  # these tests sign users up with npm adduser
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")} | self.env
         env["PYTHONUNBUFFERED"] = "1"
+        if self.python != sys.executable:
+            env.pop("PYTHONPATH", None)  # another release imports its own code only
         where = () if self.config_only else (
-            str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", "0", "--threads", "8")
+            str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", str(self.port), "--threads", "8")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry_gen", "serve", *where, *self.extra_args],
+            [self.python, "-m", "registry_gen", "serve", *where, *self.extra_args],
             cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         lines: queue.Queue[str] = queue.Queue()

@@ -400,6 +400,29 @@ def test_a_schema_1_database_is_migrated_and_keeps_its_tokens(store_settings: Se
         again.close()
 
 
+def test_only_a_schema_1_database_with_accounts_notes_the_binding_step(store_settings: Settings) -> None:
+    """README, "Upgrading": accounts of a release before maintainers were bound leave a step to run
+    (`owner bind-recorded`); a new database, or an old one without accounts, has nothing to do."""
+    from user_api.sqlstore import BIND_RECORDED_MAINTAINERS
+
+    first = open_user_store(store_settings, hasher=FAST_HASHER)
+    assert first.pending_upgrade_steps() == []
+    _downgrade_to_schema_1(first)
+    first.close()
+    empty = open_user_store(store_settings, hasher=FAST_HASHER)
+    assert empty.pending_upgrade_steps() == []
+    empty.create_user("olduser", "password-1")
+    _downgrade_to_schema_1(empty)
+    empty.close()
+    again = open_user_store(store_settings, hasher=FAST_HASHER)
+    try:
+        assert again.pending_upgrade_steps() == [BIND_RECORDED_MAINTAINERS]
+        assert again.finish_upgrade_step(BIND_RECORDED_MAINTAINERS) is True
+        assert again.pending_upgrade_steps() == [] and again.finish_upgrade_step(BIND_RECORDED_MAINTAINERS) is False
+    finally:
+        again.close()
+
+
 # ---- 1-2 character keywords: the gram index (user_grams) ---------------------------------------
 
 

@@ -21,21 +21,9 @@ from registry_gen.build import build_lock
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
 from registry_gen.watch import Watcher, _EventSink, is_relevant_path, wait_until_settled
-from tests.support import Npm, make_tarball, static_server
+from tests.support import Npm, make_tarball, poll, static_server
 
 DEADLINE = 60.0
-
-
-def poll(condition: Callable[[], object], what: str, timeout: float = DEADLINE) -> object:
-    """Polls `condition` until it returns something truthy; fails naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def settled(watcher: Watcher, condition: Callable[[], object], what: str) -> None:
