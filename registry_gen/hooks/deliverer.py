@@ -130,7 +130,7 @@ class Deliverer:
 
     def deliver_due(self) -> int:
         hooks_cfg = self.settings.hooks
-        lease = 3 * hooks_cfg.timeout_seconds + 5
+        lease = hooks_cfg.timeout_seconds + 5  # an attempt ends by its timeout: a claim older than this was abandoned
         claimed = self.store.claim_due(self.worker, now=time.time(), lease=lease, limit=CLAIM_BATCH)
         if not claimed:
             return 0
