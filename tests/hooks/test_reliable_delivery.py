@@ -5,6 +5,8 @@ in flight delivers it again after its restart, with the same delivery id."""
 from __future__ import annotations
 
 import http.server
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -36,6 +38,12 @@ def publish(server: RegistryProcess, token: str, name: str, version: str) -> Non
     assert reply.status in (200, 201), reply.json
 
 
+def cli(root: Path, *args: str, check: bool = True) -> str:
+    done = subprocess.run([sys.executable, "-m", "registry_gen", *args], cwd=root, capture_output=True, text=True, timeout=120)
+    assert not check or done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
 def until(condition, deadline: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     end = time.monotonic() + deadline
     while not condition():
@@ -63,6 +71,14 @@ def test_a_receiver_down_during_five_writes_gets_all_five_in_order_once_back(tmp
         assert len(first_of_each) == 5 and all(d.signed for d in received)
         assert [d.body["version"] for d in first_of_each.values()] == versions  # journal order
         assert {d.event for d in received} == {"package:publish"}
+        # the admin's delivery log and redeliver (registry-gen hooks, on the registry's machine)
+        log = cli(server.root, "hooks", "deliveries")
+        assert log.count("  delivered  ") == 5, log
+        first = next(iter(first_of_each))
+        assert f"queued {first} again" in cli(server.root, "hooks", "redeliver", first)
+        until(lambda: len(receiver.received) > len(received))
+        assert receiver.received[-1].delivery == first and receiver.received[-1].signed
+        assert "error:" in cli(server.root, "hooks", "redeliver", "no-such-delivery", check=False)
     finally:
         server.stop()
         receiver.down()
