@@ -277,7 +277,8 @@ def _hooks_from(value: Any) -> HookSettings:
         if key not in known:
             raise ConfigError(f"unknown key hooks.{key} (known: {', '.join(known)})")
         if key == "secret_key":
-            check_type("hooks.secret_key", item, str, "a string")
+            if item is not None:  # null: the default (a generated key, or $REGISTRY_HOOKS_KEY)
+                check_type("hooks.secret_key", item, str, "a string")
         elif key == "allow_networks":
             item = _networks_from(item)
         else:

@@ -1,7 +1,7 @@
 """The `registry.yaml` reference, read from the settings themselves.
 
-Keys, types and defaults come from `registry_gen.settings` (the `Settings`, `Limits` and
-`AuthLimits` dataclasses: their fields, annotations and default values). Each key's description is
+Keys, types and defaults come from `registry_gen.settings` (the `Settings` dataclass and the
+mapping keys' dataclasses: their fields, annotations and default values). Each key's description is
 taken, in this order, from the dataclass docstring of a mapping key, from the comment beside the
 key in the commented `registry.yaml` that `registry-gen init` writes, and last from
 `config_descriptions.yaml` beside this module, for the keys the code describes nowhere. A key with
@@ -41,6 +41,7 @@ TYPE_NAMES = {
     "tuple[str, ...]": "list of strings",
     "Limits": "mapping (the `limits.*` keys below)",
     "AuthLimits": "mapping (the `auth_limits.*` keys below)",
+    "HookSettings": "mapping (the `hooks.*` keys below)",
     "AccessRules": "mapping of package-name patterns to rules (below)",
 }
 # Keys whose null means something a reader would not guess from the type.
@@ -113,17 +114,29 @@ def file_fields() -> list[dataclasses.Field[Any]]:
     return [f for f in dataclasses.fields(Settings) if f.name not in NOT_IN_FILE]
 
 
+def mapping_keys() -> tuple[str, ...]:
+    """The top-level keys whose value is a mapping of keys of its own (a settings dataclass;
+    `packages:` maps name patterns to rules instead, and has a section of its own)."""
+    from registry_gen.access import AccessRules
+    from registry_gen.settings import Settings
+
+    defaults = Settings()
+    groups = (getattr(defaults, f.name) for f in file_fields())
+    return tuple(f.name for f, value in zip(file_fields(), groups) if dataclasses.is_dataclass(value) and not isinstance(value, AccessRules))
+
+
 def raw_keys() -> list[tuple[str, str, Any, str | None]]:
     """(key, annotation, default, docstring of its mapping type) for every key, nested ones too."""
-    from registry_gen.settings import AuthLimits, Limits, Settings
+    from registry_gen.settings import Settings
 
     defaults = Settings()
     keys = []
     for field in file_fields():
         value = getattr(defaults, field.name)
-        doc = inspect.getdoc(type(value)) if isinstance(value, (Limits, AuthLimits)) else None
+        doc = inspect.getdoc(type(value)) if dataclasses.is_dataclass(value) else None
         keys.append((field.name, str(field.type), value, doc))
-    for prefix, group in (("limits", Limits()), ("auth_limits", AuthLimits())):
+    for prefix in mapping_keys():
+        group = getattr(defaults, prefix)
         keys += [(f"{prefix}.{f.name}", str(f.type), getattr(group, f.name), None) for f in dataclasses.fields(group)]
     return keys
 
@@ -161,6 +174,7 @@ def key_table(keys: Iterable[Key]) -> str:
 
 def environment_table() -> str:
     from registry_gen.cli import DEBUG_ENV
+    from registry_gen.hooks.secrets import KEY_ENV as HOOKS_KEY_ENV
     from registry_gen.settings import CONFIG_ENV, DATABASE_URL_ENV, SIGNING_KEY_ENV, STORAGE_ENV
 
     rows = [
@@ -168,6 +182,7 @@ def environment_table() -> str:
         (DATABASE_URL_ENV, "overrides `database_url`"),
         (STORAGE_ENV, "overrides `storage`"),
         (SIGNING_KEY_ENV, "the signing key's PEM text itself; wins over the file `signing_key` names"),
+        (HOOKS_KEY_ENV, "overrides `hooks.secret_key`"),
         (DEBUG_ENV, "any value but empty or 0: an error shows its full traceback (as `--debug`)"),
     ]
     return table(("Variable", "What it does"), [(code(name), text) for name, text in rows])
@@ -178,11 +193,8 @@ def config_reference() -> str:
     from registry_gen import access
 
     keys = config_keys()
-    groups = [
-        ("Top-level keys", [k for k in keys if "." not in k.name]),
-        ("`limits:`", [k for k in keys if k.name.startswith("limits.")]),
-        ("`auth_limits:`", [k for k in keys if k.name.startswith("auth_limits.")]),
-    ]
+    groups = [("Top-level keys", [k for k in keys if "." not in k.name])]
+    groups += [(f"`{prefix}:`", [k for k in keys if k.name.startswith(f"{prefix}.")]) for prefix in mapping_keys()]
     parts = [f"## {title}\n\n{key_table(group)}" for title, group in groups]
     rules = (inspect.getdoc(access) or "").partition("\n\n")[2]  # past its one-line summary
     parts.append(f"## `packages:`\n\n{key_table(k for k in keys if k.name == RULE_KEY)}\n\n{rules}")

@@ -29,13 +29,21 @@ def loader_known_keys(tmp_path: Path, document: dict[str, Any]) -> set[str]:
     return set(known.group(1).split(", "))
 
 
+def nested_known_keys(tmp_path: Path, key: str) -> set[str]:
+    """The keys the loader knows below `key`, if it is a mapping of its own keys (else none)."""
+    config = tmp_path / "registry.yaml"
+    config.write_text(yaml.safe_dump({key: {"no_such_key": 1}}), encoding="utf-8")
+    try:
+        load_settings(config)
+    except ConfigError as error:
+        known = re.search(rf"unknown key {key}\.no_such_key \(known: ([^)]*)\)", str(error))
+        return set(known.group(1).split(", ")) if known else set()
+    return set()
+
+
 def every_key(tmp_path: Path) -> set[str]:
     top = loader_known_keys(tmp_path, {"no_such_key": 1})
-    nested = {
-        f"{group}.{key}"
-        for group in ("limits", "auth_limits")
-        for key in loader_known_keys(tmp_path, {group: {"no_such_key": 1}})
-    }
+    nested = {f"{group}.{key}" for group in sorted(top) for key in nested_known_keys(tmp_path, group)}
     assert {"base_url", "limits", "packages", "storage"} <= top and "limits.max_members" in nested
     return top | nested
 
