@@ -29,6 +29,7 @@ from registry_gen.errors import (
     LockTimeout,
     NotFound,
     RevisionConflict,
+    StateUnavailable,
     StorageUnavailable,
     VersionConflict,
 )
@@ -116,6 +117,7 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (BrokenMeta, 500),
     (LockTimeout, 503),
     (StorageUnavailable, 503),
+    (StateUnavailable, 503),
 )
 
 

@@ -64,11 +64,12 @@ class ManifestCache:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             self.db.executemany(
-                "INSERT OR REPLACE INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?)",
+                "INSERT INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?) ON CONFLICT (shasum) DO UPDATE"
+                " SET manifest = excluded.manifest, readme = excluded.readme, readme_filename = excluded.readme_filename",
                 ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
             )
             self.db.executemany(
-                "INSERT OR REPLACE INTO file_lists (shasum, files) VALUES (?, ?)",
+                "INSERT INTO file_lists (shasum, files) VALUES (?, ?) ON CONFLICT (shasum) DO UPDATE SET files = excluded.files",
                 ((shasum, c.files) for shasum, c in items if c.files is not None),
             )
         except BaseException:
