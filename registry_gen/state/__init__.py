@@ -23,12 +23,14 @@ enforces it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
 from registry_gen.state.ledger import Journal, JournalEntry, JournalEvent
+from registry_gen.state.locks import WriteLock
 from registry_gen.state.records import (
     ArchiveRecord,
     BrowseInputs,
@@ -151,6 +153,10 @@ class State(Protocol):
     def journal(self) -> Journal: ...  # a context manager too: `with state.journal() as journal:`
     def search_pieces(self, needles: list[str], *, listed_only: bool) -> list[bytes]: ...
     def whole_documents_stale(self) -> bool: ...
+    # issue 28 (additive): the write lock's contract (registry_gen.state.locks), and what a whole
+    # build holds besides the tree's file lock (the database's registry-wide lock, if any)
+    def write_lock(self, lock_file: Path) -> WriteLock: ...
+    def registry_lock(self, timeout: float) -> AbstractContextManager[None]: ...
 
 
 def open_state(settings: Settings) -> State:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from registry_gen.state.postgres_base import POOL, PgDb
 from registry_gen.state.postgres_cache import PgManifests, PgSession
 from registry_gen.state.postgres_ledger import PgLedger
+from registry_gen.state.postgres_locks import PgWriteLock
 from registry_gen.state.postgres_schema import prepare
 from registry_gen.state.sqlite_schema import WHOLE_STALE
 
@@ -57,6 +58,15 @@ class PostgresState:
     def journal(self) -> PgLedger:
         """The change journal: a connection of its own, each call its own transaction."""
         return PgLedger(self.connect(), owned=True)
+
+    def write_lock(self, lock_file: Path) -> PgWriteLock:
+        """Per-package advisory locks (registry_gen.state.locks, postgres_locks); `lock_file`,
+        the embedded default's, is not needed."""
+        return PgWriteLock(self.connect)
+
+    def registry_lock(self, timeout: float) -> AbstractContextManager[None]:
+        """What a whole build holds besides the tree's file lock: every package's writes wait."""
+        return PgWriteLock(self.connect).whole(timeout)
 
     @contextmanager
     def view(self) -> Iterator[PgSession]:

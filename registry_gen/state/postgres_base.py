@@ -54,6 +54,8 @@ def reachable(url: str) -> Iterator[None]:
     clients; the idle connections to it are dropped (a restarted server left them all dead)."""
     try:
         yield
+    except psycopg.errors.LockNotAvailable:
+        raise  # a bounded lock wait ran out: the server is fine (postgres_locks says LockTimeout)
     except psycopg.OperationalError as exc:
         POOL.forget(url)
         lines = str(exc).strip().splitlines() or [type(exc).__name__]

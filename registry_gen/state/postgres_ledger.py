@@ -16,7 +16,8 @@ import json
 from collections.abc import Mapping, Sequence
 
 from registry_gen.errors import VersionConflict
-from registry_gen.state.postgres_base import JOURNAL, LOCK_REGISTRY, PgDb
+from registry_gen.state.ledger import PendingWrite
+from registry_gen.state.postgres_base import JOURNAL, LOCK_PACKAGE, LOCK_REGISTRY, PgDb, package_key
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_ledger import SqliteLedger
 
@@ -68,6 +69,20 @@ class PgLedger(SqliteLedger):
                 f"{name}@{', '.join(refused)} was published already with other bytes (the ledger's pin refuses it); "
                 "a version number can be published only once"
             )
+
+    def pending_writes(self) -> list[PendingWrite]:
+        """The pending writes whose writer is gone. Several processes write at once here: a write
+        still in progress holds its packages' locks (postgres_locks), and is not resolved under it.
+        In a build's transaction the locks taken stay held to its commit (a writer of those
+        packages then waits for the build that resolves its predecessor)."""
+        rows = self.db.execute("SELECT id, files, events FROM writes WHERE status = 'pending' ORDER BY id").fetchall()
+        return [PendingWrite(int(write_id), json.loads(files)) for write_id, files, events in rows if self._writer_gone(events)]
+
+    def _writer_gone(self, events: str) -> bool:
+        packages = sorted({event[1] for event in json.loads(events)})
+        return all(
+            self.db.execute("SELECT pg_try_advisory_xact_lock(?, ?)", (LOCK_PACKAGE, package_key(name))).fetchone()[0] for name in packages
+        )
 
     def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None:
         if done:  # the order lock is held to this transaction's end (commit or rollback)

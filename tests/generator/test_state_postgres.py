@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from registry_gen.build import run_build
-from registry_gen.errors import StateUnavailable, VersionConflict
+from registry_gen.errors import LockTimeout, StateUnavailable, VersionConflict
 from registry_gen.publish import Actor
 from registry_gen.settings import Settings
-from registry_gen.state import open_state
+from registry_gen.state import JournalEvent, open_state
+from registry_gen.state.postgres_base import CONNECT_TIMEOUT_SECONDS
 from registry_gen.state.postgres import PREPARED
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.writes import WriteService
@@ -140,3 +142,45 @@ def test_an_unreachable_database_is_one_clear_error_at_once(settings: Settings) 
     settings = settings.with_updates(database_url="postgresql://postgres@127.0.0.1:9/none")  # nothing listens on port 9
     with pytest.raises(StateUnavailable, match="the state database cannot be reached"):
         run_build(settings)
+
+
+def test_a_package_lock_holds_only_its_package_and_a_wait_is_bounded(
+    settings: Settings, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds package `held`: a write of `held` gets LockTimeout (HTTP 503) after
+    its bound, a write of `free` goes through meanwhile; the whole registry's lock stops both."""
+    monkeypatch.setattr("registry_gen.writes.LOCK_TIMEOUT_SECONDS", 1)
+    settings = _postgres_settings(settings, state_postgres)
+    other = open_state(settings).write_lock(settings.lock_file)  # as another api process would hold it
+    service = WriteService(settings)
+    with other.package("held", 5):
+        started = time.monotonic()
+        with pytest.raises(LockTimeout, match="another writer holds package held"):
+            service.land_archive("held", tarball("held", "1.0.0"), ALICE)
+        assert 0.9 <= time.monotonic() - started < 5
+        assert service.land_archive("free", tarball("free", "1.0.0"), ALICE) is not None
+    with other.whole(5), pytest.raises(LockTimeout, match="another writer holds package free"):
+        service.land_archive("free", tarball("free", "1.1.0"), ALICE)
+    assert service.land_archive("held", tarball("held", "1.0.0"), ALICE) is not None  # released: it goes through
+
+
+def test_a_build_leaves_alone_a_write_in_progress_in_another_process(settings: Settings, state_postgres: PostgresServer) -> None:
+    """A pending write whose writer still holds its package's lock is not resolved (aborted) by
+    another process's build: its writer finishes it, and the journal lists it once."""
+    settings = _postgres_settings(settings, state_postgres)
+    other = open_state(settings).write_lock(settings.lock_file)
+    with other.package("slow", 5), open_state(settings).journal() as journal:
+        write_id = journal.begin_write({"slow/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "slow")], "bob", None, "t")
+        WriteService(settings).land_archive("fast", tarball("fast", "1.0.0"), ALICE)  # its first write runs the recovery build
+        assert [w.id for w in journal.pending_writes()] == []  # held: not this process's to resolve
+        journal.finish_write(write_id, done=True)
+    with open_state(settings).journal() as journal:
+        assert [(e.package, e.kind) for e in journal.since(0)] == [("fast", "package:publish"), ("slow", "package:change")]
+
+
+def test_an_unreachable_database_answers_at_once(settings: Settings) -> None:
+    settings = settings.with_updates(database_url="postgresql://postgres@127.0.0.1:9/none")
+    started = time.monotonic()
+    with pytest.raises(StateUnavailable):
+        WriteService(settings).land_archive("any", tarball("any", "1.0.0"), ALICE)
+    assert time.monotonic() - started < CONNECT_TIMEOUT_SECONDS + 1
