@@ -206,24 +206,14 @@ class PgManifests(ManifestCache):
         self.db = db  # type: ignore[assignment]
         self.readonly = readonly
 
-    def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
-        if not items:
-            return
+    def begin(self) -> None:
         self.db.begin(durable=False)  # a cache: lost to a crash, the archive is read again
-        try:
-            self.db.executemany(
-                "INSERT INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?) ON CONFLICT (shasum)"
-                " DO UPDATE SET manifest = excluded.manifest, readme = excluded.readme, readme_filename = excluded.readme_filename",
-                ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
-            )
-            self.db.executemany(
-                "INSERT INTO file_lists (shasum, files) VALUES (?, ?) ON CONFLICT (shasum) DO UPDATE SET files = excluded.files",
-                ((shasum, c.files) for shasum, c in items if c.files is not None),
-            )
-        except BaseException:
-            self.db.rollback()
-            raise
+
+    def commit(self) -> None:
         self.db.commit()
+
+    def rollback(self) -> None:
+        self.db.rollback()
 
     def forget_unreferenced(self, shasums: Iterable[str] | None) -> None:
         """Drops the manifests of `shasums` (None: of all) no archive and no pin refers to."""

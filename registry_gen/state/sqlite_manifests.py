@@ -61,7 +61,7 @@ class ManifestCache:
     def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
         if not items:
             return
-        self.db.execute("BEGIN IMMEDIATE")
+        self.begin()
         try:
             self.db.executemany(
                 "INSERT INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?) ON CONFLICT (shasum) DO UPDATE"
@@ -73,9 +73,19 @@ class ManifestCache:
                 ((shasum, c.files) for shasum, c in items if c.files is not None),
             )
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.rollback()
             raise
+        self.commit()
+
+    # the put's transaction (the PostgreSQL cache overrides these three)
+    def begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
         self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.db.execute("ROLLBACK")
 
     def forget_unreferenced(self, shasums: Iterable[str] | None) -> None:
         """Drops the manifests of `shasums` (None: of all) that no archive of the committed state
