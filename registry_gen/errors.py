@@ -96,6 +96,11 @@ class StorageUnavailable(StorageError):
     throttled). Nothing was half-written; the same request may succeed later (HTTP 503)."""
 
 
+class StateUnavailable(RegistryError):
+    """The state's database (PostgreSQL) cannot be reached right now: nothing was half-written;
+    the same request may succeed later (HTTP 503)."""
+
+
 class RevisionConflict(RegistryError):
     """A whole-document write named a `_rev` that is no longer the document's: somebody changed
     the package since the client read it (CouchDB's 409)."""

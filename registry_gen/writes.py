@@ -31,10 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from filelock import Timeout
-
 from registry_gen import publish
-from registry_gen.build import BuildResult, build_lock, build_locked
+from registry_gen.build import BuildResult, build_locked
 from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
@@ -119,7 +117,7 @@ class WriteService:
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
         self.state = open_state(settings)
         self._thread_lock = threading.Lock()
-        self._file_lock = build_lock(settings)
+        self._write_lock = self.state.write_lock(settings.lock_file)
         self._recovered = False  # a crashed writer's pending journal entries resolved (first write)
         self._journal: Journal | None = None  # opened at the first write, kept (a write's two journal calls)
 
@@ -150,7 +148,7 @@ class WriteService:
     def apply(self, name: str, rule: Rule, actor: Actor | None = None) -> BuildResult | None:
         """Runs `rule` on the current state and commits its change, all under the lock; logs one
         line naming `actor` and what the write did (README, "Logs")."""
-        with self.locked():
+        with self.locked(name):
             self._recover()
             current = self._current(name)
             change = rule(current.state)
@@ -189,20 +187,17 @@ class WriteService:
             return written
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self, name: str | None = None) -> Iterator[None]:
+        """The write lock (registry_gen.state.locks) for package `name`, or for every package.
+        Threads queue on a thread lock (no polling), then one of them waits for the write lock,
+        at most LOCK_TIMEOUT_SECONDS in all (LockTimeout: HTTP 503)."""
         deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
-        # Threads queue on a thread lock (no polling); only one of them then waits for the file lock.
         if not self._thread_lock.acquire(timeout=LOCK_TIMEOUT_SECONDS):
             raise LockTimeout("the registry is busy with other writes; retry shortly")
         try:
-            try:
-                self._file_lock.acquire(timeout=max(0.1, deadline - time.monotonic()))
-            except Timeout as exc:
-                raise LockTimeout(f"another build holds {self.settings.lock_file}; retry shortly") from exc
-            try:
+            wait = max(0.1, deadline - time.monotonic())
+            with self._write_lock.package(name, wait) if name is not None else self._write_lock.whole(wait):
                 yield
-            finally:
-                self._file_lock.release()
         finally:
             self._thread_lock.release()
 

@@ -29,6 +29,7 @@ from registry_gen.errors import (
     LockTimeout,
     NotFound,
     RevisionConflict,
+    StateUnavailable,
     StorageUnavailable,
     VersionConflict,
 )
@@ -119,6 +120,7 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (LockTimeout, 503),
     (StorageUnavailable, 503),
     (HooksNotConfigured, 503),
+    (StateUnavailable, 503),
 )
 
 

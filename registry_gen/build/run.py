@@ -64,7 +64,7 @@ def run_build(
             "(check the path, or create the folder first)"
         )
     settings.out_dir.mkdir(parents=True, exist_ok=True)  # as build_lock() does
-    with holding_build_lock(settings.lock_file, lock_timeout, on_lock_wait):
+    with holding_build_lock(settings.lock_file, lock_timeout, on_lock_wait), open_state(settings).registry_lock(lock_timeout):
         return _build_locked(settings, progress, changed, full, defer_whole)
 
 

@@ -11,9 +11,10 @@ Two stores, split by lifetime (ARCHITECTURE.md, "The state"):
 
 The contract is coarse-grained: one call per phase, per batch, per package or per page, never
 one per statement, so that a networked database can serve each call in one or two round trips.
-`open_state(settings)` picks the implementation: SQLite files in the state folder today
-(registry_gen.state.sqlite); PostgreSQL is a second class of the same protocols, with the ledger
-and the cache as tables of one database and each call one transaction or one query.
+`open_state(settings)` picks the implementation: SQLite files in the state folder (the embedded
+default, registry_gen.state.sqlite), or, with `database_url` set, PostgreSQL
+(registry_gen.state.postgres): the ledger and the cache as tables of one database, a build one
+transaction, each other call one transaction or one query.
 
 Nothing outside this package holds SQL or a table name of the build's state (the code-rules test
 enforces it).
@@ -22,11 +23,14 @@ enforces it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from registry_gen.errors import ConfigError
 from registry_gen.settings import Settings
 from registry_gen.state.ledger import Journal, JournalEntry, JournalEvent
+from registry_gen.state.locks import WriteLock
 from registry_gen.state.records import (
     ArchiveRecord,
     BrowseInputs,
@@ -149,10 +153,25 @@ class State(Protocol):
     def journal(self) -> Journal: ...  # a context manager too: `with state.journal() as journal:`
     def search_pieces(self, needles: list[str], *, listed_only: bool) -> list[bytes]: ...
     def whole_documents_stale(self) -> bool: ...
+    # issue 28 (additive): the write lock's contract (registry_gen.state.locks), and what a whole
+    # build holds besides the tree's file lock (the database's registry-wide lock, if any)
+    def write_lock(self, lock_file: Path) -> WriteLock: ...
+    def registry_lock(self, timeout: float) -> AbstractContextManager[None]: ...
 
 
 def open_state(settings: Settings) -> State:
-    """The state of the registry `settings` describe: SQLite files in `settings.state_folder`."""
+    """The state of the registry `settings` describe: tables of the PostgreSQL database at
+    `settings.database_url` when one is set (registry_gen.state.postgres), else SQLite files in
+    `settings.state_folder`."""
+    url = settings.database_url
+    if url:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError("database_url must start with postgresql:// (SQLite needs no URL)")
+        try:
+            from registry_gen.state.postgres import PostgresState
+        except ImportError as exc:
+            raise ConfigError(f"database_url needs psycopg: pip install 'registry-gen[postgres]' ({exc})") from exc
+        return PostgresState(url, settings.state_folder)
     from registry_gen.state.sqlite import SqliteState  # sqlite3 loads with the first state opened
 
     return SqliteState(settings.state_folder)

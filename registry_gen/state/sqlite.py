@@ -13,10 +13,11 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from registry_gen.layout import STATE_DATABASE
+from registry_gen.state.locks import FileWriteLock
 from registry_gen.state.sqlite_base import connect_readonly, user_version
 from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.state.sqlite_schema import LEGACY_STATE_FILE, SCHEMA_VERSION, WHOLE_STALE
@@ -47,6 +48,14 @@ class SqliteState:
         """The change journal (in the ledger): its own connection, each call its own transaction;
         a context manager that closes it."""
         return SqliteLedger(self.folder / LEDGER_DATABASE)
+
+    def write_lock(self, lock_file: Path) -> FileWriteLock:
+        """The tree's lock file (registry_gen.state.locks): one writer at a time."""
+        return FileWriteLock(lock_file)
+
+    def registry_lock(self, timeout: float) -> AbstractContextManager[None]:
+        """Nothing besides the tree's file lock, which a whole build holds already."""
+        return nullcontext()
 
     @contextmanager
     def view(self) -> Iterator[BuildState]:

@@ -46,6 +46,7 @@ from registry_gen.state.sqlite_listings import ListingTables
 
 _ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
 _ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in ARCHIVE_FIELDS)
+_ARCHIVE_UPDATES = ", ".join(f"{name} = excluded.{name}" for name in ARCHIVE_FIELDS[1:])
 
 
 def _record(row: tuple[Any, ...]) -> ArchiveRecord:
@@ -122,7 +123,7 @@ class BuildState(ListingTables):
         # Only when it differs: a rewritten row, even an equal one, makes the commit of a build
         # that changed nothing write and sync the database.
         if self.get_setting(key) != value:
-            self.db.execute("INSERT OR REPLACE INTO settings (key, value) VALUES (?, ?)", (key, value))
+            self.db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     def forget_content(self) -> None:
         """Every archive and meta file will be read again (new generator or settings)."""
@@ -181,7 +182,7 @@ class BuildState(ListingTables):
         if listing is None:
             self.db.execute("DELETE FROM folders WHERE folder = ?", (folder,))
         else:
-            self.db.execute("INSERT OR REPLACE INTO folders (folder, listing) VALUES (?, ?)", (folder, listing))
+            self.db.execute("INSERT INTO folders (folder, listing) VALUES (?, ?) ON CONFLICT (folder) DO UPDATE SET listing = excluded.listing", (folder, listing))
 
     # -- paths waiting to be read: a full build finds every archive (~100 MB of paths at 1M
     # versions), so past a few thousand they wait in a temporary table (the temp database, on
@@ -227,7 +228,7 @@ class BuildState(ListingTables):
     def record_archives(self, records: Iterable[ArchiveRecord], removed: Iterable[str]) -> None:
         """The archives read again, and those gone from content/."""
         self.db.executemany(
-            f"INSERT OR REPLACE INTO archives ({_ARCHIVE_COLUMNS}) VALUES ({_ARCHIVE_PLACEHOLDERS})",
+            f"INSERT INTO archives ({_ARCHIVE_COLUMNS}) VALUES ({_ARCHIVE_PLACEHOLDERS}) ON CONFLICT (path) DO UPDATE SET {_ARCHIVE_UPDATES}",
             (tuple(getattr(record, name) for name in ARCHIVE_FIELDS) for record in records),  # not astuple(): it deep-copies
         )
         self.db.executemany("DELETE FROM archives WHERE path = ?", ((path,) for path in removed))
@@ -295,7 +296,7 @@ class BuildState(ListingTables):
         names: set[str | None] = set()
         for path, name, error in metas:
             before = self.meta(path)
-            self.db.execute("INSERT OR REPLACE INTO metas (path, name, error) VALUES (?, ?, ?)", (path, name, error))
+            self.db.execute("INSERT INTO metas (path, name, error) VALUES (?, ?, ?) ON CONFLICT (path) DO UPDATE SET name = excluded.name, error = excluded.error", (path, name, error))
             names.update((name, before[0] if before else None))
         for path in removed:
             before = self.meta(path)
@@ -368,19 +369,22 @@ class BuildState(ListingTables):
         listing = move.listing or ListingPlace()
         self._count_package(name, versions_now=versions)
         self.db.execute(
-            "INSERT OR REPLACE INTO packages (name, digest, present, versions, record, summary, all_fragment,"
+            "INSERT INTO packages (name, digest, present, versions, record, summary, all_fragment,"
             " search_fragment, listed, search_text)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET digest = excluded.digest,"
+            " present = excluded.present, versions = excluded.versions, record = excluded.record, summary = excluded.summary,"
+            " all_fragment = excluded.all_fragment, search_fragment = excluded.search_fragment, listed = excluded.listed,"
+            " search_text = excluded.search_text",
             (
                 name,
                 record["digest"],
-                int(present),
+                present,  # a bool: SQLite keeps it as 1 or 0, PostgreSQL as a boolean
                 versions,
                 json.dumps(body, separators=(",", ":")),
                 summary,
                 fragments[0],
                 fragments[1],
-                int(listing.listed),
+                listing.listed,
                 listing.search_text,
             ),
         )
@@ -393,7 +397,7 @@ class BuildState(ListingTables):
         splits = self.apply_listing_move(move)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
-            "INSERT OR IGNORE INTO links (name, target) VALUES (?, ?)", ((name, t) for t in record.get("links", ()))
+            "INSERT INTO links (name, target) VALUES (?, ?) ON CONFLICT DO NOTHING", ((name, t) for t in record.get("links", ()))
         )
         return splits
 
@@ -436,7 +440,7 @@ class BuildState(ListingTables):
         if reason is None:
             self.db.execute("DELETE FROM unwritten WHERE name = ?", (name,))
         else:
-            self.db.execute("INSERT OR REPLACE INTO unwritten (name, reason) VALUES (?, ?)", (name, reason))
+            self.db.execute("INSERT INTO unwritten (name, reason) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET reason = excluded.reason", (name, reason))
 
     def unwritten_names(self) -> set[str]:
         return {row[0] for row in self.db.execute("SELECT name FROM unwritten")}
@@ -461,7 +465,7 @@ class BuildState(ListingTables):
     def _add_counter(self, key: str, delta: int) -> None:
         if delta:
             self.db.execute(
-                "INSERT INTO counters (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = value + excluded.value",
+                "INSERT INTO counters (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = counters.value + excluded.value",
                 (key, delta),
             )
 

@@ -115,7 +115,7 @@ class SqliteLedger:
 
     def record_first_seen(self, name: str, stamps: Mapping[str, str]) -> None:
         self.db.executemany(
-            "INSERT OR REPLACE INTO first_seen (name, version, stamp) VALUES (?, ?, ?)", ((name, v, t) for v, t in stamps.items())
+            "INSERT INTO first_seen (name, version, stamp) VALUES (?, ?, ?) ON CONFLICT (name, version) DO UPDATE SET stamp = excluded.stamp", ((name, v, t) for v, t in stamps.items())
         )
 
     def forget_first_seen(self, name: str) -> None:
@@ -130,7 +130,7 @@ class SqliteLedger:
 
     def record_signing_keys(self, public_keys: str) -> None:
         if self.signing_keys() != public_keys:  # an equal rewrite would make the build's commit sync
-            self.db.execute("INSERT OR REPLACE INTO keyring (id, public_keys) VALUES (1, ?)", (public_keys,))
+            self.db.execute("INSERT INTO keyring (id, public_keys) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET public_keys = excluded.public_keys", (public_keys,))
 
     # -- the change journal (registry_gen.state.ledger)
 

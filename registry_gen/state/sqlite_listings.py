@@ -51,12 +51,12 @@ class ListingTables:
         """Applies a move decided by the build; returns the bound each split leaf's new half starts at."""
         self.db.executemany(
             "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
-            " ON CONFLICT (prefix) DO UPDATE SET count = count + excluded.count",
+            " ON CONFLICT (prefix) DO UPDATE SET count = prefixes.count + excluded.count",
             move.prefix_rows,
         )
         self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in move.prefix_rows if r[2] < 0])
         self.db.executemany("DELETE FROM search_keys WHERE key = ? AND name = ?", ((k, move.name) for k in move.shards_gone))
-        self.db.executemany("INSERT OR IGNORE INTO search_keys (key, name) VALUES (?, ?)", ((k, move.name) for k in move.shards_now))
+        self.db.executemany("INSERT INTO search_keys (key, name) VALUES (?, ?) ON CONFLICT DO NOTHING", ((k, move.name) for k in move.shards_now))
         splits = {}
         for op in move.leaf_ops:
             if op.kind == "split":
@@ -142,7 +142,7 @@ class ListingTables:
 
     def leaf_count(self, key: str, *, at_most: int) -> int:
         """How many leaves shard `key` has, counted up to `at_most` (cheap whatever its size)."""
-        row = self.db.execute("SELECT COUNT(*) FROM (SELECT 1 FROM search_leaves WHERE key = ? LIMIT ?)", (key, at_most)).fetchone()
+        row = self.db.execute("SELECT COUNT(*) FROM (SELECT 1 FROM search_leaves WHERE key = ? LIMIT ?) AS counted", (key, at_most)).fetchone()
         return int(row[0])
 
     def existing_leaves(self, key: str, bounds: Iterable[str]) -> set[str]:

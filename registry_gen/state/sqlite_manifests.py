@@ -61,20 +61,31 @@ class ManifestCache:
     def put_many(self, items: list[tuple[str, CachedManifest]]) -> None:
         if not items:
             return
-        self.db.execute("BEGIN IMMEDIATE")
+        self.begin()
         try:
             self.db.executemany(
-                "INSERT OR REPLACE INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?)",
+                "INSERT INTO manifests (shasum, manifest, readme, readme_filename) VALUES (?, ?, ?, ?) ON CONFLICT (shasum) DO UPDATE"
+                " SET manifest = excluded.manifest, readme = excluded.readme, readme_filename = excluded.readme_filename",
                 ((shasum, c.manifest, c.readme, c.readme_filename) for shasum, c in items),
             )
             self.db.executemany(
-                "INSERT OR REPLACE INTO file_lists (shasum, files) VALUES (?, ?)",
+                "INSERT INTO file_lists (shasum, files) VALUES (?, ?) ON CONFLICT (shasum) DO UPDATE SET files = excluded.files",
                 ((shasum, c.files) for shasum, c in items if c.files is not None),
             )
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.rollback()
             raise
+        self.commit()
+
+    # the put's transaction (the PostgreSQL cache overrides these three)
+    def begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
         self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.db.execute("ROLLBACK")
 
     def forget_unreferenced(self, shasums: Iterable[str] | None) -> None:
         """Drops the manifests of `shasums` (None: of all) that no archive of the committed state

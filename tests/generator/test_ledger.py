@@ -159,12 +159,12 @@ def test_an_unreadable_ledger_stops_the_build_with_one_line_and_changes_nothing(
     assert_one_line(run(["build"], tmp_path), 1, "ledger.sqlite3 cannot be read", "restore it from your backup")
 
 
-def test_the_journal_numbers_writes_in_the_order_they_became_done(settings: Settings) -> None:
+def test_the_journal_numbers_writes_in_the_order_they_became_done(any_state_settings: Settings) -> None:
     """A reader that has read up to a number never misses a write done later: a write left pending
     (a crash) and resolved after another one is numbered after it; an aborted one never shows."""
     from registry_gen.state import JournalEvent, open_state
 
-    with open_state(settings).journal() as journal:
+    with open_state(any_state_settings).journal() as journal:
         first = journal.begin_write({"a/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "a")], "alice", "id-a", "t1")
         second = journal.begin_write({}, [JournalEvent("package:publish", "b", ("1.0.0",), {"dist-tags": {}})], "bob", None, "t2")
         third = journal.begin_write({}, [JournalEvent("package:publish", "c", ("1.0.0",))], "carol", None, "t3")
