@@ -84,7 +84,7 @@ USER_STORES = {
     "user_api/store_sqlite.py", "user_api/store_postgres.py", "user_api/sqlstore.py", "user_api/store_hooks.py", "user_api/grams.py", "user_api/groups.py",
 }
 DATABASE_MODULES = {"sqlite3", "psycopg", "psycopg_pool"}
-SQL = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TEMP\s+)?(TABLE|INDEX)|DROP\s+TABLE|PRAGMA\s+\w+)\b", re.S)
+SQL = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TEMP\s+)?(TABLE|INDEX)|DROP\s+TABLE|PRAGMA\s+\w+)\b", re.S | re.I)
 MAX_MODULE_LINES = 900
 DATA_LITERAL_MODULES: set[str] = set()  # modules that are one data literal may pass MAX_MODULE_LINES
 MAX_RUN_LINES = 700
@@ -127,7 +127,41 @@ def test_modules_stay_small_and_the_build_sequencer_shorter() -> None:
     assert not (ROOT / "registry_gen" / "build.py").exists()  # the build is a package of phases
 
 
+PHASES = {"detect", "read_content", "plan_changes", "write_changes", "write_everything", "write_indexes"}
+# What more than one phase may be handed: the stores behind the contract, and frozen values.
+SHARED_BY_PHASES = {"settings": "Settings", "context": "BuildContext", "detected": "Detected", "state": "", "cache": ""}
+
+
+def _phase_inputs(sequencer: ast.FunctionDef) -> dict[str, set[str]]:
+    """name -> the phases handed it, or a part of it, in the sequencer's calls."""
+    handed: dict[str, set[str]] = {}
+    for call in ast.walk(sequencer):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in PHASES:
+            for argument in [*call.args, *(k.value for k in call.keywords)]:
+                for node in ast.walk(argument):
+                    if isinstance(node, ast.Name):
+                        handed.setdefault(node.id, set()).add(call.func.id)
+    return handed
+
+
 def test_the_builds_phases_share_no_run_object() -> None:
-    """run.py sequences the phases, passing values: it defines no class (a shared working set)."""
+    """run.py sequences the phases, passing values: it defines no class (a shared working set),
+    hands no two phases the same object unless it is a store or frozen, and sets no attribute of
+    what a phase returned."""
+    import dataclasses
+
+    from registry_gen.build.context import BuildContext
+    from registry_gen.build.detect import Detected
+    from registry_gen.settings import Settings
+    from registry_gen.state.records import BuildStart
+
     tree = ast.parse((ROOT / "registry_gen" / "build" / "run.py").read_text(encoding="utf-8"))
     assert [node.name for node in tree.body if isinstance(node, ast.ClassDef)] == []
+    sequencer = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_build_in_transaction")
+    handed = _phase_inputs(sequencer)
+    assert set(handed) & {"detected", "context", "state"} and len(PHASES & {p for ps in handed.values() for p in ps}) == len(PHASES)
+    assert {name: sorted(phases) for name, phases in handed.items() if len(phases) > 1 and name not in SHARED_BY_PHASES} == {}
+    assert all(dataclasses.fields(kind) and kind.__dataclass_params__.frozen for kind in (Settings, BuildContext, Detected, BuildStart))  # type: ignore[attr-defined]
+    set_attributes = [ast.unparse(t) for n in ast.walk(sequencer) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, (ast.Attribute, ast.Subscript))]  # fmt: skip
+    assert set_attributes == []

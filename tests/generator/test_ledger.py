@@ -18,6 +18,7 @@ from registry_gen.build import run_build
 from registry_gen.errors import LedgerUnreadable
 from registry_gen.publish import Actor
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from registry_gen.writes import WriteService
 from tests.core.test_cli_errors import assert_one_line, run
 from tests.registry_api.helpers import tarball
@@ -114,6 +115,9 @@ def test_a_state_folder_from_before_the_ledger_hands_over_everything(tmp_path: P
     _as_layout_before_the_ledger(signed)
     for archive in signed.content_dir.rglob("*.tgz"):  # mtimes changed since: only the old files know the times
         os.utime(archive, (1_800_000_000, 1_800_000_000))
+    with open_state(signed).journal():  # the ledger made from the old files alone, before any build re-pins
+        pass
+    assert {table: sorted(_rows(ledger, f"SELECT * FROM {table}")) for table in before} == before
     result = run_build(signed)
     assert not result.errors and result.rebuilt_packages == [] and result.written == []  # migrated in place
     assert {table: sorted(_rows(ledger, f"SELECT * FROM {table}")) for table in before} == before
