@@ -39,7 +39,11 @@ NOT_FOUND_PAGE = f"{WEB_ROOT}/404.html"
 STATIC_FOLDER = "static"
 PAGE_SIZE = 100
 RECENT_COUNT = 8
+# What the Code tab (static/code.js) reads in the browser: a tarball up to `tarball` bytes, inflated
+# up to `unpacked` bytes, listing up to `entries` files, showing a text file up to `shown` bytes.
+# Past them it says so and offers the download: the browser's memory and time stay bounded.
 FILE_LIST_LIMIT = 5000  # rows on a version's file page; the rest is counted, not listed
+CODE_TAB_LIMITS = {"tarball": 20 * 1024 * 1024, "unpacked": 256 * 1024 * 1024, "entries": 20_000, "shown": 1024 * 1024}
 
 
 def _default_template_dir() -> Path:
@@ -497,6 +501,12 @@ def _versions(packument: Mapping[str, Any], root: str, tree_root: str, tarball_s
     return rows
 
 
+def code_tab(version: str, tarball_href: str, tarball_size: int | None) -> dict[str, Any]:
+    """What the Code tab of a page needs: which tarball it reads (relative, so from this tree), its
+    size when known (a tarball past the cap is refused without a request) and the caps."""
+    return {"version": version, "tarball_href": tarball_href, "tarball_size": tarball_size, "limits": CODE_TAB_LIMITS}
+
+
 def install_commands(name: str, base_url: str) -> list[tuple[str, str]]:
     return [
         ("npm", f"npm install {name} --registry={base_url}"),
@@ -573,9 +583,7 @@ def package_context(
         "bin": bin_commands(latest),
         "engines": engines(latest),
         "types": types_badge(latest, latest_files, root, registry_names) if latest else None,
-        "files_href": f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(latest_version, safe='')}/files/index.html"
-        if latest_row
-        else None,
+        "code": code_tab(latest_version, latest_row["tarball_href"], latest_row["tarball_size"]) if latest_row else None,
         "keywords": [(k, f"{root}index.html?q={quote(k, safe='')}") for k in keywords],
         "license": license_text(packument.get("license")),
         "homepage": http_url(packument.get("homepage")),
@@ -607,6 +615,7 @@ def version_context(
     manifest = packument["versions"][version]
     dist = manifest.get("dist", {})
     files = list(extras.files) if extras.files is not None else None
+    tarball_href = root + "../../" + quote(tarball_path(name, version), safe="/@")
     folder = f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/"
     return {
         **_common_context(packument, settings, root),
@@ -627,12 +636,12 @@ def version_context(
         "tarball_size": tarball_size,
         "integrity": dist.get("integrity", ""),
         "shasum": dist.get("shasum", ""),
-        "tarball_href": root + "../../" + quote(tarball_path(name, version), safe="/@"),
+        "tarball_href": tarball_href,
+        "code": code_tab(version, tarball_href, tarball_size),
         "files": files[:FILE_LIST_LIMIT] if files is not None else None,
         "files_total": len(files) if files is not None else 0,
         "files_size": sum(size for _, size in files) if files is not None else 0,
         "version_href": folder + "index.html",
-        "files_href": folder + "files/index.html",
     }
 
 
