@@ -33,7 +33,7 @@
 
   // As the pages say sizes (registry_gen.site.format_size): 1 kB = 1000 bytes.
   function size(bytes) {
-    var value = bytes, units = ["B", "kB", "MB", "GB"], unit = 0;
+    var value = bytes, units = ["B", "kB", "MB", "GB", "TB"], unit = 0;
     while (value >= 1000 && unit < units.length - 1) { value /= 1000; unit++; }
     return unit === 0 ? value + " B" : value.toFixed(1) + " " + units[unit];
   }
@@ -371,9 +371,15 @@
     Array.from(folder.folders.keys()).sort(byName).forEach(function (name) {
       var item = element("li", "code-folder");
       var details = element("details");
+      var inner = folder.folders.get(name), label = name + "/";
+      while (inner.files.length === 0 && inner.folders.size === 1) { // a chain of lone folders is one line
+        var only = inner.folders.keys().next().value;
+        label += only + "/";
+        inner = inner.folders.get(only);
+      }
       details.open = open;
-      details.appendChild(element("summary", "", name + "/"));
-      details.appendChild(branch(folder.folders.get(name), open, "code-branch"));
+      details.appendChild(element("summary", "", label));
+      details.appendChild(branch(inner, open, "code-branch"));
       item.appendChild(details);
       list.appendChild(item);
     });
