@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, Route, expect
+from playwright.sync_api import Browser, Page, Route, expect
 
 from registry_gen import site
 from registry_gen.build import run_build
 from registry_gen.names import tarball_path
 from registry_gen.settings import Settings
 from tests.site.test_accessibility import EXPRESS, real_tarball
+from tests.registry_api.helpers import RegistryProcess, add_user
 from tests.site.test_browser import browser, page, web_url  # noqa: F401 (fixtures)
 from tests.support import make_tarball, static_server
 
@@ -282,3 +283,30 @@ def test_the_code_tab_by_keyboard(code_tree: tuple[str, Path], page: Page) -> No
     expect(page.locator("#tab-code")).to_have_attribute("aria-selected", "true")
     expect(page.locator("#code")).to_be_visible()
     assert page.problems == []  # type: ignore[attr-defined]
+
+
+def test_a_private_package_s_code_tab_reads_with_the_page_s_credentials(tmp_path: Path, browser: Browser) -> None:  # noqa: F811
+    """Through a real `registry-gen serve` with a read rule: a reader whose browser sends a token
+    (as a proxy or extension in front of the site does) sees the Code tab of a private package,
+    its tarball fetched with the same credentials; the tarball alone, without them, is refused."""
+    (tmp_path / "registry.yaml").write_text("signup: open\npackages:\n  'secret-*': {read: authenticated}\n")
+    make_tarball(tmp_path / "content" / "secret-tool", "secret-tool", "1.0.0", files={"index.js": "module.exports = 'secret';\n"})
+    process = RegistryProcess(tmp_path).start()
+    try:
+        token = add_user(process.base, "alice", "alice-password-1")
+        version_page = web_url(process.base, "package/secret-tool/v/1.0.0/index.html")
+        anonymous = browser.new_context(service_workers="block")
+        try:
+            assert anonymous.request.get(process.base + tarball_path("secret-tool", "1.0.0")).status == 401
+        finally:
+            anonymous.close()
+        context = browser.new_context(service_workers="block", extra_http_headers={"Authorization": f"Bearer {token}"})
+        try:
+            reader = context.new_page()
+            reader.goto(version_page + "#code/index.js")
+            expect(reader.locator("#code-status")).to_have_text(re.compile(r"^2 files, "))
+            assert shown_text(reader) == "module.exports = 'secret';\n"
+        finally:
+            context.close()
+    finally:
+        process.stop()
