@@ -42,7 +42,6 @@ RECENT_COUNT = 8
 # What the Code tab (static/code.js) reads in the browser: a tarball up to `tarball` bytes, inflated
 # up to `unpacked` bytes, listing up to `entries` files, showing a text file up to `shown` bytes.
 # Past them it says so and offers the download: the browser's memory and time stay bounded.
-FILE_LIST_LIMIT = 5000  # rows on a version's file page; the rest is counted, not listed
 CODE_TAB_LIMITS = {"tarball": 20 * 1024 * 1024, "unpacked": 256 * 1024 * 1024, "entries": 20_000, "shown": 1024 * 1024}
 
 
@@ -409,10 +408,6 @@ def version_page_path(name: str, version: str) -> str:
     return f"{version_folder(name, version)}/index.html"
 
 
-def files_page_path(name: str, version: str) -> str:
-    return f"{version_folder(name, version)}/files/index.html"
-
-
 def version_href(root: str, name: str, version: str) -> str:
     return f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/index.html"
 
@@ -608,7 +603,7 @@ def version_context(
     tarball_size: int | None,
     page_path: str,
 ) -> dict[str, Any]:
-    """What version.html and files.html need for one version (its own README, manifest, files)."""
+    """What version.html needs for one version (its own README, manifest, files)."""
     name = packument["name"]
     registry_names = settings.packages.public_only(registry_names)
     root = relative_root(page_path)
@@ -616,7 +611,6 @@ def version_context(
     dist = manifest.get("dist", {})
     files = list(extras.files) if extras.files is not None else None
     tarball_href = root + "../../" + quote(tarball_path(name, version), safe="/@")
-    folder = f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/"
     return {
         **_common_context(packument, settings, root),
         "version": version,
@@ -638,10 +632,6 @@ def version_context(
         "shasum": dist.get("shasum", ""),
         "tarball_href": tarball_href,
         "code": code_tab(version, tarball_href, tarball_size),
-        "files": files[:FILE_LIST_LIMIT] if files is not None else None,
-        "files_total": len(files) if files is not None else 0,
-        "files_size": sum(size for _, size in files) if files is not None else 0,
-        "version_href": folder + "index.html",
     }
 
 
@@ -686,15 +676,10 @@ def version_pages(
     registry_names: Container[str],
     tarball_size: int | None,
 ) -> dict[str, bytes]:
-    """One version's page and its file list page."""
-    name = packument["name"]
-    pages = {}
-    for path, template in ((version_page_path(name, version), "version.html"), (files_page_path(name, version), "files.html")):
-        context = version_context(
-            packument, version, settings, extras, registry_names=registry_names, tarball_size=tarball_size, page_path=path
-        )
-        pages[path] = _render(settings, template, **context)
-    return pages
+    """One version's page (its files are the page's Code tab, read from the tarball in the browser)."""
+    path = version_page_path(packument["name"], version)
+    context = version_context(packument, version, settings, extras, registry_names=registry_names, tarball_size=tarball_size, page_path=path)
+    return {path: _render(settings, "version.html", **context)}
 
 
 def package_page(
@@ -739,7 +724,7 @@ def render_package_site(
         key = version_page_key(packument, version, settings, registry_names, sizes.get(version))
         result.keys[version] = key
         if previous.get(version) == key:
-            result.kept.extend([version_page_path(name, version), files_page_path(name, version)])
+            result.kept.append(version_page_path(name, version))
             continue
         found = latest_extras if version == latest_version else load(version)
         result.pages.update(

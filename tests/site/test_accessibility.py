@@ -115,7 +115,6 @@ PAGES = {
     "package, long README": PageType("package/express/index.html", "#readme h2"),
     "package, tags and deprecation": PageType("package/@acme/widget.kit_core-x/index.html", "table.versions"),
     "version": PageType("package/@acme/widget.kit_core-x/v/1.0.0/index.html", "#deprecation"),
-    "files": PageType("package/long-readme-pkg/v/3.2.1/files/index.html", "table.files"),
     "Code tab": PageType(f"package/express/v/{EXPRESS.version}/index.html#code", "#code-text", open_in_code_tab("index.js")),
     "browse, ranges": PageType("browse/fi/l/l/e/r/-/index.html", ".subranges"),
     "browse, list": PageType("browse/fi/l/l/e/r/-/1/index.html", "#package-list"),

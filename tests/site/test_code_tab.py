@@ -310,3 +310,16 @@ def test_a_private_package_s_code_tab_reads_with_the_page_s_credentials(tmp_path
             context.close()
     finally:
         process.stop()
+
+
+def test_an_old_file_list_link_opens_the_version_s_code_tab(code_tree: tuple[str, Path], page: Page) -> None:
+    """Versions had a file-list page (…/v/<version>/files/); a host answers its old address with
+    -/web/404.html (nginx and serve do), which sends the reader to the version's Code tab."""
+    url, _ = code_tree
+    not_found = page.request.get(web_url(url, "404.html")).body()
+    old = web_url(url, f"package/express/v/{EXPRESS.version}/files/index.html")
+    page.route(old, lambda route: route.fulfill(status=404, body=not_found, content_type="text/html; charset=utf-8"))
+    page.goto(old)
+    expect(page).to_have_url(web_url(url, f"package/express/v/{EXPRESS.version}/index.html#code"))
+    expect(page.locator("#tab-code")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#code-status")).to_have_text(re.compile(r"^\d+ files, "))
