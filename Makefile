@@ -9,7 +9,7 @@ PORT ?= 4873
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test e2e build check bench venv clean demo system-deps corpus
+.PHONY: run test test-fast e2e build check bench venv clean demo system-deps corpus
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ test: $(TEST_STAMP) system-deps
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
 
+## The inner loop: the pure and in-process tests (no real client, server or browser), on two
+## workers; under a minute here. `make test` runs them too, with everything else.
+FAST_TESTS := tests/core tests/generator tests/signing tests/check/test_lint_rules.py tests/importers/test_parsers.py tests/user_api/test_units.py
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
+
 ## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (README "Compatibility").
 e2e: $(TEST_STAMP)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
@@ -60,6 +66,6 @@ demo: $(TEST_STAMP)
 	$(BIN)/python -m tests.demo_packages content
 
 ## Remove what can be made again: the built tree and the venv. data/ (the accounts and tokens) and
-## public.state/ (which holds the first-seen publish times, irreplaceable) are kept: delete them by hand.
+## public.state/ (whose ledger.sqlite3 holds the pinned versions and first-seen times, irreplaceable) are kept: delete them by hand.
 clean:
 	rm -rf public $(VENV)

@@ -82,6 +82,10 @@ class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""
 
 
+class LedgerUnreadable(RegistryError):
+    """The state's ledger (what no build can redo) cannot be read: it must be restored, never dropped."""
+
+
 class StorageError(RegistryError):
     """The content store refused an operation that retrying will not fix (no such bucket, no
     credentials, access denied): an operator must change the configuration."""

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from registry_gen.buildstate import whole_documents_stale
+from registry_gen.state import open_state
 from registry_gen.errors import InvalidName, InvalidVersion
 from registry_gen.layout import (
     ABBREVIATED_DOCUMENT,
@@ -89,9 +89,9 @@ class VerifyReport:
         )
 
 
-def verify_tree(out_dir: Path, *, allow_external: bool = False, state_file: Path | None = None) -> VerifyReport:
-    """Every problem of the tree at out_dir, sorted by path. `state_file`: the build state (default
-    beside the tree), asked whether a server's refresh of -/all is still pending."""
+def verify_tree(out_dir: Path, *, allow_external: bool = False, settings: Settings | None = None) -> VerifyReport:
+    """Every problem of the tree at out_dir, sorted by path. `settings`: where the build's state is
+    (default: beside the tree), asked whether a server's refresh of -/all is still pending."""
     report = VerifyReport()
     if not out_dir.is_dir():
         report.problems.append(TreeProblem(str(out_dir), "tree-missing", "no such folder"))
@@ -104,9 +104,9 @@ def verify_tree(out_dir: Path, *, allow_external: bool = False, state_file: Path
     report.packages = len(names)
     # Open entries (version-less on purpose) have no page and are not listed in the indexes.
     listed = [name for name in names if not is_open_entry_document(out_dir, name)]
-    state_file = state_file or Settings(out_dir=out_dir).state_file
+    state = open_state(settings or Settings(out_dir=out_dir))
     for problem in check_indexes(out_dir, listed):
-        if problem.rule == "index-mismatch" and whole_documents_stale(state_file):
+        if problem.rule == "index-mismatch" and state.whole_documents_stale():
             pending = f"{problem.message}; a write left it to its server's refresh (index_refresh_seconds)"
             report.notes.append(TreeProblem(problem.path, "index-refresh-pending", pending + "; `registry-gen build` rewrites it now"))
         else:
