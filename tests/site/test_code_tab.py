@@ -61,9 +61,8 @@ def code_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     """express, a package of every kind of file and a 50 MB one, built and served: (url, content)."""
     root = tmp_path_factory.mktemp("code-tab")
     content, out = root / "content", root / "public"
-    content.mkdir()
+    (content / "express").mkdir(parents=True)
     out.mkdir()
-    (content / "express").mkdir()
     shutil.copyfile(real_tarball(EXPRESS), content / "express" / EXPRESS.filename)
     make_tarball(
         content / "kinds",
