@@ -31,7 +31,7 @@ MEMORY_GOAL_MB = 150.0
 PARTS = (
     ("reading archives (inflate + tar headers + manifest)", ("inspect_archive",)),
     ("README Markdown (cmark-gfm + nh3)", ("render_readme",)),
-    ("package/version/file HTML pages (jinja, README included)", ("render_package_site", "package_page")),
+    ("package and version HTML pages (jinja, README included)", ("render_package_site", "package_page")),
     ("front page, name-range pages and search shards", ("front_page", "browse_page", "search_shard")),
     ("package documents (JSON + gzip)", ("_write_documents",)),
     ("tarball copies", ("_write_tarballs",)),

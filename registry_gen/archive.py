@@ -628,7 +628,7 @@ def _pick_readme(members: dict[str, _Member], root: str, limits: Limits) -> tupl
 
 
 def file_list(sizes: dict[str, int], root: str) -> tuple[tuple[str, int], ...]:
-    """(path below the package root, size) of every file, by path: what a version's file page lists."""
+    """(path below the package root, size) of every file, by path (where the site looks for bundled types)."""
     return tuple(sorted((path[len(root):], size) for path, size in sizes.items() if path.startswith(root)))
 
 

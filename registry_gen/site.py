@@ -39,7 +39,10 @@ NOT_FOUND_PAGE = f"{WEB_ROOT}/404.html"
 STATIC_FOLDER = "static"
 PAGE_SIZE = 100
 RECENT_COUNT = 8
-FILE_LIST_LIMIT = 5000  # rows on a version's file page; the rest is counted, not listed
+# What the Code tab (static/code.js) reads in the browser: a tarball up to `tarball` bytes, inflated
+# up to `unpacked` bytes, listing up to `entries` files, showing a text file up to `shown` bytes.
+# Past them it says so and offers the download: the browser's memory and time stay bounded.
+CODE_TAB_LIMITS = {"tarball": 20 * 1024 * 1024, "unpacked": 256 * 1024 * 1024, "entries": 20_000, "shown": 1024 * 1024}
 
 
 def _default_template_dir() -> Path:
@@ -405,10 +408,6 @@ def version_page_path(name: str, version: str) -> str:
     return f"{version_folder(name, version)}/index.html"
 
 
-def files_page_path(name: str, version: str) -> str:
-    return f"{version_folder(name, version)}/files/index.html"
-
-
 def version_href(root: str, name: str, version: str) -> str:
     return f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/index.html"
 
@@ -497,6 +496,12 @@ def _versions(packument: Mapping[str, Any], root: str, tree_root: str, tarball_s
     return rows
 
 
+def code_tab(version: str, tarball_href: str, tarball_size: int | None) -> dict[str, Any]:
+    """What the Code tab of a page needs: which tarball it reads (relative, so from this tree), its
+    size when known (a tarball past the cap is refused without a request) and the caps."""
+    return {"version": version, "tarball_href": tarball_href, "tarball_size": tarball_size, "limits": CODE_TAB_LIMITS}
+
+
 def install_commands(name: str, base_url: str) -> list[tuple[str, str]]:
     return [
         ("npm", f"npm install {name} --registry={base_url}"),
@@ -573,9 +578,7 @@ def package_context(
         "bin": bin_commands(latest),
         "engines": engines(latest),
         "types": types_badge(latest, latest_files, root, registry_names) if latest else None,
-        "files_href": f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(latest_version, safe='')}/files/index.html"
-        if latest_row
-        else None,
+        "code": code_tab(latest_version, latest_row["tarball_href"], latest_row["tarball_size"]) if latest_row else None,
         "keywords": [(k, f"{root}index.html?q={quote(k, safe='')}") for k in keywords],
         "license": license_text(packument.get("license")),
         "homepage": http_url(packument.get("homepage")),
@@ -600,14 +603,14 @@ def version_context(
     tarball_size: int | None,
     page_path: str,
 ) -> dict[str, Any]:
-    """What version.html and files.html need for one version (its own README, manifest, files)."""
+    """What version.html needs for one version (its own README, manifest, files)."""
     name = packument["name"]
     registry_names = settings.packages.public_only(registry_names)
     root = relative_root(page_path)
     manifest = packument["versions"][version]
     dist = manifest.get("dist", {})
     files = list(extras.files) if extras.files is not None else None
-    folder = f"{root}package/{quote(package_dir(name), safe='/@')}/v/{quote(version, safe='')}/"
+    tarball_href = root + "../../" + quote(tarball_path(name, version), safe="/@")
     return {
         **_common_context(packument, settings, root),
         "version": version,
@@ -627,12 +630,8 @@ def version_context(
         "tarball_size": tarball_size,
         "integrity": dist.get("integrity", ""),
         "shasum": dist.get("shasum", ""),
-        "tarball_href": root + "../../" + quote(tarball_path(name, version), safe="/@"),
-        "files": files[:FILE_LIST_LIMIT] if files is not None else None,
-        "files_total": len(files) if files is not None else 0,
-        "files_size": sum(size for _, size in files) if files is not None else 0,
-        "version_href": folder + "index.html",
-        "files_href": folder + "files/index.html",
+        "tarball_href": tarball_href,
+        "code": code_tab(version, tarball_href, tarball_size),
     }
 
 
@@ -677,15 +676,10 @@ def version_pages(
     registry_names: Container[str],
     tarball_size: int | None,
 ) -> dict[str, bytes]:
-    """One version's page and its file list page."""
-    name = packument["name"]
-    pages = {}
-    for path, template in ((version_page_path(name, version), "version.html"), (files_page_path(name, version), "files.html")):
-        context = version_context(
-            packument, version, settings, extras, registry_names=registry_names, tarball_size=tarball_size, page_path=path
-        )
-        pages[path] = _render(settings, template, **context)
-    return pages
+    """One version's page (its files are the page's Code tab, read from the tarball in the browser)."""
+    path = version_page_path(packument["name"], version)
+    context = version_context(packument, version, settings, extras, registry_names=registry_names, tarball_size=tarball_size, page_path=path)
+    return {path: _render(settings, "version.html", **context)}
 
 
 def package_page(
@@ -730,7 +724,7 @@ def render_package_site(
         key = version_page_key(packument, version, settings, registry_names, sizes.get(version))
         result.keys[version] = key
         if previous.get(version) == key:
-            result.kept.extend([version_page_path(name, version), files_page_path(name, version)])
+            result.kept.append(version_page_path(name, version))
             continue
         found = latest_extras if version == latest_version else load(version)
         result.pages.update(

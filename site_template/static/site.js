@@ -75,7 +75,10 @@
     // A version page (package/<name>/v/<version>/[files/]) of a version that is not here.
     var version = /\/-\/web\/package\/(.+)\/v\/([^/]+)(?:\/files)?\/?(?:index\.html)?$/.exec(path);
     var match = /\/-\/web\/package\/(.+?)\/?(?:index\.html)?$/.exec(path);
-    if (version) {
+    if (version && /\/files\/?(?:index\.html)?$/.test(location.pathname)) {
+      // A version's file list was a page of its own; it is now the Code tab of the version's page.
+      location.replace(location.pathname.replace(/\/files\/?(?:index\.html)?$/, "/index.html") + "#code");
+    } else if (version) {
       detail.textContent = "There is no version " + version[2] + " of " + version[1] + " in this registry. ";
       link.href = webRoot + "package/" + version[1] + "/index.html";
       link.textContent = "See the versions it has";

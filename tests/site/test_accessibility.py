@@ -92,6 +92,15 @@ def settled(page: Page) -> None:
     page.wait_for_load_state("networkidle")
 
 
+def open_in_code_tab(path: str) -> Callable[[Page], None]:
+    """Waits for the Code tab's file list, then opens `path` in it."""
+    def act(page: Page) -> None:
+        page.locator(f'#code-files .code-open[title="{path}"]').click()
+        expect(page.locator("#code-text")).to_be_visible()
+
+    return act
+
+
 @dataclasses.dataclass(frozen=True)
 class PageType:
     path: str  # below -/web/
@@ -106,7 +115,7 @@ PAGES = {
     "package, long README": PageType("package/express/index.html", "#readme h2"),
     "package, tags and deprecation": PageType("package/@acme/widget.kit_core-x/index.html", "table.versions"),
     "version": PageType("package/@acme/widget.kit_core-x/v/1.0.0/index.html", "#deprecation"),
-    "files": PageType("package/long-readme-pkg/v/3.2.1/files/index.html", "table.files"),
+    "Code tab": PageType(f"package/express/v/{EXPRESS.version}/index.html#code", "#code-text", open_in_code_tab("index.js")),
     "browse, ranges": PageType("browse/fi/l/l/e/r/-/index.html", ".subranges"),
     "browse, list": PageType("browse/fi/l/l/e/r/-/1/index.html", "#package-list"),
     "browse, a deprecated package": PageType("browse/ol/index.html", "#package-list .badge-warn"),

@@ -122,13 +122,10 @@ def test_every_relative_link_of_every_page_lands_on_a_file(settings: Settings) -
         "-/web/browse/sc/index.html",
         "-/web/package/plain/index.html",
         "-/web/package/@scope/my.pkg_name-x/index.html",
-        # a page per version, and its file list
+        # a page per version (its files are its Code tab, read from the tarball in the browser)
         "-/web/package/plain/v/1.0.0/index.html",
-        "-/web/package/plain/v/1.0.0/files/index.html",
         "-/web/package/@scope/my.pkg_name-x/v/2.0.0/index.html",
-        "-/web/package/@scope/my.pkg_name-x/v/2.0.0/files/index.html",
         "-/web/package/@scope/my.pkg_name-x/v/2.1.0-beta.1/index.html",
-        "-/web/package/@scope/my.pkg_name-x/v/2.1.0-beta.1/files/index.html",
     }
     checked = 0
     for page in pages:
@@ -652,7 +649,6 @@ def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: 
         "-/web/index.html",
         "-/web/package/bbb/index.html",
         "-/web/package/bbb/v/1.0.0/index.html",  # no longer tagged latest
-        "-/web/package/bbb/v/1.1.0/files/index.html",
         "-/web/package/bbb/v/1.1.0/index.html",
         "-/web/search/bb.json",
         "-/web/search/bb.json.gz",
@@ -765,7 +761,7 @@ def test_repository_urls(value: object, expected: str | None) -> None:
     assert site.repository_url(value) == expected
 
 
-def test_each_version_has_its_own_page_with_its_readme_deps_bin_engines_and_files(settings: Settings) -> None:
+def test_each_version_has_its_own_page_with_its_readme_deps_bin_engines_and_code_tab(settings: Settings) -> None:
     content = settings.content_dir
     make_tarball(
         content,
@@ -804,17 +800,17 @@ def test_each_version_has_its_own_page_with_its_readme_deps_bin_engines_and_file
     assert "Tool two" in new and 'id="not-latest"' not in new and '<span class="badge">latest</span>' in new
     assert "<code>tool-run</code>" in new and "<code>tr</code>" in new and "node <code>&gt;=18</code>" in new
     assert 'id="types-badge" title="Bundled TypeScript declarations">TS</span>' in new  # index.d.ts in the tarball
-    # The file list of each version, from its archive, with sizes.
-    files = web(settings, "package/tool/v/1.0.0/files/index.html").read_text()
-    rows = re.findall(r'<tr><td class="path">(.*?)</td><td class="size" data-bytes="(\d+)">', files)
-    paths = [(re.sub(r"<[^>]+>", "", cell), int(size)) for cell, size in rows]
-    assert [p for p, _ in paths] == ["README.md", "cli.js", "lib/a.js", "package.json"]
-    assert dict(paths)["cli.js"] == 1234 and dict(paths)["lib/a.js"] == 1
-    assert "4 files" in files
-    # The package page links to its versions, its files, and shows the latest one's commands.
+    # No page lists a version's files: each page's Code tab reads them from the tarball it names
+    # (relative, so from this tree), of the size it says; the package page's, from the latest.
+    assert not list(settings.out_dir.rglob("files"))
+    for page, version in ((old, "1.0.0"), (page_of(settings, "tool"), "2.0.0")):
+        panel = re.search(r'<section class="panel code" id="code"[^>]*data-tarball="([^"]+)" data-tarball-bytes="(\d+)"', page.read_text())
+        assert panel is not None, page
+        tarball = resolve(page, panel[1], settings.out_dir)
+        assert tarball == settings.out_dir / f"tool/-/tool-{version}.tgz" and tarball.stat().st_size == int(panel[2])
     main = page_of(settings, "tool").read_text()
     assert 'href="../../package/tool/v/1.0.0/index.html">1.0.0</a>' in main
-    assert 'id="browse-files" href="../../package/tool/v/2.0.0/files/index.html"' in main
+    assert 'id="browse-files" href="#code">' in main
     assert "<code>tool-run</code>" in main and 'id="types-badge"' in main
 
 
