@@ -201,6 +201,7 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
         commands_import,
         commands_init,
         commands_keys,
+        commands_stats,
         commands_verify,
         commands_watch,
     )
@@ -208,7 +209,7 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
 
     for module in (
         commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory,
-        commands_audit,
+        commands_audit, commands_stats,
     ):  # fmt: skip
         module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):
