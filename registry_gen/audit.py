@@ -3,7 +3,8 @@
 A journal entry names the account (`actor`, `actor_id`) and, since ledger step 3, where the write
 came from (`Who`): for an HTTP write the token's key (its public id, never the secret; absent for
 a password login), the client address and the user agent; for a CLI write the command and the OS
-user. Entries are only ever appended: no route or command changes or removes one.
+user. Entries are only ever appended: no route or command changes one, and only retention
+(`audit_keep_days`, applied by `registry-gen audit-prune`) removes the oldest.
 
 Reading is pure but for the journal it is handed: `select` pages through `Journal.since` and keeps
 the entries a filter (`AuditFilter`) admits; `entry_json` and `entry_line` are the two formats.
@@ -17,7 +18,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Final, Protocol
 
 from registry_gen.errors import ConfigError
@@ -161,3 +162,10 @@ def _compact(value: Any) -> str:
     if isinstance(value, (Mapping, list)):
         return json.dumps(value, separators=(",", ":"), sort_keys=True)
     return str(value)
+
+
+def prune_before(keep_days: int, today: date) -> str:
+    """Retention (`audit_keep_days`): entries made before this time go (UTC midnight, `keep_days`
+    days before `today`)."""
+    cutoff = datetime.combine(today - timedelta(days=keep_days), datetime.min.time(), tzinfo=timezone.utc)
+    return cutoff.strftime("%Y-%m-%dT%H:%M:%S.000Z")

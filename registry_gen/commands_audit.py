@@ -45,3 +45,24 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         with open_state(settings).journal() as journal:
             for entry in select(journal, wanted):
                 typer.echo(json.dumps(entry_json(entry), separators=(",", ":")) if output is AuditFormat.jsonl else entry_line(entry))
+
+    @app.command("audit-prune")
+    def audit_prune(config: ConfigOption = None) -> None:
+        """Drop the audit log's entries older than audit_keep_days (registry.yaml); without it, nothing goes."""
+        from datetime import datetime, timezone
+
+        from registry_gen.audit import prune_before
+        from registry_gen.state import open_state
+        from registry_gen.state.sqlite_ledger import LEDGER_DATABASE
+
+        settings = settings_from_options(config)
+        if settings.audit_keep_days is None:
+            typer.echo("audit_keep_days is not set in registry.yaml: the audit log keeps every entry; nothing removed")
+            return
+        if not (settings.state_folder / LEDGER_DATABASE).is_file():
+            typer.echo("no audit log yet: nothing removed")
+            return
+        before = prune_before(settings.audit_keep_days, datetime.now(timezone.utc).date())
+        with open_state(settings).journal() as journal:
+            removed = journal.prune(before)
+        typer.echo(f"removed {removed} audit entries made before {before} (audit_keep_days: {settings.audit_keep_days})")

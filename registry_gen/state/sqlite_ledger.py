@@ -197,6 +197,18 @@ class SqliteLedger:
         return [JournalEntry(s, t, a, i, k, p, tuple(json.loads(v)), json.loads(d), json.loads(w)) for s, t, a, i, k, p, v, d, w in rows]
 
 
+    def prune(self, before: str) -> int:
+        """The audit log's retention (registry_gen.audit): the entries made before `before` (an
+        ISO 8601 UTC time), and the finished writes they came from, go. A pending write stays
+        (the recovery still needs it). The only statement that removes journal rows."""
+        with self._atomically():
+            removed = self.db.execute("DELETE FROM journal WHERE time < ?", (before,)).rowcount
+            self.db.execute(
+                "DELETE FROM writes WHERE status <> 'pending' AND started < ? AND id NOT IN (SELECT write_id FROM journal)", (before,)
+            )
+        return int(removed)
+
+
 def _open(path: Path) -> sqlite3.Connection:
     """Opens the ledger, creating or migrating it. Never recreated: an unreadable ledger stops the
     build (a person must restore it from the backup), where the cache would just be dropped."""
