@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from registry_gen.build import build_lock
 from registry_gen.downloads import MAX_LINE, Fold, Tarball, fold_lines, package_downloads
 from registry_gen.state.sqlite_downloads import DownloadCounts
-from registry_gen.errors import ConfigError
+from registry_gen.errors import ConfigError, unreadable_file
 from registry_gen.settings import Settings
 from registry_gen.site import DOWNLOADS_FILE, package_folder
 from registry_gen.writer import write_if_changed
@@ -78,12 +78,8 @@ def open_log(path: Path) -> BinaryIO:
     """The log's text as bytes: gzip-compressed logs (a rotation's `access.log.2.gz`) decompressed."""
     try:
         raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such access log") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not an access log") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        raise unreadable_file(path, exc, "an access log", "no such access log") from None
     if raw.read(2) == GZIP_MAGIC:
         raw.seek(0)
         return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]

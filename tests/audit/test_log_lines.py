@@ -5,10 +5,12 @@ audit's `--since` and user-agent rules. The real nginx log is tests/audit/test_d
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from registry_gen.audit import Who, command_words, parse_since
+from registry_gen.cli import main as registry_gen
 from registry_gen.downloads import Tarball, fold_lines, package_downloads, tarball_of
 from registry_gen.errors import ConfigError
 
@@ -87,3 +89,12 @@ def test_who_keeps_a_short_printable_user_agent_and_the_command_without_its_argu
     assert who.user_agent is not None and len(who.user_agent) == 256 and "\x1b" not in who.user_agent
     assert command_words(["/usr/bin/registry-gen", "import", "registry", "secret-pkg", "--from", "http://x"]) == "registry-gen import registry"
     assert command_words(["registry-gen", "user", "remove", "Alice"]) == "registry-gen user remove"
+
+
+def test_a_log_that_cannot_be_read_is_one_error_line_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "registry.yaml").write_text("content_dir: content\nout_dir: public\n")
+    config = str(tmp_path / "registry.yaml")
+    assert registry_gen(["stats", str(tmp_path / "missing.log"), "--config", config]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'missing.log'}: no such access log\n"
+    assert registry_gen(["stats", str(tmp_path), "--config", config]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path}: is a folder, not an access log\n"
