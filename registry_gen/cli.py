@@ -196,16 +196,21 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
     # Here, not at the top: `build` and `check` (returned above) need none of them.
     from registry_gen import (
         commands_advisory,
+        commands_audit,
         commands_host_config,
         commands_import,
         commands_init,
         commands_keys,
+        commands_stats,
         commands_verify,
         commands_watch,
     )
     from registry_gen.plugins import entry_points
 
-    for module in (commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory):
+    for module in (
+        commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory,
+        commands_audit, commands_stats,
+    ):  # fmt: skip
         module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):
         try:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from registry_gen.errors import ConfigError, RegistryError
+from registry_gen.errors import RegistryError, unreadable_file
 from registry_gen.settings import Settings
 
 ConfigOption = Annotated[
@@ -20,12 +20,8 @@ def read_advisory_file(file: Path) -> bytes:
     """The file's bytes, or one line naming it and what is wrong (never a bare `[Errno 2]`)."""
     try:
         return file.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: not found (give the path of an OSV or GitHub advisory JSON file)") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{file}: is a folder, not an advisory JSON file") from None
     except OSError as exc:
-        raise ConfigError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+        raise unreadable_file(file, exc, "an advisory JSON file", "not found (give the path of an OSV or GitHub advisory JSON file)") from None
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:

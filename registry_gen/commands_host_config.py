@@ -93,6 +93,9 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         ] = False,
         user: Annotated[str | None, typer.Option("--user", help="With --standalone under root: the workers' user.")] = None,
         workers: Annotated[str, typer.Option("--workers", help="With --standalone: worker_processes.")] = "auto",
+        access_log: Annotated[
+            bool, typer.Option("--access-log", help="With --standalone: log requests to access.log in the runtime folder (combined format, what `registry-gen stats` counts).")
+        ] = False,
         document_max_age: MaxAgeOption = 0,
         read_cache_seconds: Annotated[
             int, typer.Option("--read-cache-seconds", min=0, help="With read rules: seconds nginx reuses a read decision.")
@@ -126,7 +129,9 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
-                text = nginx_config(settings.out_dir, listen_value, api_upstream, worker_processes=workers, user=user, **common)
+                text = nginx_config(
+                    settings.out_dir, listen_value, api_upstream, worker_processes=workers, user=user, access_log=access_log, **common
+                )
             else:
                 text = nginx_site(settings.out_dir, listen_value, api_upstream, **common)
         except ValueError as exc:

@@ -104,3 +104,13 @@ class StateUnavailable(RegistryError):
 class RevisionConflict(RegistryError):
     """A whole-document write named a `_rev` that is no longer the document's: somebody changed
     the package since the client read it (CouchDB's 409)."""
+
+
+def unreadable_file(path: object, exc: OSError, what: str, missing: str = "not found") -> ConfigError:
+    """A file an operator named that cannot be opened, as one line naming it (never a bare
+    `[Errno 2]`): `what` is what it should be ("an access log"), `missing` what to say when absent."""
+    if isinstance(exc, FileNotFoundError):
+        return ConfigError(f"{path}: {missing}")
+    if isinstance(exc, IsADirectoryError):
+        return ConfigError(f"{path}: is a folder, not {what}")
+    return ConfigError(f"{path}: cannot be read ({exc.strerror or exc})")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from registry_gen.audit import Who
 from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
 from registry_gen.state import JournalEvent, open_state
 from registry_gen.state.ledger import content_digest
@@ -71,7 +72,7 @@ def claim_package(
 def _journalled(settings: Settings, files: dict[str, str | None], events: list[JournalEvent], actor: str) -> int:
     """The write journalled pending before content/ changes (registry_gen.state.ledger)."""
     with open_state(settings).journal() as journal:
-        return journal.begin_write(files, events, actor, None, now_iso())
+        return journal.begin_write(files, events, actor, None, now_iso(), Who.this_process().to_json())
 
 
 def _finish(settings: Settings, write_id: int) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry_gen.archive import Digests, read_archive_bytes
+from registry_gen.audit import Who
 from registry_gen.errors import Forbidden, InvalidVersion, NotFound, RegistryError, RevisionConflict, VersionConflict
 from registry_gen.manifest import manifest_problems, validate_manifest
 from registry_gen.meta import PackageMeta
@@ -64,6 +65,9 @@ class Actor:
     # The account's immutable id (every HTTP write passes it). Without one an actor holds no
     # maintainer rights at all: names alone never grant anything.
     account_id: str | None = None
+    # Where the write came from, for the audit log (token key, address, user agent); None: this
+    # process itself (a CLI command), registry_gen.audit.Who.this_process.
+    origin: Who | None = None
 
     def person(self) -> dict[str, str]:
         entry = {"name": self.name, "email": self.email} if self.email else {"name": self.name}

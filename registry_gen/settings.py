@@ -99,6 +99,7 @@ class Settings:
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
+    audit_keep_days: int | None = None  # the audit log's retention (`registry-gen audit-prune`); None: kept for good
     # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
     # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
     storage: str | None = None
@@ -121,6 +122,8 @@ class Settings:
         refresh = self.index_refresh_seconds
         if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not 0 <= refresh <= 3600:
             raise ConfigError(f"index_refresh_seconds must be a number of seconds from 0 to 3600; got {refresh!r}")
+        if self.audit_keep_days is not None and (isinstance(self.audit_keep_days, bool) or not 1 <= self.audit_keep_days <= 36500):
+            raise ConfigError(f"audit_keep_days must be a number of days from 1 to 36500, or null (keep every entry), got {self.audit_keep_days!r}")
         for key in ("connection_limit", "idle_timeout"):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -197,7 +200,7 @@ def loopback_address(url: str) -> tuple[str, int] | None:
 
 
 _PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
-_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir", "storage", "storage_endpoint_url"}
+_NULLABLE_KEYS = {"audit_keep_days", "template_dir", "database_url", "check_ignore", "signing_key", "state_dir", "storage", "storage_endpoint_url"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "content_dir": (str, "a path (string)"),
@@ -220,6 +223,7 @@ _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "connection_limit": (int, "an integer"),
     "idle_timeout": (int, "an integer"),
     "index_refresh_seconds": ((int, float), "a number of seconds"),
+    "audit_keep_days": (int, "a number of days, or null"),
     # the content store
     "storage": (str, "a string such as s3://BUCKET/PREFIX"),
     "storage_endpoint_url": (str, "a URL (string)"),

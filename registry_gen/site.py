@@ -259,6 +259,9 @@ def browse_folder(prefix: str) -> str:
     return f"{BROWSE_ROOT}/{prefix[:2]}" + "".join(f"/{c}" for c in prefix[2:])
 
 
+DOWNLOADS_FILE = "downloads.json"  # beside a package's page: its download counts (registry-gen stats)
+
+
 def package_folder(name: str) -> str:
     return f"{WEB_ROOT}/package/{package_dir(name)}"
 

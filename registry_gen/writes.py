@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from registry_gen import publish
+from registry_gen.audit import Who
 from registry_gen.build import BuildResult, build_locked
 from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
 from registry_gen.failpoints import failpoint
@@ -84,6 +85,12 @@ class BatchJournal:
     events: list[JournalEvent]
     files: dict[str, str | None]
     actor: str
+    who: Who = field(default_factory=Who.this_process)
+
+
+def origin_of(actor: Actor | None) -> Who:
+    """The audit log's "who" of a write: the web edge's record, else this process (a CLI write)."""
+    return actor.origin if actor is not None and actor.origin is not None else Who.this_process()
 
 
 def revision_after(state: PackageState, change: Change) -> str | None:
@@ -177,7 +184,9 @@ class WriteService:
             if journal is None:
                 return write(self.storage)
             entries = self._opened_journal()
-            write_id = entries.begin_write(journal.files, journal.events, journal.actor, None, publish.now_iso())
+            write_id = entries.begin_write(
+                journal.files, journal.events, journal.actor, None, publish.now_iso(), journal.who.to_json()
+            )
             try:
                 written = write(self.storage)
             except BaseException:
@@ -216,7 +225,7 @@ class WriteService:
         journal = self._opened_journal()
         write_id = journal.begin_write(
             self._files_after(current, change, removing), events, actor.name if actor else "registry-gen",
-            actor.account_id if actor else None, publish.now_iso(),
+            actor.account_id if actor else None, publish.now_iso(), origin_of(actor).to_json(),
         )  # fmt: skip
         failpoint("after-intent")
         try:

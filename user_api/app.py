@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode
 
 import bottle
 
+from registry_gen import audit
 from registry_gen.advisories import InvalidAdvisory, add_advisory
 from registry_gen.errors import InvalidName, NotFound
 from registry_gen.settings import Settings
@@ -61,12 +62,14 @@ from user_api.negotiation import (
 )
 from user_api.openapi import build_openapi
 from user_api.params import (
+    AUDITING,
     LIST_MAX_PAGE,
     PAGING,
     SEARCH_MAX_PAGE,
     SEARCH_TOTAL_CAP,
     SEARCHING,
     Paging,
+    parse_audit_query,
     parse_keyword,
     parse_paging,
     parse_query,
@@ -86,6 +89,7 @@ TOKENS_PATH: Final = "/-/user-api/tokens"
 OPENAPI_PATH: Final = "/-/user-api/openapi.json"
 OWNERS_PATH: Final = "/-/user-api/owners"  # admin: bind a maintainer name to an account
 ADVISORIES_PATH: Final = "/-/user-api/advisories"  # admin: record an advisory for npm audit
+AUDIT_PATH: Final = "/-/user-api/audit"  # admin: read the audit log (registry_gen.audit); nothing changes it
 COMMON_HEADERS: Final = {
     "Vary": "Accept",
     "Cache-Control": "no-store",  # responses depend on the caller and may carry private fields
@@ -502,6 +506,20 @@ def record_advisory(context: RequestContext) -> Reply:
     return Reply(201, json={"advisories": added}, xml_root="advisories", item_names={"advisories": "advisory"})
 
 
+def read_audit_log(context: RequestContext) -> Reply:
+    """An administrator reads the audit log, oldest first, a page at a time (`next` is the
+    `since` of the next page). Read-only tokens may read it; no route changes an entry."""
+    if context.caller is None or not context.caller.is_admin:
+        raise PermissionDenied("Only administrators may read the audit log.")
+    if context.media.format != JSON:
+        raise NotAcceptable("The audit log is available as application/json only.")
+    wanted, limit = parse_audit_query(context.query)
+    from registry_gen.state import open_state  # the state's modules load with the first read of it
+
+    with open_state(context.services.settings).journal() as journal:
+        return Reply(200, json=audit.page(journal, wanted, limit))
+
+
 def openapi(context: RequestContext) -> Reply:
     if context.media.format != JSON:
         raise NotAcceptable("The OpenAPI document is available as application/json only.")
@@ -538,4 +556,5 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route(OPENAPI_PATH, "GET", openapi, params=(), auth="none")
     app.route(OWNERS_PATH, "POST", claim_owner, params=())
     app.route(ADVISORIES_PATH, "POST", record_advisory, params=())
+    app.route(AUDIT_PATH, "GET", read_audit_log, params=AUDITING)
     return app

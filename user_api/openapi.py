@@ -19,7 +19,9 @@ from user_api.models import (
     USERNAME_PATTERN,
 )
 from user_api.negotiation import MERGE_PATCH_JSON
-from user_api.params import DEFAULT_SIZE, KEYWORD_MAX, LIST_MAX_PAGE, MAX_SIZE, SEARCH_MAX_PAGE, SEARCH_TOTAL_CAP
+from user_api.params import (
+    AUDIT_MAX_LIMIT, AUDIT_NAME_MAX, DEFAULT_SIZE, KEYWORD_MAX, LIST_MAX_PAGE, MAX_SIZE, SEARCH_MAX_PAGE, SEARCH_TOTAL_CAP,
+)  # fmt: skip
 from user_api.problems import PROBLEM_TYPES_BY_ERROR, TYPE_PREFIX
 
 # Not blank, no control characters (the rules of params.parse_keyword).
@@ -335,6 +337,39 @@ def _admin_schemas(username: dict[str, Any]) -> dict[str, Any]:
             "xml": {"name": "claim"},
         },
         **_advisory_schemas(package),
+        **_audit_schemas(),
+    }
+
+
+def _audit_schemas() -> dict[str, Any]:
+    names = {"type": "object", "additionalProperties": {"type": "string"}}
+    entry = {
+        "type": "object",
+        "required": ["seq", "time", "actor", "actor_id", "who", "event", "package", "versions", "detail"],
+        "additionalProperties": False,
+        "properties": {
+            "seq": {"type": "integer", "minimum": 1, "description": "The entry's number: entries are listed in this order"},
+            "time": {"type": "string", "description": "When the write was made (ISO 8601, UTC)"},
+            "actor": {"type": "string", "description": "The account's name, or the command of a CLI write"},
+            "actor_id": {"type": ["string", "null"], "description": "The account's immutable id"},
+            "who": {**names, "description": "Where the write came from: token_key (the token's key, never the token), "
+                    "address and user_agent of an HTTP write; command and os_user of a CLI write"},
+            "event": {"type": "string", "description": "What happened, as npm's hooks name it (package:publish...)"},
+            "package": {"type": "string"},
+            "versions": {"type": "array", "items": {"type": "string"}},
+            "detail": {"type": "object", "description": "Tags, owners, messages: before and after where it matters"},
+        },
+    }
+    return {
+        "AuditPage": {
+            "type": "object",
+            "required": ["entries", "next"],
+            "additionalProperties": False,
+            "properties": {
+                "entries": {"type": "array", "items": entry},
+                "next": {"type": ["string", "null"], "description": "The `since` of the next page; null at the journal's end"},
+            },
+        },
     }
 
 
@@ -392,7 +427,28 @@ def _advisory_schemas(package: dict[str, Any]) -> dict[str, Any]:
 
 
 def _admin_paths() -> dict[str, Any]:
+    def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
+
+    audit_parameters = [
+        query("since", "Entries after this sequence number (the `next` of the page before)",
+              {"type": "integer", "minimum": 0, "maximum": 999_999_999}),
+        query("from", "Entries of this day (UTC) on", {"type": "string", "format": "date", "maxLength": 10}),
+        query("limit", "Entries per page", {"type": "integer", "minimum": 1, "maximum": AUDIT_MAX_LIMIT, "default": 100}),
+        query("package", "Only the writes to this package", {"type": "string", "maxLength": AUDIT_NAME_MAX}),
+        query("actor", "Only the writes of this user", {"type": "string", "maxLength": AUDIT_NAME_MAX}),
+    ]
     return {
+        "/-/user-api/audit": {
+            "get": {
+                "operationId": "readAuditLog",
+                "summary": "Read the audit log: every accepted write with who made it, oldest first, a page at a time "
+                "(admins only; `registry-gen audit-log`). Append-only: no route changes or removes an entry.",
+                "parameters": audit_parameters,
+                "responses": _responses({"200": {"description": "A page of entries", "content": {
+                    "application/json": {"schema": _ref("AuditPage")}}}}, (401, 403)),
+            },
+        },
         "/-/user-api/owners": {
             "post": {
                 "operationId": "claimOwner",

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import parse_qsl
 
+from registry_gen.audit import AuditFilter, parse_since
+from registry_gen.errors import RegistryError
+
 from user_api.errors import (
     BadRequest,
     FieldError,
@@ -34,7 +37,12 @@ KEYWORD_MAX: Final = 100
 PAGING: Final = frozenset({"page", "size"})
 SEARCHING: Final = PAGING | {"keyword", "keywork"}
 
+AUDITING: Final = frozenset({"since", "from", "limit", "package", "actor"})
+AUDIT_NAME_MAX: Final = 214  # npm's longest package name; account names are shorter
+AUDIT_DEFAULT_LIMIT: Final = 100
+AUDIT_MAX_LIMIT: Final = 500
 _DIGITS: Final = re.compile(r"^[0-9]{1,9}$")
+_DATE: Final = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -127,3 +135,22 @@ def parse_keyword(values: dict[str, str]) -> str:
     if not raw.strip():
         raise BadRequest(errors=[FieldError("is required and must not be blank", parameter="keyword")])
     return raw.strip()
+
+
+def parse_audit_query(values: dict[str, str]) -> tuple[AuditFilter, int]:
+    """The audit route's filter (`since`: the sequence number the last page ended at; `from`: a
+    date, entries of that day on; `package`, `actor`: exact names) and `limit` (1..500, default 100)."""
+    for name in ("package", "actor"):
+        if len(values.get(name, "")) > AUDIT_NAME_MAX:
+            raise BadRequest(errors=[FieldError(f"must be at most {AUDIT_NAME_MAX} characters", parameter=name)])
+    after_seq = _integer(values, "since", 0, 0, None)
+    from_time = None
+    if "from" in values:
+        try:
+            from_time = parse_since(values["from"])[1] if _DATE.match(values["from"]) else None
+        except RegistryError:
+            from_time = None
+        if from_time is None:
+            raise BadRequest(errors=[FieldError("must be a date (2025-01-31)", parameter="from")])
+    limit = _integer(values, "limit", AUDIT_DEFAULT_LIMIT, 1, AUDIT_MAX_LIMIT)
+    return AuditFilter(after_seq, from_time, values.get("package") or None, values.get("actor") or None), limit

@@ -13,6 +13,7 @@ from typing import Any, Final
 import bottle
 import jinja2
 
+from registry_gen.audit import Who
 from registry_gen.publish import Actor, maintainer_entry
 from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
@@ -114,7 +115,14 @@ def writer_actor() -> Actor:
     if found.token is not None and found.token.readonly:
         raise HttpError(403, "this token is read-only; create a read-write token with npm token create")
     # The account id, not the name, is what a maintainer entry binds (registry_gen.publish.grants).
-    return Actor(found.user.username, found.user.email, found.user.is_admin, account_id=found.user.id)
+    return Actor(found.user.username, found.user.email, found.user.is_admin, account_id=found.user.id, origin=request_origin(found))
+
+
+def request_origin(found: Caller) -> Who:
+    """The audit log's record of where a write came from: the token's key (never the token), the
+    client address (as user_api.web.client_address trusts it) and the user agent."""
+    env = environ()
+    return Who.http(found.token.key if found.token else None, web.client_address(env), env.get("HTTP_USER_AGENT"))
 
 
 def lookup_person(username: str) -> dict[str, str] | None:

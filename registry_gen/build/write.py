@@ -4,6 +4,7 @@ for big builds. What to write comes in a PackageJob; what was written goes back 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from registry_gen import site
 from registry_gen.build.context import ProgressCallback
 from registry_gen.build.read import converted_cache, load_cached, ordered_map, version_extras, worker_count
 from registry_gen.build.results import FileChanges
+from registry_gen.downloads import no_downloads
 from registry_gen.errors import RegistryError
 from registry_gen.hosting import tag_documents
 from registry_gen.keyring import load_signer
@@ -35,7 +37,7 @@ from registry_gen.state.records import ArchiveRecord, ListingPlace
 from registry_gen.state import Manifests, open_state
 from registry_gen.versions import choose_dist_tags
 from registry_gen.workers import worker_pool
-from registry_gen.writer import atomic_copy, gzip_bytes, remove_tree, write_if_changed
+from registry_gen.writer import atomic_copy, atomic_write_bytes, gzip_bytes, remove_tree, write_if_changed
 
 
 PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
@@ -155,7 +157,18 @@ def _write_site(
     for relative, data in rendered.pages.items():
         if write_if_changed(settings.out_dir / relative, data):
             result.written.append(relative)
+    _leave_downloads_file(settings, name)
     return [*rendered.pages, *rendered.kept], rendered.keys
+
+
+def _leave_downloads_file(settings: Settings, name: str) -> None:
+    """The page reads its download counts from a file beside it that `registry-gen stats` writes
+    (registry_gen.stats); until it does, one saying nothing is known, so the page's request never
+    fails. Not one of the package's files: the build never rewrites or removes it (the package's
+    folder goes with the package)."""
+    path = settings.out_dir / site.package_folder(name) / site.DOWNLOADS_FILE
+    if not path.exists():
+        atomic_write_bytes(path, json.dumps(no_downloads(name), separators=(",", ":")).encode("utf-8"))
 
 
 def listing_of(settings: Settings, summary: Mapping[str, Any]) -> ListingPlace:

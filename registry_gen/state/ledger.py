@@ -3,7 +3,7 @@
 The ledger holds what no build can redo from content/ (registry_gen.state, "two stores"). Beside
 the pins, first-seen times and keyring the build keeps there, it holds the change journal: every
 accepted write (a publish, an unpublish, a dist-tag, an owner change, an import...), each with a
-sequence number, a time, an actor and what changed, read by `Journal.since` (the webhooks, the
+sequence number, a time, an actor, where it came from (`who`) and what changed, read by `Journal.since` (the webhooks, the
 `/-/changes` feed and the audit log read it).
 
 A write is journalled before it is acknowledged, in two steps around its change to content/:
@@ -62,6 +62,9 @@ class JournalEntry:
     package: str
     versions: tuple[str, ...]
     detail: Mapping[str, Any]
+    # Where the write came from (registry_gen.audit.Who as JSON): token key, address, user agent of
+    # an HTTP write; command and OS user of a CLI one. {} for entries written before it was kept.
+    who: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +95,14 @@ class Journal(Protocol):
     """The change journal (in the ledger). `begin_write` and `finish_write` are called with the
     write lock held; `since` needs no lock."""
 
-    def begin_write(self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str) -> int: ...
+    def begin_write(
+        self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str,
+        who: Mapping[str, str] | None = None,
+    ) -> int: ...  # fmt: skip
     def finish_write(self, write_id: int, *, done: bool) -> None: ...
     def pending_writes(self) -> list[PendingWrite]: ...
     def since(self, seq: int, limit: int = 100) -> list[JournalEntry]: ...
+    def prune(self, before: str) -> int: ...  # retention: entries older than `before` (ISO time) go; how many
     def close(self) -> None: ...
     def __enter__(self) -> Journal: ...
     def __exit__(self, *exc: object) -> None: ...

@@ -62,6 +62,16 @@ STEPS: Final[tuple[tuple[int, str], ...]] = (
         );
         """,
     ),
+    (
+        3,
+        """
+        -- The audit log's "who" beside the actor (registry_gen.audit.Who, JSON): the token's key (its
+        -- public id, never the secret), the client address and user agent of an HTTP write, or the
+        -- command and OS user of a CLI one. Added columns only: rows before this step read as {}.
+        ALTER TABLE writes ADD COLUMN who TEXT NOT NULL DEFAULT '{}';
+        ALTER TABLE journal ADD COLUMN who TEXT NOT NULL DEFAULT '{}';
+        """,
+    ),
 )
 LATEST: Final = STEPS[-1][0]
 LEGACY_STATE: Final = "state.sqlite3"

@@ -134,12 +134,15 @@ class SqliteLedger:
 
     # -- the change journal (registry_gen.state.ledger)
 
-    def begin_write(self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str) -> int:
+    def begin_write(
+        self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str,
+        who: Mapping[str, str] | None = None,
+    ) -> int:  # fmt: skip
         """Keeps a write pending, durably, before content/ changes; returns its id."""
         body = json.dumps([[e.kind, e.package, list(e.versions), dict(e.detail)] for e in events], separators=(",", ":"))
         row = self.db.execute(  # one statement: committed on its own (FULL) when no transaction is open
-            "INSERT INTO writes (status, started, actor, actor_id, files, events) VALUES ('pending', ?, ?, ?, ?, ?) RETURNING id",
-            (time, actor, actor_id, json.dumps(dict(files), separators=(",", ":")), body),
+            "INSERT INTO writes (status, started, actor, actor_id, files, events, who) VALUES ('pending', ?, ?, ?, ?, ?, ?) RETURNING id",
+            (time, actor, actor_id, json.dumps(dict(files), separators=(",", ":")), body, json.dumps(dict(who or {}), separators=(",", ":"))),
         ).fetchone()
         return int(row[0])
 
@@ -169,13 +172,13 @@ class SqliteLedger:
 
     def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None:
         for write_id in done:
-            row = self.db.execute("SELECT started, actor, actor_id, events FROM writes WHERE id = ? AND status = 'pending'", (write_id,)).fetchone()
+            row = self.db.execute("SELECT started, actor, actor_id, events, who FROM writes WHERE id = ? AND status = 'pending'", (write_id,)).fetchone()
             if row is None:
                 continue
-            started, actor, actor_id, events = row
+            started, actor, actor_id, events, who = row
             self.db.executemany(
-                "INSERT INTO journal (write_id, time, actor, actor_id, kind, package, versions, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                ((write_id, started, actor, actor_id, kind, package, json.dumps(versions), json.dumps(detail, separators=(",", ":")))
+                "INSERT INTO journal (write_id, time, actor, actor_id, kind, package, versions, detail, who) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ((write_id, started, actor, actor_id, kind, package, json.dumps(versions), json.dumps(detail, separators=(",", ":")), who)
                  for kind, package, versions, detail in json.loads(events)),
             )  # fmt: skip
         outcomes = [("done", i) for i in done] + [("aborted", i) for i in aborted]
@@ -188,10 +191,22 @@ class SqliteLedger:
     def since(self, seq: int, limit: int = 100) -> list[JournalEntry]:
         """The journal's entries after `seq`, in order, at most `limit` of them."""
         rows = self.db.execute(
-            "SELECT seq, time, actor, actor_id, kind, package, versions, detail FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
+            "SELECT seq, time, actor, actor_id, kind, package, versions, detail, who FROM journal WHERE seq > ? ORDER BY seq LIMIT ?",
             (seq, limit),
         )
-        return [JournalEntry(s, t, a, i, k, p, tuple(json.loads(v)), json.loads(d)) for s, t, a, i, k, p, v, d in rows]
+        return [JournalEntry(s, t, a, i, k, p, tuple(json.loads(v)), json.loads(d), json.loads(w)) for s, t, a, i, k, p, v, d, w in rows]
+
+
+    def prune(self, before: str) -> int:
+        """The audit log's retention (registry_gen.audit): the entries made before `before` (an
+        ISO 8601 UTC time), and the finished writes they came from, go. A pending write stays
+        (the recovery still needs it). The only statement that removes journal rows."""
+        with self._atomically():
+            removed = self.db.execute("DELETE FROM journal WHERE time < ?", (before,)).rowcount
+            self.db.execute(
+                "DELETE FROM writes WHERE status <> 'pending' AND started < ? AND id NOT IN (SELECT write_id FROM journal)", (before,)
+            )
+        return int(removed)
 
 
 def _open(path: Path) -> sqlite3.Connection:

@@ -65,6 +65,28 @@
   var resized = null;
   window.addEventListener("resize", function () { clearTimeout(resized); resized = setTimeout(keyboardScrollers, 150); });
 
+  // Download counts (`registry-gen stats` writes them beside the page): the week's total, and
+  // each version's in its row. Before any count, the file says nothing and nothing is shown.
+  var downloads = document.getElementById("downloads");
+  if (downloads && window.fetch) {
+    fetch(downloads.getAttribute("data-downloads"), { credentials: "same-origin" })
+      .then(function (reply) { return reply.ok ? reply.json() : null; })
+      .then(function (counts) {
+        if (!counts || !counts["last-week"]) return;
+        document.getElementById("weekly-downloads").textContent = Number(counts["last-week"].downloads).toLocaleString("en");
+        downloads.hidden = false;
+        var versions = counts.versions || {};
+        Object.keys(versions).forEach(function (version) {
+          var row = document.getElementById("v-" + version);
+          if (!row) return;
+          var note = document.createElement("div");
+          note.className = "muted version-downloads";
+          note.textContent = Number(versions[version]).toLocaleString("en") + " downloads this week";
+          row.cells[0].appendChild(note);
+        });
+      }, function () { /* no counts: nothing to show */ });
+  }
+
   // Not-found page: name what was asked for and offer a search for it.
   var missing = document.getElementById("not-found");
   if (missing) {
