@@ -45,6 +45,14 @@ LEDGER_STEPS: Final[tuple[tuple[int, str], ...]] = (
         );
         """,
     ),
+    (
+        2,
+        """
+        -- The audit log's "who" (registry_gen.audit.Who, as JSON): the SQLite ledger's step 3.
+        ALTER TABLE writes ADD COLUMN who text NOT NULL DEFAULT '{}';
+        ALTER TABLE journal ADD COLUMN who text NOT NULL DEFAULT '{}';
+        """,
+    ),
 )
 LEDGER_LATEST: Final = LEDGER_STEPS[-1][0]
 CACHE_VERSION: Final = 1  # any change to CACHE_SCHEMA bumps it: the cache tables are dropped and made again
@@ -114,9 +122,9 @@ def prepare(db: PgDb, state_folder: Path) -> None:
             if number not in done:
                 for statement in statements(script):
                     db.execute(statement)
-                if number == 1:
-                    import_embedded_ledger(db, state_folder)
                 db.execute("INSERT INTO registry_ledger_steps (number) VALUES (?)", (number,))
+        if 1 not in done:  # a new ledger, at the latest step: it takes the embedded one's facts
+            import_embedded_ledger(db, state_folder)
         _cache_tables(db)
     except BaseException:
         db.rollback()
@@ -160,8 +168,8 @@ _LEDGER_COLUMNS: Final = {
     "pins": "name, version, shasum, record",
     "first_seen": "name, version, stamp",
     "keyring": "id, public_keys",
-    "writes": "id, status, started, actor, actor_id, files, events",
-    "journal": "seq, write_id, time, actor, actor_id, kind, package, versions, detail",
+    "writes": "id, status, started, actor, actor_id, files, events, who",
+    "journal": "seq, write_id, time, actor, actor_id, kind, package, versions, detail, who",
 }
 
 

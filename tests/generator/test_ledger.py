@@ -170,12 +170,14 @@ def test_the_journal_numbers_writes_in_the_order_they_became_done(any_state_sett
 
     with open_state(any_state_settings).journal() as journal:
         first = journal.begin_write({"a/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "a")], "alice", "id-a", "t1")
-        second = journal.begin_write({}, [JournalEvent("package:publish", "b", ("1.0.0",), {"dist-tags": {}})], "bob", None, "t2")
+        second = journal.begin_write(
+            {}, [JournalEvent("package:publish", "b", ("1.0.0",), {"dist-tags": {}})], "bob", None, "t2", who={"address": "192.0.2.7"}
+        )
         third = journal.begin_write({}, [JournalEvent("package:publish", "c", ("1.0.0",))], "carol", None, "t3")
         assert journal.since(0) == [] and [w.id for w in journal.pending_writes()] == [first, second, third]
         journal.finish_write(second, done=True)
         read = journal.since(0)
-        assert [(e.package, e.actor, e.time) for e in read] == [("b", "bob", "t2")]
+        assert [(e.package, e.actor, e.time, e.who) for e in read] == [("b", "bob", "t2", {"address": "192.0.2.7"})]  # the audit log's who
         journal.finish_write(third, done=False)
         journal.finish_write(first, done=True)
         journal.finish_write(first, done=False)  # already finished: left as it is
