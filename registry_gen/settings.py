@@ -12,6 +12,7 @@ from typing import Any
 from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
+from registry_gen.mirror.config import Uplink, parse_uplinks
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
@@ -83,6 +84,7 @@ class Settings:
     signing_key: Path | None = None  # PEM private key that signs every version (registry_gen.signing)
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
+    uplinks: tuple[Uplink, ...] = ()  # the registries `packages:` patterns may proxy (registry_gen.mirror)
     # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
     # this machine reaches; `build` warns, `serve` derives it from the address it binds).
     base_url_given: bool = field(default=False, compare=False)
@@ -109,6 +111,17 @@ class Settings:
         if not isinstance(ignore, (list, tuple)) or not all(isinstance(rule, str) for rule in ignore):
             raise ConfigError(f"check_ignore must be a list of rule ids; got {self.check_ignore!r}")
         object.__setattr__(self, "check_ignore", tuple(ignore))
+        self._check_proxies()
+
+    def _check_proxies(self) -> None:
+        known = {uplink.name for uplink in self.uplinks}
+        for rule in self.packages.rules:
+            if rule.proxy is not None and rule.proxy not in known:
+                defined = ", ".join(sorted(known)) or "none"
+                raise ConfigError(f"packages.{rule.pattern!r}.proxy names the uplink {rule.proxy!r}, which uplinks: does not define (defined: {defined})")
+
+    def uplink(self, name: str) -> Uplink:
+        return next(uplink for uplink in self.uplinks if uplink.name == name)
 
     def with_updates(self, **changes: Any) -> Settings:
         """A copy with some values replaced; None values are ignored (unset CLI options)."""
@@ -233,6 +246,8 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
         return _auth_limits_from(value)
     if key == "packages":
         return parse_rules(value)
+    if key == "uplinks":
+        return tuple(parse_uplinks(value).values())
     if value is None and key in _NULLABLE_KEYS:
         return None
     expected, wanted = _YAML_TYPES[key]
@@ -241,7 +256,7 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages"}
+    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "uplinks"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:

@@ -13,6 +13,7 @@ Public API (what the web layer and the importers call):
     service.land_archive(name, data, actor, published_at=..., tags=...)   # raw tarball bytes (imports)
     service.apply(name, rule)                          # any rule: PackageState -> Change
     service.store_batch(write)                         # a bulk write (an import), rebuilt later
+    service.land(write)                                # a write rebuilt at once (the mirror's landings)
     service.reader.current(name).state                 # the package as the registry holds it
 
 Errors are `registry_gen.errors.RegistryError`s: VersionConflict, Forbidden, NotFound, BadRequest,
@@ -34,7 +35,7 @@ from filelock import Timeout
 
 from registry_gen import publish
 from registry_gen.build import BuildResult, build_lock, build_locked
-from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
+from registry_gen.errors import Forbidden, LockTimeout, RegistryError, VersionConflict
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
@@ -123,6 +124,7 @@ class WriteService:
         line naming `actor` and what the write did (README, "Logs")."""
         with self.locked():
             current = self._current(name)
+            _refuse_mirrored(current)
             change = rule(current.state)
             if change.is_empty:
                 return None
@@ -141,6 +143,15 @@ class WriteService:
         returned keys (`run_build(settings, changed=...)`)."""
         with self.locked():
             return write(self.storage)
+
+    def land(self, write: Callable[[ContentStorage], list[str]]) -> BuildResult | None:
+        """Runs `write` on content/ under the lock and rebuilds what it wrote before returning.
+
+        The mirror lands through here (registry_gen.mirror.service): an upstream's document or
+        tarball, or several of them at once (it groups the landings that wait), then one build."""
+        with self.locked():
+            written = write(self.storage)
+            return self._build(written) if written else None
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -231,3 +242,14 @@ class WriteService:
                 self.storage.remove(current.meta_key)
             else:
                 self.storage.replace(current.meta_key, current.meta_bytes)
+
+
+def _refuse_mirrored(current: CurrentPackage) -> None:
+    """A mirrored package takes no local writes: its versions are the upstream's (and a publish
+    here would mix two origins under one name). An administrator makes it local first."""
+    record = current.state.meta.mirror
+    if record is not None:
+        raise Forbidden(
+            f"{current.state.name} is mirrored from the uplink {record.uplink}: it takes no writes here; an administrator "
+            f"can make it a local package with `registry-gen mirror make-local {current.state.name}`"
+        )

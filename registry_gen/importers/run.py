@@ -34,7 +34,7 @@ from registry_gen.importers.origins import OriginLedger, storage_origin
 from registry_gen.importers.upstream import dependency_specs
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir, tarball_filename
-from registry_gen.settings import Settings
+from registry_gen.settings import Limits, Settings
 from registry_gen.storage import ContentStorage, archive_key, meta_key, read_meta
 from registry_gen.verify import check_dependency_closure, load_published
 from registry_gen.versions import is_valid_version
@@ -194,14 +194,7 @@ class Importer:
         problem, sha512 = file_integrity_problem(path, source.integrity, source.shasum)
         if problem is not None:
             return problem, sha512
-        try:
-            with open(path, "rb") as archive:
-                manifest = read_archive(archive, self.settings.limits).manifest
-        except InvalidArchive as exc:
-            return f"the tarball cannot be served ({exc})", sha512
-        if not isinstance(manifest, dict):
-            return "the tarball's package.json is not an object", sha512
-        return manifest_problem(manifest, source.name, source.version, "tarball's package.json"), sha512
+        return archive_problem(path, source.name, source.version, self.settings.limits)[0], sha512
 
     def land(self, fetched: Fetched) -> None:
         self.summary.present += fetched.present
@@ -271,6 +264,19 @@ class Importer:
                 self.land(fetched)
                 self.progress.advance(fetched.record.name)
         self.downloads = None
+
+
+def archive_problem(path: Path, name: str, version: str, limits: Limits) -> tuple[str | None, str | None]:
+    """(why the file at `path` cannot be served as name@version, or None; the archive rule it
+    breaks, None when it reads as an archive but names another package or version)."""
+    try:
+        with open(path, "rb") as archive:
+            manifest = read_archive(archive, limits).manifest
+    except InvalidArchive as exc:
+        return f"the tarball cannot be served ({exc})", exc.rule
+    if not isinstance(manifest, dict):
+        return "the tarball's package.json is not an object", "manifest-json"
+    return manifest_problem(manifest, name, version, "tarball's package.json"), None
 
 
 def _prune_empty(root: Path) -> None:

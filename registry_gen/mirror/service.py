@@ -1,0 +1,329 @@
+"""The mirror's orchestrator (I/O): a proxied package's document kept fresh, its tarballs fetched
+on first request, both landed in content/ and built into the static tree before the answer.
+
+    service = MirrorService(settings, writes)     # one per process; share the WriteService
+    service.document(name)        # -> Outcome: 200 means "serve the tree's file now"
+    service.tarball(name, file)   # the same for /<name>/-/<file>.tgz the tree does not have
+
+Freshness: a document is asked of its uplink at most every `maxage` (conditionally, with the
+ETag and Last-Modified it gave last time); the freshness check is one row of `state` per request.
+Requests for one package while its fetch runs share it (`Flights`). When the uplink fails or
+times out, what was fetched before is served (stale-if-error) and the uplink is skipped for
+`fail_timeout` after `max_fails` failures (`Health`). Landings wait for each other briefly and go
+with one build (`GroupCommit`). A package owned here is never proxied; the read rules are the
+caller's to check first (a denied read must never reach an upstream).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from registry_gen.access import Rule
+from registry_gen.advisories import Advisory, advisory_folder, load_advisories
+from registry_gen.importers.client import RegistryClient, StatusProblem
+from registry_gen.importers.integrity import file_integrity_problem
+from registry_gen.importers.landing import Verified
+from registry_gen.importers.model import ImportProblem
+from registry_gen.importers.origins import OriginLedger
+from registry_gen.importers.run import archive_problem
+from registry_gen.meta import PackageMeta
+from registry_gen.mirror.config import Uplink
+from registry_gen.mirror.landing import MirrorFolders, OwnedHere, land_document, land_tarball, mirrored_meta_or_none, pass_through
+from registry_gen.mirror.policy import iso
+from registry_gen.mirror.record import MirrorRecord
+from registry_gen.mirror.sharing import Flights, GroupCommit, Health
+from registry_gen.mirror.state import LOCAL, MIRRORED, MISSING, Entry, MirrorState
+from registry_gen.mirror.taking import judged, mirrored_meta, take_document, worth_landing
+from registry_gen.names import split_name, tarball_path
+from registry_gen.settings import Settings
+from registry_gen.versions import is_valid_version
+from registry_gen.writes import WriteService
+
+log = logging.getLogger(__name__)
+REFRESHED_EVERY = 86400.0  # an unchanged upstream moves a page's "last refreshed" at most daily
+# What can be served as the upstream's bytes without being an archive the build reads: bytes no
+# client can unpack either. Anything that unpacks but breaks a rule (links out, bad paths) is refused.
+PASSED_THROUGH_RULES = frozenset({"archive-format", "corrupt-archive"})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """200: serve the tree's file now; anything else: answer that status with `message`."""
+
+    status: int
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+SERVE = Outcome(200)
+
+
+def uplink_client(uplink: Uplink) -> RegistryClient:
+    """One bounded client per uplink: its `timeout` for each read, `retry` more attempts for what
+    may mend, a deadline for a whole transfer, its token to its own origin only."""
+    return RegistryClient(
+        uplink.url, uplink.token, attempts=uplink.retry + 1, backoff=0.2, timeout=uplink.timeout,
+        deadline=max(60.0, uplink.timeout * 4), auth_scheme=uplink.auth_scheme, headers=uplink.headers,
+    )  # fmt: skip
+
+
+def version_of(name: str, filename: str) -> str | None:
+    """The version a tarball file name of this registry's layout names (`<bare>-<version>.tgz`)."""
+    prefix = f"{split_name(name)[1]}-"
+    if not filename.startswith(prefix) or not filename.endswith(".tgz"):
+        return None
+    version = filename[len(prefix) : -len(".tgz")]
+    return version if is_valid_version(version) else None
+
+
+class AdvisoryIndex:
+    """The recorded advisories by package name, read again when their folder changes."""
+
+    def __init__(self, settings: Settings):
+        self.folder = advisory_folder(settings)
+        self.lock = threading.Lock()
+        self.stamp: int | None = -1
+        self.by_name: dict[str, tuple[Advisory, ...]] = {}
+
+    def for_name(self, name: str) -> tuple[Advisory, ...]:
+        try:
+            stamp: int | None = self.folder.stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        with self.lock:
+            if stamp != self.stamp:
+                loaded = load_advisories(self.folder) if stamp is not None else None
+                grouped: dict[str, list[Advisory]] = {}
+                for advisory in (loaded[0] if loaded else []):
+                    grouped.setdefault(advisory.name, []).append(advisory)
+                self.by_name, self.stamp = {k: tuple(v) for k, v in grouped.items()}, stamp
+            return self.by_name.get(name, ())
+
+
+class MirrorService:
+    def __init__(self, settings: Settings, writes: WriteService | None = None, *, clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.writes = writes or WriteService(settings)
+        self.ledger = OriginLedger(settings)
+        self.state = MirrorState(settings.data_dir)
+        self.folders = MirrorFolders.of(settings)
+        self.health = Health()
+        self.flights = Flights()
+        self.commits = GroupCommit(self.writes.land)
+        self.advisories = AdvisoryIndex(settings)
+        self.clients = {uplink.name: uplink_client(uplink) for uplink in settings.uplinks}
+        self.clock = clock
+
+    def proxied(self, name: str) -> tuple[Rule, Uplink] | None:
+        """The rule proxying `name` and its uplink; None: a local-only name (the default)."""
+        rule = self.settings.packages.proxy_rule(name)
+        return (rule, self.settings.uplink(str(rule.proxy))) if rule is not None else None
+
+    def fingerprint(self, name: str, rule: Rule, uplink: Uplink) -> str:
+        """Everything the verdicts of `name` depend on but the upstream's document."""
+        uses_advisories = rule.policy.hide_severity is not None or any(b.marker == "$malicious" for b in rule.policy.block)
+        advisories = sorted((a.source_id, a.severity, a.vulnerable_versions, a.malicious) for a in self.advisories.for_name(name)) if uses_advisories else []
+        return f"{rule.policy.fingerprint}|untrusted={uplink.untrusted}|{advisories}"
+
+    # ------------------------------------------------------------ documents
+
+    def document(self, name: str) -> Outcome:
+        """Makes the tree's document of `name` fresh enough to serve (see the module doc)."""
+        found = self.proxied(name)
+        if found is None:
+            return SERVE
+        rule, uplink = found
+        entry = self.state.get(name)
+        if entry is not None and self._fresh(entry, name, rule, uplink):
+            return _answer(entry)
+        return self.flights.run(("document", name), lambda: self._refresh(name, rule, uplink))
+
+    def _fresh(self, entry: Entry, name: str, rule: Rule, uplink: Uplink) -> bool:
+        now = self.clock()
+        if entry.uplink != uplink.name or now >= entry.checked + uplink.maxage:
+            return False
+        if entry.status != MIRRORED:
+            return True
+        return entry.fingerprint == self.fingerprint(name, rule, uplink) and not (entry.next_change and now >= entry.next_change)
+
+    def _refresh(self, name: str, rule: Rule, uplink: Uplink, force: bool = False) -> Outcome:
+        entry = self.state.get(name)
+        if not force and entry is not None and self._fresh(entry, name, rule, uplink):
+            return _answer(entry)  # refreshed meanwhile (by another process)
+        meta = mirrored_meta_or_none(self.writes.storage, name)
+        if meta is None:
+            refusal = self.ledger.refusal(name, uplink.origin)
+            if refusal is not None:
+                self.state.put(Entry(name, uplink.name, LOCAL, self.clock(), note=refusal))
+                return SERVE
+        if self.health.is_down(uplink.name):
+            return self._without_upstream(name, rule, uplink, meta, f"the uplink {uplink.name} is down (it failed {uplink.max_fails} times in a row)")
+        validators = (entry.etag, entry.last_modified) if meta is not None and entry is not None and not force else (None, None)
+        try:
+            answer = self.clients[uplink.name].document_if_changed(name, *validators)
+        except StatusProblem as exc:
+            if exc.status != 404:
+                return self._failed(name, rule, uplink, meta, exc)
+            self.health.succeeded(uplink.name)
+            return self._missing(name, rule, uplink, meta)
+        except ImportProblem as exc:
+            return self._failed(name, rule, uplink, meta, exc)
+        self.health.succeeded(uplink.name)
+        try:
+            record = self._taken(name, uplink, meta, answer.document)
+        except ImportProblem as exc:
+            return Outcome(502, f"the uplink {uplink.name} answered for {name}: {exc}")
+        return self._land(name, rule, uplink, meta, record, Entry(name, uplink.name, MIRRORED, self.clock(), answer.etag, answer.last_modified))
+
+    def _taken(self, name: str, uplink: Uplink, meta: PackageMeta | None, document: dict[str, Any] | None) -> MirrorRecord:
+        previous = meta.mirror if meta is not None else None
+        now = iso(self.clock())
+        if document is None:  # not modified: what the mirror holds is current as of now
+            assert previous is not None
+            return dataclasses.replace(previous, refreshed=now, uplink=uplink.name, url=uplink.url, untrusted=uplink.untrusted)
+        return take_document(document, name, uplink, previous, now)
+
+    def _land(self, name: str, rule: Rule, uplink: Uplink, meta: PackageMeta | None, record: MirrorRecord, entry: Entry) -> Outcome:
+        """Decides, lands what changed (one grouped build), and remembers the check."""
+        decided, verdicts = judged(name, record, rule.policy, self.advisories.for_name(name), self.clock())
+        new = mirrored_meta(decided, meta, name)
+        if worth_landing(meta, new, REFRESHED_EVERY):
+            try:
+                self.commits.land(lambda storage: land_document(storage, self.ledger, self.folders, self.settings, uplink.origin, new))
+            except OwnedHere as exc:
+                self.state.put(Entry(name, uplink.name, LOCAL, self.clock(), note=str(exc)))
+                return SERVE
+        self.state.put(dataclasses.replace(entry, fingerprint=self.fingerprint(name, rule, uplink), next_change=verdicts.next_change))
+        return SERVE
+
+    def _missing(self, name: str, rule: Rule, uplink: Uplink, meta: PackageMeta | None) -> Outcome:
+        """The upstream has no such package. What was mirrored before stays (a mirror never drops
+        what it holds because an upstream stopped listing it); else a 404, remembered for maxage."""
+        note = f"{name} is not on the uplink {uplink.name} ({uplink.url})"
+        if meta is not None and meta.mirror is not None:
+            entry = Entry(name, uplink.name, MIRRORED, self.clock(), note=note + "; serving what was mirrored before")
+            return self._land(name, rule, uplink, meta, meta.mirror, entry)
+        self.state.put(Entry(name, uplink.name, MISSING, self.clock(), note=note))
+        return Outcome(404, note)
+
+    def _failed(self, name: str, rule: Rule, uplink: Uplink, meta: PackageMeta | None, exc: ImportProblem) -> Outcome:
+        self.health.failed(uplink.name, uplink.max_fails, uplink.fail_timeout)
+        log.warning("mirror: %s", exc)
+        return self._without_upstream(name, rule, uplink, meta, str(exc))
+
+    def _without_upstream(self, name: str, rule: Rule, uplink: Uplink, meta: PackageMeta | None, reason: str) -> Outcome:
+        """Stale-if-error: the last good copy, its verdicts made again if the policy asks (a block
+        holds while the uplink is down too); with nothing mirrored, a 502 naming the reason."""
+        if meta is None or meta.mirror is None:
+            status = 504 if "deadline" in reason or "timed out" in reason else 502
+            return Outcome(status, f"{name}: nothing mirrored yet and the upstream cannot be had: {reason}")
+        entry = self.state.get(name)
+        if entry is not None and entry.fingerprint == self.fingerprint(name, rule, uplink) and not (entry.next_change and self.clock() >= entry.next_change):
+            return SERVE
+        # The verdicts made again from what is held; the check time stays, so the next request
+        # still asks the upstream (the health gate keeps that from hammering a dead one).
+        self._land(name, rule, uplink, meta, meta.mirror, entry or Entry(name, uplink.name, MIRRORED, 0.0))
+        return SERVE
+
+    # ------------------------------------------------------------ tarballs
+
+    def tarball(self, name: str, filename: str) -> Outcome:
+        """Makes /<name>/-/<filename> a file of the tree: fetched from the uplink, checked against
+        every digest it lists, landed; or says why not (404 held back, 502 refused or unreachable)."""
+        version = version_of(name, filename) if self.proxied(name) is not None else None
+        if version is None:
+            return Outcome(404, "not found")
+        if (self.settings.out_dir / tarball_path(name, version)).is_file():
+            return SERVE
+        return self.flights.run(("tarball", name, version), lambda: self._fetch_tarball(name, version))
+
+    def _fetch_tarball(self, name: str, version: str) -> Outcome:
+        if (self.settings.out_dir / tarball_path(name, version)).is_file():
+            return SERVE
+        found = self.document(name)
+        meta = mirrored_meta_or_none(self.writes.storage, name)
+        if meta is None or meta.mirror is None:
+            return found if not found.ok else Outcome(404, "not found")
+        record = meta.mirror
+        if version not in record.versions:
+            return Outcome(404, f"{name}@{version}: the uplink {record.uplink} lists no such version")
+        if version in record.held:
+            return Outcome(404, f"{name}@{version} is held back by this registry: {record.held[version]}")
+        uplink = self.settings.uplink(record.uplink) if record.uplink in self.clients else None
+        kept = self.folders.passthrough(name, version)
+        if kept.is_file():
+            return self._passed_through(name, version, record, kept)
+        if uplink is None or self.health.is_down(uplink.name):
+            return Outcome(503, f"{name}@{version} is not mirrored yet and its uplink {record.uplink} is down or gone")
+        return self._download(name, version, record, uplink)
+
+    def _download(self, name: str, version: str, record: MirrorRecord, uplink: Uplink) -> Outcome:
+        dist = record.upstream_dist(version)
+        entry = f"{name}@{version}"
+        staged = self.folders.staging / f".{uuid.uuid4().hex}.part"
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.clients[uplink.name].download(str(dist["tarball"]), entry, staged, self.settings.limits.max_archive_bytes)
+        except ImportProblem as exc:
+            staged.unlink(missing_ok=True)
+            self.health.failed(uplink.name, uplink.max_fails, uplink.fail_timeout)
+            return Outcome(504 if "deadline" in str(exc) else 502, str(exc))
+        self.health.succeeded(uplink.name)
+        try:
+            return self._land_tarball(name, version, record, uplink, staged)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def _land_tarball(self, name: str, version: str, record: MirrorRecord, uplink: Uplink, staged: Path) -> Outcome:
+        dist = record.upstream_dist(version)
+        problem, sha512 = file_integrity_problem(staged, dist.get("integrity"), dist.get("shasum"))
+        if problem is not None:
+            return Outcome(502, f"{name}@{version} from the uplink {uplink.name}: {problem}; not served, not kept")
+        problem, rule = archive_problem(staged, name, version, self.settings.limits)
+        if problem is not None and rule in PASSED_THROUGH_RULES:
+            return self._passed_through(name, version, record, staged)
+        if problem is not None:
+            return Outcome(502, f"{name}@{version} from the uplink {uplink.name}: {problem}; refused")
+        try:
+            self.commits.land(lambda storage: land_tarball(storage, self.ledger, uplink.origin, name, version, Verified(staged, sha512, staged=True)))
+        except OwnedHere as exc:
+            return Outcome(404, str(exc))
+        if not (self.settings.out_dir / tarball_path(name, version)).is_file():
+            return Outcome(502, f"{name}@{version} was landed but the build did not serve it (see `registry-gen build`)")
+        return SERVE
+
+    def _passed_through(self, name: str, version: str, record: MirrorRecord, source: Path) -> Outcome:
+        dist = record.upstream_dist(version)
+        problem, _ = file_integrity_problem(source, dist.get("integrity"), dist.get("shasum"))
+        if problem is not None:
+            return Outcome(502, f"{name}@{version}: {problem}; not served")
+
+        def write(storage: Any) -> list[str]:
+            meta = mirrored_meta_or_none(storage, name)
+            if meta is None or meta.mirror is None or version not in meta.mirror.allowed:
+                raise OwnedHere(f"{name}@{version} is no longer a version this registry serves")
+            pass_through(self.folders, self.settings, name, version, source)
+            return []
+
+        try:
+            self.commits.land(write)
+        except OwnedHere as exc:
+            return Outcome(404, str(exc))
+        return SERVE
+
+
+def _answer(entry: Entry) -> Outcome:
+    if entry.status == MISSING:
+        return Outcome(404, entry.note or f"not found on the uplink {entry.uplink}")
+    return SERVE

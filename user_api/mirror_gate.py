@@ -1,0 +1,99 @@
+"""Reads of proxied names (`proxy:` under `packages:`), in front of the static tree.
+
+A package document of a proxied name is answered here on every read: the mirror makes it fresh
+(at most one upstream request per `maxage`), then the tree's file is sent — by `serve` itself, or
+behind nginx by an `X-Accel-Redirect` to an internal location over the same file, so nginx still
+sends it (gzip sibling, ETag, 304s). A tarball the tree lacks comes here too (nginx's `try_files`
+falls back to the API) and is fetched, checked and landed before it is sent.
+
+The read rules are checked first, here, whatever the host: a denied read never reaches an uplink.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any, Final, Protocol
+from urllib.parse import quote
+
+from registry_gen.access import package_of_served_path
+from registry_gen.mirror.service import MirrorService
+from registry_gen.settings import Settings
+from registry_gen.writes import WriteService
+from user_api.read_access import ReadGuard
+from user_api.web import wsgi_path
+
+StartResponse = Callable[..., Any]
+# nginx's own locations over the tree's files (registry_gen/templates/nginx_site.conf.j2), and the
+# header through which it asks for them (a request without it is answered with the file itself).
+ACCEL_DOCUMENTS: Final = "/-/registry-gen/mirror-documents/"
+ACCEL_TARBALLS: Final = "/-/registry-gen/mirror-tarballs/"
+ACCEL_HEADER: Final = "HTTP_X_REGISTRY_GEN_ACCEL"
+_REPLIES: Final = {401: "401 Unauthorized", 404: "404 Not Found", 502: "502 Bad Gateway", 503: "503 Service Unavailable",
+                   504: "504 Gateway Timeout"}  # fmt: skip
+
+
+class Tree(Protocol):
+    def locate(self, path: str, environ: dict[str, Any]) -> str | None: ...
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]: ...
+
+
+class MirrorGate:
+    def __init__(self, settings: Settings, writes: WriteService, tree: Tree, guard: ReadGuard | None):
+        self.settings = settings
+        self.service = MirrorService(settings, writes)
+        self.tree = tree
+        self.guard = guard
+
+    def claims(self, path: str) -> bool:
+        """A read of a proxied package's document or tarball (its HTML pages stay static)."""
+        if path.startswith("/-/web/"):
+            return False
+        name = package_of_served_path(path)
+        return name is not None and self.service.proxied(name) is not None
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = wsgi_path(environ)
+        name = str(package_of_served_path(path))
+        head = environ.get("REQUEST_METHOD") == "HEAD"
+        status = self.guard.status(name, environ) if self.guard is not None else 200
+        if status != 200:
+            return _reply(start_response, status, "log in to read this package (npm login)" if status == 401 else "not found", head)
+        tarball = _tarball_file(path, name)
+        if tarball is not None:
+            outcome = self.service.tarball(name, tarball) if self.tree.locate(path, environ) is None else None
+        else:
+            outcome = self.service.document(name)
+        if outcome is not None and not outcome.ok:
+            return _reply(start_response, outcome.status, outcome.message, head)
+        if environ.get(ACCEL_HEADER):
+            return self._accelerated(path, environ, start_response, tarball is not None)
+        return self.tree(environ, start_response)
+
+    def _accelerated(self, path: str, environ: dict[str, Any], start_response: StartResponse, tarball: bool) -> Iterable[bytes]:
+        """nginx sends the file: its location over the tree, the file this request resolves to."""
+        relative = self.tree.locate(path, environ)
+        if relative is None:
+            return _reply(start_response, 404, "not found", environ.get("REQUEST_METHOD") == "HEAD")
+        prefix = ACCEL_TARBALLS if tarball else ACCEL_DOCUMENTS
+        start_response("200 OK", [("X-Accel-Redirect", prefix + quote(relative, safe="/@")), ("Content-Length", "0")])
+        return []
+
+
+def _tarball_file(path: str, name: str) -> str | None:
+    """The file name of a tarball request (`/<name>/-/<file>.tgz`), or None for a document."""
+    if path.startswith("/-/"):
+        return None  # /-/package/<name>/dist-tags
+    rest = path.lstrip("/")[len(name) :]
+    parts = rest.strip("/").split("/")
+    return parts[1] if len(parts) == 2 and parts[0] == "-" and parts[1].endswith(".tgz") else None
+
+
+def _reply(start_response: StartResponse, status: int, message: str, head: bool) -> list[bytes]:
+    body = json.dumps({"error": message}).encode()
+    headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
+    if status == 401:
+        headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))
+    start_response(_REPLIES.get(status, f"{status} Error"), headers)
+    return [] if head else [body]
