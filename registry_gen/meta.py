@@ -124,4 +124,11 @@ def parse_meta(raw: bytes) -> PackageMeta:
 
 
 def dump_meta(meta: PackageMeta) -> bytes:
-    return (json.dumps(meta.to_json(), indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")
+    """Indented for people to read and edit; a mirrored package's `mirror` (the upstream's data,
+    megabytes for some packages) on one line: indenting it costs the pure-Python encoder 10x."""
+    data = meta.to_json()
+    mirror = data.pop("mirror", None)
+    text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False)
+    if mirror is not None:
+        text = text[: -len("\n}")] + ',\n  "mirror": ' + json.dumps(mirror, ensure_ascii=False, separators=(",", ":")) + "\n}"
+    return (text + "\n").encode("utf-8")

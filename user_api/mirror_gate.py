@@ -11,15 +11,30 @@ The read rules are checked first, here, whatever the host: a denied read never r
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, Final, Protocol
 from urllib.parse import quote
 
 from registry_gen.access import package_of_served_path
+from registry_gen.hosting import tag_documents
+from registry_gen.layout import (
+    ABBREVIATED_DOCUMENT,
+    ABBREVIATED_TYPE,
+    DOCUMENT_CACHE,
+    IMMUTABLE_CACHE,
+    JSON_TYPE,
+    PACKAGE_DOCUMENT,
+    TARBALL_TYPE,
+)
 from registry_gen.mirror.service import MirrorService
+from registry_gen.packument import abbreviate, dumps
 from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
+from user_api.negotiation import parse_accept
 from user_api.read_access import ReadGuard
 from user_api.web import wsgi_path
 
@@ -67,6 +82,12 @@ class MirrorGate:
             outcome = self.service.document(name)
         if outcome is not None and not outcome.ok:
             return _reply(start_response, outcome.status, outcome.message, head)
+        if outcome is not None and outcome.document is not None:
+            return _send_document(outcome.document, path, name, environ, start_response)
+        if outcome is not None and outcome.file is not None:
+            sent = _send_file(outcome.file, environ, start_response)
+            if sent is not None:
+                return sent  # else it landed meanwhile: the tree has it
         if environ.get(ACCEL_HEADER):
             return self._accelerated(path, environ, start_response, tarball is not None)
         return self.tree(environ, start_response)
@@ -79,6 +100,45 @@ class MirrorGate:
         prefix = ACCEL_TARBALLS if tarball else ACCEL_DOCUMENTS
         start_response("200 OK", [("X-Accel-Redirect", prefix + quote(relative, safe="/@")), ("Content-Length", "0")])
         return []
+
+
+def _send_document(packument: dict[str, Any], path: str, name: str, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+    """A document not built into the tree yet, as the tree will serve it: the full or abbreviated
+    form (by Accept), a tag's version (`/<name>/<tag>`), or the dist-tags."""
+    rest = path.strip("/").removeprefix("-/package/")[len(name) :].strip("/")
+    content_type = JSON_TYPE
+    if rest == "dist-tags":
+        body: Any = packument["dist-tags"]
+    elif rest and rest not in (PACKAGE_DOCUMENT, ABBREVIATED_DOCUMENT):
+        body = tag_documents(packument).get(rest)
+        if body is None:
+            return _reply(start_response, 404, "not found", environ.get("REQUEST_METHOD") == "HEAD")
+    elif rest == ABBREVIATED_DOCUMENT or any(m == ABBREVIATED_TYPE and q > 0 for m, q in parse_accept(str(environ.get("HTTP_ACCEPT") or ""))):
+        body, content_type = abbreviate(packument), ABBREVIATED_TYPE
+    else:
+        body = packument
+    data = dumps(body)
+    headers = [("Content-Type", content_type), ("Content-Length", str(len(data))), ("Cache-Control", DOCUMENT_CACHE),
+               ("Vary", "Accept"), ("ETag", f'"{hashlib.sha256(data).hexdigest()[:32]}"')]  # fmt: skip
+    start_response("200 OK", headers)
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
+
+
+def _send_file(path: Path, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes] | None:
+    """A tarball fetched and checked, not built into the tree yet; None when it is gone (landed)."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - handed to the server, which closes it
+    except FileNotFoundError:
+        return None
+    size = os.fstat(handle.fileno()).st_size
+    start_response("200 OK", [("Content-Type", TARBALL_TYPE), ("Content-Length", str(size)), ("Cache-Control", IMMUTABLE_CACHE)])
+    if environ.get("REQUEST_METHOD") == "HEAD":
+        handle.close()
+        return []
+    if "wsgi.file_wrapper" in environ:
+        return environ["wsgi.file_wrapper"](handle, 64 * 1024)  # type: ignore[no-any-return]
+    with handle:
+        return [handle.read()]
 
 
 def _tarball_file(path: str, name: str) -> str | None:

@@ -15,7 +15,6 @@ digest it lists, from `<data_dir>/mirror/tarballs/` (their tree copy is the mirr
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +104,9 @@ def hold_back(storage: ContentStorage, folders: MirrorFolders, settings: Setting
 
 def bring_back(storage: ContentStorage, folders: MirrorFolders, settings: Settings, name: str, versions: Iterable[str]) -> list[str]:
     """Puts archives the policy allows again back into content/; the keys written."""
-    restored = []
+    restored: list[str] = []
+    if not folders.held(name, "0.0.0").parent.is_dir():
+        return restored  # nothing of it was ever held back (the common case: one stat)
     for version in versions:
         kept = folders.held(name, version)
         if kept.is_file() and not storage.exists(archive_key(name, version)):
@@ -127,11 +128,16 @@ def land_tarball(
     return land_archives(storage, ledger, OriginRecord(name, origin, files), {version: verified})
 
 
-def pass_through(folders: MirrorFolders, settings: Settings, name: str, version: str, source: Path) -> None:
-    """Keeps the upstream's bytes (already checked against its digests) and puts their tree copy
-    in place: what the build cannot read as an archive is served as the upstream served it."""
+def keep_passed_through(folders: MirrorFolders, name: str, version: str, source: Path) -> Path:
+    """Keeps the upstream's bytes (already checked against its digests): what the build cannot
+    read as an archive is served as the upstream served it."""
     kept = folders.passthrough(name, version)
     kept.parent.mkdir(parents=True, exist_ok=True)
     if source != kept:
-        os.replace(source, kept)
-    atomic_copy(kept, settings.out_dir / tarball_path(name, version))
+        atomic_copy(source, kept, durable=True)
+    return kept
+
+
+def pass_through(folders: MirrorFolders, settings: Settings, name: str, version: str) -> None:
+    """The kept bytes' tree copy (under the write lock: a build may be removing the package)."""
+    atomic_copy(folders.passthrough(name, version), settings.out_dir / tarball_path(name, version))

@@ -33,6 +33,9 @@ KEPT_PRIVATE_FIELDS = frozenset({"_hasShrinkwrap", "_npmUser", "_nodeVersion", "
 # What a tarball is checked against and what clients read; upstream signatures and attestations
 # name the upstream's keys, so they never pass through (this registry signs with its own).
 KEPT_DIST_FIELDS = ("tarball", "integrity", "shasum", "fileCount", "unpackedSize")
+# Lists of people repeated in every version entry are most of some documents (7 of @types/node's
+# 10 MB): kept for the upstream's `latest` only, as the package's people are shown from there.
+LATEST_ONLY_FIELDS = frozenset({"contributors", "maintainers"})
 
 
 @dataclass(frozen=True)
@@ -112,11 +115,13 @@ def _strings(data: Mapping[str, Any], key: str) -> dict[str, str]:
     return dict(value)
 
 
-def slim_manifest(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """A version entry as the mirror keeps it: public fields, and only the dist fields it checks."""
+def slim_manifest(manifest: Mapping[str, Any], latest: bool = True) -> dict[str, Any]:
+    """A version entry as the mirror keeps it: public fields (the people lists only for the
+    upstream's `latest`), and only the dist fields it checks."""
     kept = {
         key: value for key, value in manifest.items()
         if key not in DROPPED_FIELDS and (not key.startswith("_") or key in KEPT_PRIVATE_FIELDS)
+        and (latest or key not in LATEST_ONLY_FIELDS)
     }  # fmt: skip
     dist = manifest.get("dist") if isinstance(manifest.get("dist"), Mapping) else {}
     kept["dist"] = {key: dist[key] for key in KEPT_DIST_FIELDS if dist.get(key) not in (None, "")}

@@ -1,23 +1,29 @@
 """The mirror's orchestrator (I/O): a proxied package's document kept fresh, its tarballs fetched
-on first request, both landed in content/ and built into the static tree before the answer.
+on first request, both landed in content/ and built into the static tree.
 
     service = MirrorService(settings, writes)     # one per process; share the WriteService
-    service.document(name)        # -> Outcome: 200 means "serve the tree's file now"
+    service.document(name)        # -> Outcome: what to answer a read of the document with
     service.tarball(name, file)   # the same for /<name>/-/<file>.tgz the tree does not have
+    service.settle()              # waits until everything fetched is in content/ and the tree
 
 Freshness: a document is asked of its uplink at most every `maxage` (conditionally, with the
 ETag and Last-Modified it gave last time); the freshness check is one row of `state` per request.
 Requests for one package while its fetch runs share it (`Flights`). When the uplink fails or
 times out, what was fetched before is served (stale-if-error) and the uplink is skipped for
-`fail_timeout` after `max_fails` failures (`Health`). Landings wait for each other briefly and go
-with one build (`GroupCommit`). A package owned here is never proxied; the read rules are the
-caller's to check first (a denied read must never reach an upstream).
+`fail_timeout` after `max_fails` failures (`Health`). A package owned here is never proxied; the
+read rules are the caller's to check first (a denied read must never reach an upstream).
+
+Landing: what a request fetched is answered at once (the document computed from its new meta,
+the same pure function the build writes it with; the tarball from the checked download) and
+lands in the background (`LandingQueue`: batches, one build each). Until its build is done, it
+is `pending` here and served from memory; from then on the tree serves it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 import uuid
@@ -36,13 +42,23 @@ from registry_gen.importers.origins import OriginLedger
 from registry_gen.importers.run import archive_problem
 from registry_gen.meta import PackageMeta
 from registry_gen.mirror.config import Uplink
-from registry_gen.mirror.landing import MirrorFolders, OwnedHere, land_document, land_tarball, mirrored_meta_or_none, pass_through
+from registry_gen.keyring import load_signer
+from registry_gen.mirror.landing import (
+    MirrorFolders,
+    OwnedHere,
+    keep_passed_through,
+    land_document,
+    land_tarball,
+    mirrored_meta_or_none,
+    pass_through,
+)
 from registry_gen.mirror.policy import iso
 from registry_gen.mirror.record import MirrorRecord
-from registry_gen.mirror.sharing import Flights, GroupCommit, Health
+from registry_gen.mirror.sharing import Flights, Health, LandingQueue
 from registry_gen.mirror.state import LOCAL, MIRRORED, MISSING, Entry, MirrorState
 from registry_gen.mirror.taking import judged, mirrored_meta, take_document, worth_landing
 from registry_gen.names import split_name, tarball_path
+from registry_gen.packument import build_packument
 from registry_gen.settings import Settings
 from registry_gen.versions import is_valid_version
 from registry_gen.writes import WriteService
@@ -56,14 +72,57 @@ PASSED_THROUGH_RULES = frozenset({"archive-format", "corrupt-archive"})
 
 @dataclass(frozen=True)
 class Outcome:
-    """200: serve the tree's file now; anything else: answer that status with `message`."""
+    """200: serve the tree's file, or `document` / `file` while their landing is pending;
+    anything else: answer that status with `message`."""
 
     status: int
     message: str = ""
+    document: dict[str, Any] | None = None  # the package document (full form)
+    file: Path | None = None  # the tarball's checked bytes
 
     @property
     def ok(self) -> bool:
         return self.status == 200
+
+
+class Pending:
+    """What was fetched and answered but is not built into the tree yet (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.documents: dict[str, tuple[PackageMeta, dict[str, Any]]] = {}
+        self.tarballs: dict[tuple[str, str], Path] = {}
+
+    def meta(self, name: str) -> PackageMeta | None:
+        with self.lock:
+            found = self.documents.get(name)
+            return found[0] if found else None
+
+    def outcome(self, name: str) -> Outcome:
+        with self.lock:
+            found = self.documents.get(name)
+        return Outcome(200, document=found[1]) if found else SERVE
+
+    def tarball(self, name: str, version: str) -> Path | None:
+        with self.lock:
+            return self.tarballs.get((name, version))
+
+    def add_document(self, meta: PackageMeta, document: dict[str, Any]) -> None:
+        with self.lock:
+            self.documents[meta.name] = (meta, document)
+
+    def landed_document(self, meta: PackageMeta) -> None:
+        with self.lock:
+            if self.documents.get(meta.name, (None,))[0] is meta:
+                del self.documents[meta.name]
+
+    def add_tarball(self, name: str, version: str, path: Path) -> None:
+        with self.lock:
+            self.tarballs[(name, version)] = path
+
+    def landed_tarball(self, name: str, version: str) -> Path | None:
+        with self.lock:
+            return self.tarballs.pop((name, version), None)
 
 
 SERVE = Outcome(200)
@@ -120,10 +179,20 @@ class MirrorService:
         self.folders = MirrorFolders.of(settings)
         self.health = Health()
         self.flights = Flights()
-        self.commits = GroupCommit(self.writes.land)
+        self.landings = LandingQueue(self.writes.store_batch, self.writes.land)
+        self.pending = Pending()
         self.advisories = AdvisoryIndex(settings)
         self.clients = {uplink.name: uplink_client(uplink) for uplink in settings.uplinks}
+        self.signer = load_signer(settings)
         self.clock = clock
+
+    def settle(self) -> None:
+        """Returns once every landing so far is in content/ and built into the tree."""
+        self.landings.flush()
+
+    def current_meta(self, name: str) -> PackageMeta | None:
+        """The mirrored meta of `name` as it stands: the pending one, else content/'s."""
+        return self.pending.meta(name) or mirrored_meta_or_none(self.writes.storage, name)
 
     def proxied(self, name: str) -> tuple[Rule, Uplink] | None:
         """The rule proxying `name` and its uplink; None: a local-only name (the default)."""
@@ -146,8 +215,13 @@ class MirrorService:
         rule, uplink = found
         entry = self.state.get(name)
         if entry is not None and self._fresh(entry, name, rule, uplink):
-            return _answer(entry)
+            return self._answer(entry)
         return self.flights.run(("document", name), lambda: self._refresh(name, rule, uplink))
+
+    def _answer(self, entry: Entry) -> Outcome:
+        if entry.status == MISSING:
+            return Outcome(404, entry.note or f"not found on the uplink {entry.uplink}")
+        return self.pending.outcome(entry.name) if entry.status == MIRRORED else SERVE
 
     def _fresh(self, entry: Entry, name: str, rule: Rule, uplink: Uplink) -> bool:
         now = self.clock()
@@ -160,8 +234,8 @@ class MirrorService:
     def _refresh(self, name: str, rule: Rule, uplink: Uplink, force: bool = False) -> Outcome:
         entry = self.state.get(name)
         if not force and entry is not None and self._fresh(entry, name, rule, uplink):
-            return _answer(entry)  # refreshed meanwhile (by another process)
-        meta = mirrored_meta_or_none(self.writes.storage, name)
+            return self._answer(entry)  # refreshed meanwhile (by another process)
+        meta = self.current_meta(name)
         if meta is None:
             refusal = self.ledger.refusal(name, uplink.origin)
             if refusal is not None:
@@ -195,17 +269,26 @@ class MirrorService:
         return take_document(document, name, uplink, previous, now)
 
     def _land(self, name: str, rule: Rule, uplink: Uplink, meta: PackageMeta | None, record: MirrorRecord, entry: Entry) -> Outcome:
-        """Decides, lands what changed (one grouped build), and remembers the check."""
+        """Decides, answers with the new document and lands it in the background when anything
+        changed, and remembers the check."""
         decided, verdicts = judged(name, record, rule.policy, self.advisories.for_name(name), self.clock())
         new = mirrored_meta(decided, meta, name)
-        if worth_landing(meta, new, REFRESHED_EVERY):
-            try:
-                self.commits.land(lambda storage: land_document(storage, self.ledger, self.folders, self.settings, uplink.origin, new))
-            except OwnedHere as exc:
-                self.state.put(Entry(name, uplink.name, LOCAL, self.clock(), note=str(exc)))
-                return SERVE
         self.state.put(dataclasses.replace(entry, fingerprint=self.fingerprint(name, rule, uplink), next_change=verdicts.next_change))
-        return SERVE
+        if not worth_landing(meta, new, REFRESHED_EVERY):
+            return self.pending.outcome(name)
+        self.pending.add_document(new, build_packument(name, [], new, base_url=self.settings.base_url, readme=None,
+                                                       readme_filename=None, signer=self.signer))  # fmt: skip
+
+        def landed(error: BaseException | None) -> None:
+            self.pending.landed_document(new)
+            if isinstance(error, OwnedHere):  # a publish came in meanwhile: local names win
+                self.state.put(Entry(name, uplink.name, LOCAL, self.clock(), note=str(error)))
+            elif error is not None:
+                log.error("mirror: %s could not land: %s", name, error)
+                self.state.forget(name)
+
+        self.landings.submit(lambda storage: land_document(storage, self.ledger, self.folders, self.settings, uplink.origin, new), landed)
+        return self.pending.outcome(name)
 
     def _missing(self, name: str, rule: Rule, uplink: Uplink, meta: PackageMeta | None) -> Outcome:
         """The upstream has no such package. What was mirrored before stays (a mirror never drops
@@ -230,11 +313,10 @@ class MirrorService:
             return Outcome(status, f"{name}: nothing mirrored yet and the upstream cannot be had: {reason}")
         entry = self.state.get(name)
         if entry is not None and entry.fingerprint == self.fingerprint(name, rule, uplink) and not (entry.next_change and self.clock() >= entry.next_change):
-            return SERVE
+            return self.pending.outcome(name)
         # The verdicts made again from what is held; the check time stays, so the next request
         # still asks the upstream (the health gate keeps that from hammering a dead one).
-        self._land(name, rule, uplink, meta, meta.mirror, entry or Entry(name, uplink.name, MIRRORED, 0.0))
-        return SERVE
+        return self._land(name, rule, uplink, meta, meta.mirror, entry or Entry(name, uplink.name, MIRRORED, 0.0))
 
     # ------------------------------------------------------------ tarballs
 
@@ -244,15 +326,21 @@ class MirrorService:
         version = version_of(name, filename) if self.proxied(name) is not None else None
         if version is None:
             return Outcome(404, "not found")
-        if (self.settings.out_dir / tarball_path(name, version)).is_file():
-            return SERVE
-        return self.flights.run(("tarball", name, version), lambda: self._fetch_tarball(name, version))
+        return self._held_here(name, version) or self.flights.run(("tarball", name, version), lambda: self._fetch_tarball(name, version))
+
+    def _held_here(self, name: str, version: str) -> Outcome | None:
+        """The tree's file, or the checked download waiting for its landing; None: neither."""
+        pending = self.pending.tarball(name, version)
+        if pending is not None:
+            return Outcome(200, file=pending)
+        return SERVE if (self.settings.out_dir / tarball_path(name, version)).is_file() else None
 
     def _fetch_tarball(self, name: str, version: str) -> Outcome:
-        if (self.settings.out_dir / tarball_path(name, version)).is_file():
-            return SERVE
+        held = self._held_here(name, version)
+        if held is not None:
+            return held
         found = self.document(name)
-        meta = mirrored_meta_or_none(self.writes.storage, name)
+        meta = self.current_meta(name)
         if meta is None or meta.mirror is None:
             return found if not found.ok else Outcome(404, "not found")
         record = meta.mirror
@@ -295,13 +383,19 @@ class MirrorService:
             return self._passed_through(name, version, record, staged)
         if problem is not None:
             return Outcome(502, f"{name}@{version} from the uplink {uplink.name}: {problem}; refused")
-        try:
-            self.commits.land(lambda storage: land_tarball(storage, self.ledger, uplink.origin, name, version, Verified(staged, sha512, staged=True)))
-        except OwnedHere as exc:
-            return Outcome(404, str(exc))
-        if not (self.settings.out_dir / tarball_path(name, version)).is_file():
-            return Outcome(502, f"{name}@{version} was landed but the build did not serve it (see `registry-gen build`)")
-        return SERVE
+        kept = staged.with_suffix(".tgz")
+        os.replace(staged, kept)  # the download stays until its landing is built (it is answered from meanwhile)
+        self.pending.add_tarball(name, version, kept)
+
+        def landed(error: BaseException | None) -> None:
+            self.pending.landed_tarball(name, version)
+            kept.unlink(missing_ok=True)
+            if error is not None:
+                log.error("mirror: %s@%s could not land: %s", name, version, error)
+
+        self.landings.submit(lambda storage: land_tarball(storage, self.ledger, uplink.origin, name, version,
+                                                          Verified(kept, sha512, staged=True)), landed)  # fmt: skip
+        return Outcome(200, file=kept)
 
     def _passed_through(self, name: str, version: str, record: MirrorRecord, source: Path) -> Outcome:
         dist = record.upstream_dist(version)
@@ -309,21 +403,15 @@ class MirrorService:
         if problem is not None:
             return Outcome(502, f"{name}@{version}: {problem}; not served")
 
+        kept = keep_passed_through(self.folders, name, version, source)
+
         def write(storage: Any) -> list[str]:
             meta = mirrored_meta_or_none(storage, name)
             if meta is None or meta.mirror is None or version not in meta.mirror.allowed:
                 raise OwnedHere(f"{name}@{version} is no longer a version this registry serves")
-            pass_through(self.folders, self.settings, name, version, source)
+            pass_through(self.folders, self.settings, name, version)
             return []
 
-        try:
-            self.commits.land(write)
-        except OwnedHere as exc:
-            return Outcome(404, str(exc))
-        return SERVE
+        self.landings.submit(write)
+        return Outcome(200, file=kept)
 
-
-def _answer(entry: Entry) -> Outcome:
-    if entry.status == MISSING:
-        return Outcome(404, entry.note or f"not found on the uplink {entry.uplink}")
-    return SERVE

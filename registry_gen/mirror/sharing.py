@@ -1,7 +1,7 @@
-"""What the mirror's concurrent requests share (I/O-free, thread-safe): one upstream request per
-package however many ask at once (`Flights`), the uplinks' health (`Health`: down for
-`fail_timeout` after `max_fails` failures in a row), and the landings that wait for the write
-lock, committed together with one build (`GroupCommit`)."""
+"""What the mirror's concurrent requests share (thread-safe): one upstream request per package
+however many ask at once (`Flights`), the uplinks' health (`Health`: down for `fail_timeout`
+after `max_fails` failures in a row), and the landings, committed in batches with one build each
+by a background thread (`LandingQueue`)."""
 
 from __future__ import annotations
 
@@ -80,56 +80,137 @@ class Health:
 
 
 @dataclass
-class _Landing:
+class Landing:
     write: Callable[[Any], list[str]]
-    done: bool = False
+    done: Callable[[BaseException | None], None] | None = None
+    finished: threading.Event = field(default_factory=threading.Event)
     keys: list[str] = field(default_factory=list)
     error: BaseException | None = None
 
+    def wait(self) -> list[str]:
+        """The keys it wrote once it is built, or the reason it was not."""
+        self.finished.wait()
+        if self.error is not None:
+            raise self.error
+        return self.keys
 
-class GroupCommit:
-    """Landings that arrive while one commits wait and then go together: their writes run one after
-    the other under the write lock, and one build covers them all (`commit(writes)` does both).
-    A rebuild per tarball would serialise a cold install behind ~0.2 s builds; grouped, the
-    build's fixed cost is shared by whatever arrived meanwhile. Whoever finds no commit running
-    commits the waiting batch, its own landing in it, and returns."""
 
-    def __init__(self, commit: Callable[[Callable[[Any], list[str]]], object]) -> None:
-        self.commit = commit
+class LandingQueue:
+    """Landings go to content/ at once and into the tree a little later, in one build for many.
+
+    One background thread takes the landings that wait, runs their writes one after the other
+    under the write lock (`store`: `WriteService.store_batch`), then builds what they wrote
+    (`build`: `WriteService.land`) once the queue has been quiet for `quiet` seconds, its oldest
+    unbuilt landing is `longest` seconds old, or `most` wait: a build per tarball (0.2-0.6 s each)
+    would serialise a cold install behind them, and one build for the whole install costs a
+    fraction of their sum. Requests are answered from what they fetched meanwhile (the service's
+    `Pending`); a landing's `done` runs once it is built, and `wait()` returns then.
+
+    `flush()` builds everything now and returns when it is done (`registry-gen mirror`, tests)."""
+
+    def __init__(
+        self, store: Callable[[Callable[[Any], list[str]]], list[str]], build: Callable[[Callable[[Any], list[str]]], object],
+        *, quiet: float = 1.0, longest: float = 15.0, most: int = 2000,
+    ) -> None:  # fmt: skip
+        self.store, self.build = store, build
+        self.quiet, self.longest, self.most = quiet, longest, most
         self.ready = threading.Condition()
-        self.waiting: list[_Landing] = []
-        self.busy = False
+        self.waiting: list[Landing] = []
+        self.unbuilt: list[Landing] = []
+        self.last_submit = self.first_unbuilt = 0.0
+        self.flushing = 0
+        self.working = 0  # landings taken from the lists and not finished yet
+        self.thread: threading.Thread | None = None
 
-    def land(self, write: Callable[[Any], list[str]]) -> list[str]:
-        """Runs `write(storage)` under the write lock (with others), rebuilds; returns its keys."""
-        landing = _Landing(write)
+    def submit(self, write: Callable[[Any], list[str]], done: Callable[[BaseException | None], None] | None = None) -> Landing:
+        landing = Landing(write, done)
         with self.ready:
             self.waiting.append(landing)
-            while self.busy and not landing.done:
-                self.ready.wait()
-            if not landing.done:
-                self.busy = True
-                batch, self.waiting = self.waiting, []
-        if not landing.done:
-            self._commit(batch)
-        if landing.error is not None:
-            raise landing.error
-        return landing.keys
+            self.last_submit = time.monotonic()
+            self._start()
+            self.ready.notify_all()
+        return landing
 
-    def _commit(self, batch: list[_Landing]) -> None:
-        try:
-            self.commit(lambda storage: _run_all(batch, storage))
-        except BaseException as exc:  # the build failed: every landing of the batch says so
-            for landing in batch:
-                landing.error = landing.error or exc
+    def flush(self) -> None:
+        """Writes and builds everything submitted so far; returns once it is in the tree."""
         with self.ready:
+            self.flushing += 1
+            self._start()
+            self.ready.notify_all()
+            while self.waiting or self.unbuilt or self.working:
+                self.ready.wait(1.0)
+            self.flushing -= 1
+
+    def _start(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.thread = threading.Thread(target=self._run, name="mirror-landings", daemon=True)
+            self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.ready:
+                if not self.ready.wait_for(lambda: bool(self.waiting or self.unbuilt), timeout=60.0):
+                    self.thread = None  # idle: a later submit starts a new one
+                    return
+                writes, self.waiting = self.waiting, []
+                self.working += len(writes)
+            if writes:
+                self._store(writes)
+            with self.ready:
+                due = self._build_due()
+                if not due:
+                    self.ready.wait(0.2)  # woken early by a submit or a flush
+                    continue
+                batch, self.unbuilt = self.unbuilt, []
+                self.working += len(batch)
+            self._build(batch)
+
+    def _build_due(self) -> bool:
+        now = time.monotonic()
+        if not self.unbuilt or self.waiting:
+            return False
+        return bool(self.flushing) or len(self.unbuilt) >= self.most or now - self.last_submit >= self.quiet or (
+            now - self.first_unbuilt >= self.longest)  # fmt: skip
+
+    def _store(self, writes: list[Landing]) -> None:
+        try:
+            self.store(lambda storage: _run_all(writes, storage))
+        except BaseException as exc:  # noqa: BLE001 - the lock could not be had: each landing says so
+            for landing in writes:
+                landing.error = landing.error or exc
+        failed = [landing for landing in writes if landing.error is not None]
+        self._finish(failed)
+        with self.ready:
+            if not self.unbuilt:
+                self.first_unbuilt = time.monotonic()
+            self.unbuilt += [landing for landing in writes if landing.error is None]
+            self.working -= len(writes)
+
+    def _build(self, batch: list[Landing]) -> None:
+        keys = [key for landing in batch for key in landing.keys]
+        try:
+            self.build(lambda storage: keys)
+        except BaseException as exc:  # noqa: BLE001 - the build failed: every landing of the batch says so
             for landing in batch:
-                landing.done = True
-            self.busy = False
+                landing.error = exc
+        self._finish(batch)
+        self._build_done(batch)
+
+    def _finish(self, landings: list[Landing]) -> None:
+        for landing in landings:
+            if landing.done is not None:
+                landing.done(landing.error)
+            landing.finished.set()
+        with self.ready:
+            self.ready.notify_all()
+
+    def _build_done(self, batch: list[Landing]) -> None:
+        with self.ready:
+            self.working -= len(batch)
             self.ready.notify_all()
 
 
-def _run_all(batch: list[_Landing], storage: Any) -> list[str]:
+def _run_all(batch: list[Landing], storage: Any) -> list[str]:
     keys: list[str] = []
     for landing in batch:
         try:

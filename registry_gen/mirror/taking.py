@@ -29,8 +29,9 @@ def take_document(doc: Mapping[str, Any], name: str, uplink: Uplink, previous: M
     if problem:
         raise ImportProblem(f"{name}: {problem}")
     raw_times = doc.get("time") if isinstance(doc.get("time"), Mapping) else {}
+    latest = (doc.get("dist-tags") or {}).get("latest")
     versions = {
-        version: slim_manifest(manifest)
+        version: slim_manifest(manifest, latest=version == latest)
         for version, manifest in (doc.get("versions") or {}).items()
         if is_valid_version(version) and isinstance(manifest, Mapping) and manifest_problem(manifest, name, version, "entry") is None
     }  # fmt: skip
