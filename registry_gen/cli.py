@@ -200,12 +200,14 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
         commands_import,
         commands_init,
         commands_keys,
+        commands_mirror,
         commands_verify,
         commands_watch,
     )
     from registry_gen.plugins import entry_points
 
-    for module in (commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory):
+    for module in (commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory,
+                   commands_mirror):  # fmt: skip
         module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):
         try:

@@ -11,9 +11,12 @@ The read rules are checked first, here, whatever the host: a denied read never r
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
+import logging
 import os
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -39,6 +42,7 @@ from user_api.read_access import ReadGuard
 from user_api.web import wsgi_path
 
 StartResponse = Callable[..., Any]
+log = logging.getLogger(__name__)
 # nginx's own locations over the tree's files (registry_gen/templates/nginx_site.conf.j2), and the
 # header through which it asks for them (a request without it is answered with the file itself).
 ACCEL_DOCUMENTS: Final = "/-/registry-gen/mirror-documents/"
@@ -60,6 +64,19 @@ class MirrorGate:
         self.service = MirrorService(settings, writes)
         self.tree = tree
         self.guard = guard
+        # What was fetched lands before the process goes; verdicts whose inputs changed while it
+        # was down (registry.yaml, advisories) are made again at once, not at the next read.
+        atexit.register(self.service.settle)
+        threading.Thread(target=self._reconcile, name="mirror-reconcile", daemon=True).start()
+
+    def _reconcile(self) -> None:
+        try:
+            changed = self.service.reconcile()
+        except Exception:  # noqa: BLE001 - a failed sweep leaves the per-read checks to do it
+            log.exception("mirror: deciding again what changed policies hold back failed")
+            return
+        if changed:
+            log.info("mirror: verdicts made again for %d packages whose policy changed", len(changed))
 
     def claims(self, path: str) -> bool:
         """A read of a proxied package's document or tarball (its HTML pages stay static)."""
@@ -88,6 +105,8 @@ class MirrorGate:
             sent = _send_file(outcome.file, environ, start_response)
             if sent is not None:
                 return sent  # else it landed meanwhile: the tree has it
+        if tarball is None:
+            self.service.ensure_built(name)
         if environ.get(ACCEL_HEADER):
             return self._accelerated(path, environ, start_response, tarball is not None)
         return self.tree(environ, start_response)

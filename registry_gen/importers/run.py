@@ -303,7 +303,7 @@ def _storage_listing(root: Path) -> dict[str, list[str]]:
     return listing
 
 
-def _verdaccio_config(path: Path | None) -> dict:
+def read_verdaccio_config(path: Path | None) -> dict:
     """Verdaccio's config.yaml (its `packages:` rules say who publishes what), when there is one."""
     if path is None or not path.is_file():
         return {}
@@ -322,7 +322,7 @@ def import_verdaccio(
     `accounts` ({username: account id}, the ones this import created) bind the maintainers of the
     packages this import creates (never of one that was here before)."""
     importer = Importer(settings, progress or SilentProgress(), merge_into=frozenset(merge_into))
-    rules = _verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
+    rules = read_verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
     folders = verdaccio.package_folders(_storage_listing(storage_dir))
     importer.progress.start(len(folders))
 

@@ -15,11 +15,12 @@ digest it lists, from `<data_dir>/mirror/tarballs/` (their tree copy is the mirr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry_gen.errors import RegistryError
+from registry_gen.errors import NotFound, RegistryError
 from registry_gen.importers.landing import Verified, land_archives
 from registry_gen.importers.origins import OriginLedger, OriginRecord
 from registry_gen.meta import PackageMeta
@@ -141,3 +142,21 @@ def keep_passed_through(folders: MirrorFolders, name: str, version: str, source:
 def pass_through(folders: MirrorFolders, settings: Settings, name: str, version: str) -> None:
     """The kept bytes' tree copy (under the write lock: a build may be removing the package)."""
     atomic_copy(folders.passthrough(name, version), settings.out_dir / tarball_path(name, version))
+
+
+def local_versions(storage: ContentStorage, folders: MirrorFolders, settings: Settings, name: str) -> list[str]:
+    """Under the write lock: the mirrored package's meta made a local one's (no `mirror`), with
+    the times and tags of the versions whose archives content/ holds; a passed-through tarball's
+    tree copy goes (it is no archive of the package). Returns the versions kept."""
+    meta = mirrored_meta_or_none(storage, name)
+    if meta is None or meta.mirror is None:
+        raise NotFound(f"{name} is not a mirrored package")
+    record = meta.mirror
+    held = sorted(v for v in record.versions if storage.exists(archive_key(name, v)))
+    for version in record.versions:
+        if folders.passthrough(name, version).is_file():
+            (settings.out_dir / tarball_path(name, version)).unlink(missing_ok=True)
+    times = {v: stamp for v in held if (stamp := record.times.get(v) or record.first_seen.get(v))}
+    tags = {tag: v for tag, v in record.tags.items() if v in held}
+    write_meta(storage, meta_key(name), dataclasses.replace(meta, mirror=None, time=times, dist_tags=tags, revision=meta.revision + 1))
+    return held

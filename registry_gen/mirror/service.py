@@ -43,12 +43,14 @@ from registry_gen.importers.run import archive_problem
 from registry_gen.meta import PackageMeta
 from registry_gen.mirror.config import Uplink
 from registry_gen.keyring import load_signer
+from registry_gen.mirror.explain import Facts, explain
 from registry_gen.mirror.landing import (
     MirrorFolders,
     OwnedHere,
     keep_passed_through,
     land_document,
     land_tarball,
+    local_versions,
     mirrored_meta_or_none,
     pass_through,
 )
@@ -57,9 +59,11 @@ from registry_gen.mirror.record import MirrorRecord
 from registry_gen.mirror.sharing import Flights, Health, LandingQueue
 from registry_gen.mirror.state import LOCAL, MIRRORED, MISSING, Entry, MirrorState
 from registry_gen.mirror.taking import judged, mirrored_meta, take_document, worth_landing
-from registry_gen.names import split_name, tarball_path
+from registry_gen.layout import PACKAGE_DOCUMENT
+from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.packument import build_packument
 from registry_gen.settings import Settings
+from registry_gen.storage import archive_key, meta_key
 from registry_gen.versions import is_valid_version
 from registry_gen.writes import WriteService
 
@@ -317,6 +321,79 @@ class MirrorService:
         # The verdicts made again from what is held; the check time stays, so the next request
         # still asks the upstream (the health gate keeps that from hammering a dead one).
         return self._land(name, rule, uplink, meta, meta.mirror, entry or Entry(name, uplink.name, MIRRORED, 0.0))
+
+    # ------------------------------------------------------------ operations
+
+    def refresh(self, name: str) -> Outcome:
+        """Asks the uplink now, whatever the freshness, without validators (`mirror refresh`)."""
+        found = self.proxied(name)
+        if found is None:
+            return Outcome(404, f"{name} is not proxied: no packages: pattern with proxy: matches it first")
+        return self.flights.run(("document", name), lambda: self._refresh(name, *found, force=True))
+
+    def redecide(self, name: str) -> bool:
+        """Makes a mirrored package's verdicts again from what it holds (its policy or an advisory
+        changed); True when they changed. No upstream is asked."""
+        found, meta = self.proxied(name), self.current_meta(name)
+        if found is None or meta is None or meta.mirror is None:
+            return False
+        rule, uplink = found
+        entry = self.state.get(name) or Entry(name, uplink.name, MIRRORED, 0.0)
+        self._land(name, rule, uplink, meta, meta.mirror, dataclasses.replace(entry, status=MIRRORED))
+        after = self.current_meta(name)
+        return after is not None and after.mirror is not None and after.mirror.held != meta.mirror.held
+
+    def reconcile(self) -> list[str]:
+        """The mirrored packages whose policy inputs changed since their verdicts were made (the
+        config was edited, an advisory recorded), decided again: run when a server starts, so a
+        block holds for what was mirrored before, even for a tarball nobody asks the document of."""
+        changed = []
+        for entry in self.state.entries(MIRRORED):
+            found = self.proxied(entry.name)
+            if found is not None and entry.fingerprint != self.fingerprint(entry.name, *found) and self.redecide(entry.name):
+                changed.append(entry.name)
+        return changed
+
+    def why(self, name: str, version: str | None = None) -> list[str]:
+        """Every decision about `name` (and `version`) in words (`registry-gen mirror why`)."""
+        rule = self.settings.packages.rule_for(name)
+        uplink = self.settings.uplink(rule.proxy) if rule is not None and rule.proxy else None
+        meta = self.current_meta(name)
+        owner = self.ledger.refusal(name, uplink.origin) if uplink is not None and meta is None else None
+        facts = Facts(
+            name, version, rule, uplink, owner, meta.mirror if meta is not None else None, self.state.get(name),
+            archive=version is not None and self.writes.storage.exists(archive_key(name, version)),
+            passed_through=version is not None and self.folders.passthrough(name, version).is_file(),
+            held_aside=version is not None and self.folders.held(name, version).is_file(),
+            now=self.clock(),
+        )  # fmt: skip
+        return explain(facts)
+
+    def ensure_built(self, name: str) -> bool:
+        """Builds a mirrored package the tree lacks (a tree rebuilt elsewhere, a landing whose
+        build was lost with its process); True when it did."""
+        if (self.settings.out_dir / package_dir(name) / PACKAGE_DOCUMENT).is_file() or self.pending.meta(name) is not None:
+            return False
+        if mirrored_meta_or_none(self.writes.storage, name) is None:
+            return False
+        self.writes.land(lambda storage: [meta_key(name)])
+        return True
+
+    def make_local(self, name: str) -> list[str]:
+        """Turns a mirrored package into one of this registry's own (an administrator's explicit
+        act): it keeps the versions whose tarballs are held here, with their times and tags, takes
+        writes, and is never proxied again. Returns the versions it keeps."""
+        self.settle()
+        kept: list[str] = []
+
+        def write(storage: Any) -> list[str]:
+            kept.extend(local_versions(storage, self.folders, self.settings, name))
+            self.ledger.forget(name)
+            return [meta_key(name)]
+
+        self.writes.land(write)
+        self.state.forget(name)
+        return kept
 
     # ------------------------------------------------------------ tarballs
 

@@ -86,6 +86,12 @@ class MirrorState:
                  for e in entries),
             )  # fmt: skip
 
+    def entries(self, status: str | None = None) -> Iterator[Entry]:
+        """Every row (of one status), by name."""
+        query = "SELECT * FROM packages" + (" WHERE status = ?" if status else "") + " ORDER BY name"
+        for row in self._connection().execute(query, (status,) if status else ()):
+            yield Entry(*row)
+
     def forget(self, name: str) -> None:
         self._connection().execute("DELETE FROM packages WHERE name = ?", (name,))
 
