@@ -269,10 +269,6 @@ def nginx_site(
     """
     if read_check is not None and api_upstream is None:
         raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
-    if any(proxies for _, proxies in proxied) and api_upstream is None:
-        raise ValueError("proxied packages (proxy: in packages:) need the API to fetch them: give the API address (--api-upstream)")
-    if any(ch in regex for regex, _ in proxied for ch in '"\';{}\n\r '):
-        raise ValueError(f"a packages: pattern cannot be written into an nginx config: {proxied!r}")
     root = Path(out_dir).resolve()
     from registry_gen.nginx_access import http_part, server_part
 
@@ -280,7 +276,7 @@ def nginx_site(
         root=root,
         root_literal=_quoted(str(root)),
         root_alias=_quoted(str(root) + "/"),
-        proxied=list(proxied) if any(proxies for _, proxies in proxied) else [],
+        proxied=_proxied_patterns(proxied, api_upstream),
         listen=_plain(listen, "listen"),
         server_name=_plain(server_name, "server_name"),
         max_body_size=_plain(max_body_size, "size"),
@@ -307,6 +303,17 @@ def nginx_site(
         pages_not_found=PAGES_NOT_FOUND,
         not_found_document=NOT_FOUND_DOCUMENT,
     )
+
+
+def _proxied_patterns(proxied: Sequence[tuple[str, bool]], api_upstream: str | None) -> list[tuple[str, bool]]:
+    """The patterns for the proxied-name map, checked (none when nothing is proxied)."""
+    if not any(proxies for _, proxies in proxied):
+        return []
+    if api_upstream is None:
+        raise ValueError("proxied packages (proxy: in packages:) need the API to fetch them: give the API address (--api-upstream)")
+    if any(ch in regex for regex, _ in proxied for ch in '"\';{}\n\r '):
+        raise ValueError(f"a packages: pattern cannot be written into an nginx config: {proxied!r}")
+    return list(proxied)
 
 
 def nginx_config(
