@@ -40,6 +40,7 @@ from registry_gen.importers.landing import Verified
 from registry_gen.importers.model import ImportProblem
 from registry_gen.importers.origins import OriginLedger
 from registry_gen.importers.run import archive_problem
+from registry_gen.importers.upstream import same_origin
 from registry_gen.meta import PackageMeta
 from registry_gen.mirror.config import Uplink
 from registry_gen.keyring import load_signer
@@ -148,6 +149,14 @@ def version_of(name: str, filename: str) -> str | None:
         return None
     version = filename[len(prefix) : -len(".tgz")]
     return version if is_valid_version(version) else None
+
+
+def tarball_url(record: MirrorRecord, uplink: Uplink, name: str, version: str) -> str:
+    """Where a tarball is fetched: the URL the upstream lists when it is on the uplink's own origin,
+    else the conventional path on the uplink (a document cannot send this server to another host:
+    only the uplink's redirects can, to http(s), without its token)."""
+    listed = str(record.upstream_dist(version).get("tarball") or "")
+    return listed if same_origin(listed, uplink.url) else uplink.url + tarball_path(name, version)
 
 
 class AdvisoryIndex:
@@ -434,12 +443,11 @@ class MirrorService:
         return self._download(name, version, record, uplink)
 
     def _download(self, name: str, version: str, record: MirrorRecord, uplink: Uplink) -> Outcome:
-        dist = record.upstream_dist(version)
         entry = f"{name}@{version}"
         staged = self.folders.staging / f".{uuid.uuid4().hex}.part"
         staged.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.clients[uplink.name].download(str(dist["tarball"]), entry, staged, self.settings.limits.max_archive_bytes)
+            self.clients[uplink.name].download(tarball_url(record, uplink, name, version), entry, staged, self.settings.limits.max_archive_bytes)
         except ImportProblem as exc:
             staged.unlink(missing_ok=True)
             self.health.failed(uplink.name, uplink.max_fails, uplink.fail_timeout)

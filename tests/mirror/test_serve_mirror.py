@@ -113,6 +113,8 @@ def test_what_an_upstream_cannot_make_this_registry_serve(tmp_path: Path) -> Non
         upstream.publish("tampered", "1.0.0")
         upstream.files[upstream.tarball_path("tampered", "1.0.0")] += b"\0"
         upstream.documents["impostor"] = {**upstream.documents["other"]}  # /impostor answers other's document
+        elsewhere = upstream.publish("elsewhere", "1.0.0")
+        upstream.documents["elsewhere"]["versions"]["1.0.0"]["dist"]["tarball"] = "http://169.254.169.254/latest/meta-data/x.tgz"
         raw = b"not a tarball at all, yet exactly what the upstream lists"
         upstream.publish("raw-bytes", "1.0.0")
         upstream.files[upstream.tarball_path("raw-bytes", "1.0.0")] = raw
@@ -126,6 +128,9 @@ def test_what_an_upstream_cannot_make_this_registry_serve(tmp_path: Path) -> Non
             assert tampered.status == 502 and "do not match" in tampered.json["error"]
             impostor = http("GET", server.base + "impostor")
             assert impostor.status == 502 and "the document is named 'other', not 'impostor'" in impostor.json["error"]
+            # A tarball listed on another host is asked of the uplink itself, at the conventional path.
+            assert http("GET", server.base + "elsewhere/-/elsewhere-1.0.0.tgz").body == elsewhere
+            assert upstream.hits_of("/elsewhere/-/elsewhere-1.0.0.tgz")
             passed = http("GET", server.base + "raw-bytes/-/raw-bytes-1.0.0.tgz")
             assert passed.status == 200 and passed.body == raw
             assert built(root, "raw-bytes/-/raw-bytes-1.0.0.tgz").read_bytes() == raw
