@@ -222,14 +222,14 @@ def _too_young(fact: VersionFacts, policy: MirrorPolicy, now: float) -> Decision
 def allowed_latest(versions: Iterable[str], upstream_latest: str | None) -> str | None:
     """`latest` among the allowed versions: the upstream's when allowed, else the newest allowed
     non-prerelease at or below it (npm's and pnpm's own release-age settings pick so), else None."""
-    from registry_gen.versions import is_prerelease, version_key
+    from registry_gen.versions import is_prerelease, order_key
 
     allowed = list(versions)
     if upstream_latest in allowed:
         return upstream_latest
-    ceiling = version_key(upstream_latest) if upstream_latest and _is_version(upstream_latest) else None
-    below = [v for v in allowed if not is_prerelease(v) and (ceiling is None or version_key(v) <= ceiling)]
-    return max(below, key=version_key) if below else None
+    ceiling = order_key(upstream_latest) if upstream_latest and _is_version(upstream_latest) else None
+    below = [v for v in allowed if not is_prerelease(v) and (ceiling is None or order_key(v) <= ceiling)]
+    return max(below, key=order_key) if below else None
 
 
 def _is_version(text: str) -> bool:

@@ -22,6 +22,7 @@ is `pending` here and served from memory; from then on the tree serves it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -198,6 +199,10 @@ class MirrorService:
         self.clients = {uplink.name: uplink_client(uplink) for uplink in settings.uplinks}
         self.signer = load_signer(settings)
         self.clock = clock
+        # The rules are fixed for the life of the service: which rule proxies a name, and the
+        # policy part of its fingerprint, are worked out once (every proxied read asks both).
+        self.proxied = functools.lru_cache(maxsize=65536)(self._proxied)
+        self.policy_prints: dict[str, str] = {}
 
     def settle(self) -> None:
         """Returns once every landing so far is in content/ and built into the tree."""
@@ -207,16 +212,20 @@ class MirrorService:
         """The mirrored meta of `name` as it stands: the pending one, else content/'s."""
         return self.pending.meta(name) or mirrored_meta_or_none(self.writes.storage, name)
 
-    def proxied(self, name: str) -> tuple[Rule, Uplink] | None:
+    def _proxied(self, name: str) -> tuple[Rule, Uplink] | None:
         """The rule proxying `name` and its uplink; None: a local-only name (the default)."""
         rule = self.settings.packages.proxy_rule(name)
         return (rule, self.settings.uplink(str(rule.proxy))) if rule is not None else None
 
     def fingerprint(self, name: str, rule: Rule, uplink: Uplink) -> str:
         """Everything the verdicts of `name` depend on but the upstream's document."""
-        uses_advisories = rule.policy.hide_severity is not None or any(b.marker == "$malicious" for b in rule.policy.block)
-        advisories = sorted((a.source_id, a.severity, a.vulnerable_versions, a.malicious) for a in self.advisories.for_name(name)) if uses_advisories else []
-        return f"{rule.policy.fingerprint}|untrusted={uplink.untrusted}|{advisories}"
+        policy = self.policy_prints.get(rule.pattern)
+        if policy is None:
+            policy = self.policy_prints[rule.pattern] = f"{rule.policy.fingerprint}|untrusted={uplink.untrusted}"
+        if rule.policy.hide_severity is None and not any(b.marker == "$malicious" for b in rule.policy.block):
+            return policy
+        advisories = sorted((a.source_id, a.severity, a.vulnerable_versions, a.malicious) for a in self.advisories.for_name(name))
+        return f"{policy}|{advisories}"
 
     # ------------------------------------------------------------ documents
 
@@ -256,7 +265,7 @@ class MirrorService:
                 return SERVE
         if self.health.is_down(uplink.name):
             return self._without_upstream(name, rule, uplink, meta, f"the uplink {uplink.name} is down (it failed {uplink.max_fails} times in a row)")
-        validators = (entry.etag, entry.last_modified) if meta is not None and entry is not None and not force else (None, None)
+        validators = (entry.etag, entry.last_modified) if meta is not None and entry is not None else (None, None)
         try:
             answer = self.clients[uplink.name].document_if_changed(name, *validators)
         except StatusProblem as exc:
@@ -334,7 +343,7 @@ class MirrorService:
     # ------------------------------------------------------------ operations
 
     def refresh(self, name: str) -> Outcome:
-        """Asks the uplink now, whatever the freshness, without validators (`mirror refresh`)."""
+        """Asks the uplink now, whatever the freshness (conditionally: `mirror refresh`)."""
         found = self.proxied(name)
         if found is None:
             return Outcome(404, f"{name} is not proxied: no packages: pattern with proxy: matches it first")

@@ -110,7 +110,7 @@ class LandingQueue:
 
     def __init__(
         self, store: Callable[[Callable[[Any], list[str]]], list[str]], build: Callable[[Callable[[Any], list[str]]], object],
-        *, quiet: float = 1.0, longest: float = 15.0, most: int = 2000,
+        *, quiet: float = 5.0, longest: float = 60.0, most: int = 2000,
     ) -> None:  # fmt: skip
         self.store, self.build = store, build
         self.quiet, self.longest, self.most = quiet, longest, most
