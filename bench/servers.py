@@ -163,9 +163,12 @@ def registry_gen_serve(command: list[str], content: Path, workdir: Path, deadlin
         shutil.rmtree(workdir / "data", ignore_errors=True)
 
 
-def wrk(url: str, *, seconds: int, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """Runs wrk (keep-alive) against one URL; requests/s, errors and latency percentiles."""
-    command = [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency"]
+def wrk(
+    url: str, *, seconds: int, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None, script: Path | None = None
+) -> dict[str, float]:
+    """Runs wrk (keep-alive) against one URL (or the paths a Lua `script` makes); requests/s,
+    errors and latency percentiles."""
+    command = [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", *(["-s", str(script)] if script else [])]
     for key, value in (headers or {}).items():
         command += ["-H", f"{key}: {value}"]
     proc = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60)
