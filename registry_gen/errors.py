@@ -80,3 +80,18 @@ class AddressUnavailable(RegistryError):
 
 class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""
+
+
+class StorageError(RegistryError):
+    """The content store refused an operation that retrying will not fix (no such bucket, no
+    credentials, access denied): an operator must change the configuration."""
+
+
+class StorageUnavailable(StorageError):
+    """The content store cannot be reached right now (connection refused, timed out, 5xx,
+    throttled). Nothing was half-written; the same request may succeed later (HTTP 503)."""
+
+
+class RevisionConflict(RegistryError):
+    """A whole-document write named a `_rev` that is no longer the document's: somebody changed
+    the package since the client read it (CouchDB's 409)."""

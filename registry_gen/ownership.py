@@ -21,7 +21,7 @@ from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.names import package_dir, validate_name
 from registry_gen.publish import PackageState, apply_claim, maintainer_entry, now_iso
 from registry_gen.settings import Settings
-from registry_gen.storage import FolderStorage, meta_key, write_meta
+from registry_gen.storage import ContentStorage, meta_key, open_content_storage, write_meta
 
 
 def published_versions(settings: Settings, name: str) -> frozenset[str]:
@@ -33,7 +33,7 @@ def published_versions(settings: Settings, name: str) -> frozenset[str]:
         return frozenset()
 
 
-def meta_location(settings: Settings, storage: FolderStorage, name: str) -> str:
+def meta_location(settings: Settings, storage: ContentStorage, name: str) -> str:
     """The package's meta file: the API's own place, unless the build found it elsewhere in content/."""
     canonical = meta_key(name)
     if storage.exists(canonical):
@@ -49,7 +49,7 @@ def meta_location(settings: Settings, storage: FolderStorage, name: str) -> str:
 def claim_package(settings: Settings, name: str, username: str, email: str | None, account_id: str) -> bool:
     """Binds `username` (account `account_id`) as a maintainer of `name`; False when it already was."""
     validate_name(name, legacy=True)
-    storage = FolderStorage(settings.content_dir)
+    storage = open_content_storage(settings)
     with build_lock(settings):
         key = meta_location(settings, storage, name)
         raw = storage.read(key)
@@ -69,7 +69,7 @@ def erase_maintainer_email(settings: Settings, username: str) -> list[str]:
     """A deleted account's email leaves every meta in content/ (and so every document, index and
     page after the rebuild). Returns the meta files changed. Emails inside a tarball's own
     package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails")."""
-    storage = FolderStorage(settings.content_dir)
+    storage = open_content_storage(settings)
     changed: list[str] = []
     with build_lock(settings):
         for key in sorted(scan_content(settings.content_dir)[1]):
@@ -196,7 +196,7 @@ def bind_recorded_maintainers(
     whose meta changed. `apply=False` decides and writes nothing. The metas are read first without
     the build lock (a large registry's scan must not stall publishes); each one to change is read
     again under the lock, so an entry bound meanwhile is left as it is."""
-    storage = FolderStorage(settings.content_dir)
+    storage = open_content_storage(settings)
     accounts: dict[str, AccountFacts | None] = {}
     decisions: list[BindingDecision] = []
     unreadable: list[str] = []
@@ -217,7 +217,7 @@ def bind_recorded_maintainers(
     return BindingReport(decisions, unreadable, written)
 
 
-def _meta_at(storage: FolderStorage, key: str) -> PackageMeta | None:
+def _meta_at(storage: ContentStorage, key: str) -> PackageMeta | None:
     raw = storage.read(key)
     try:
         return parse_meta(raw) if raw is not None else None
@@ -225,7 +225,7 @@ def _meta_at(storage: FolderStorage, key: str) -> PackageMeta | None:
         return None  # the build reports a broken meta; nothing in it can be bound safely
 
 
-def _write_bindings(settings: Settings, storage: FolderStorage, keys: list[str], accounts: Mapping[str, AccountFacts | None]) -> list[str]:
+def _write_bindings(settings: Settings, storage: ContentStorage, keys: list[str], accounts: Mapping[str, AccountFacts | None]) -> list[str]:
     written: list[str] = []
     with build_lock(settings):
         for key in keys:

@@ -173,7 +173,7 @@ def build_packument(
         doc["readmeFilename"] = readme_filename
     if modified:
         doc["modified"] = modified
-    doc["_rev"] = revision_of(doc, meta.revision or len(times))
+    doc["_rev"] = document_revision(meta, versions)
     return doc
 
 
@@ -205,7 +205,7 @@ def mirrored_packument(name: str, meta: PackageMeta, record: MirrorRecord, *, ba
     if time_doc.get("modified"):
         doc["modified"] = time_doc["modified"]
     doc["_mirror"] = {"uplink": record.uplink, "url": record.url, "refreshed": record.refreshed, "held": dict(sorted(record.held.items()))}
-    doc["_rev"] = revision_of(doc, meta.revision or len(order))
+    doc["_rev"] = document_revision(meta, order)
     return doc
 
 
@@ -229,10 +229,21 @@ def mirrored_version_document(manifest: Mapping[str, Any], name: str, version: s
     return doc
 
 
-def revision_of(doc: Mapping[str, Any], number: int) -> str:
-    """CouchDB-style `<number>-<hash>`: clients only echo it back."""
-    body = {k: v for k, v in doc.items() if k != "_rev"}
-    return f"{max(number, 1)}-{hashlib.md5(dumps(body)).hexdigest()}"
+# The hash part of a `_rev` this registry renders: 40 hex digits. Documents rendered before (32,
+# an MD5 of the whole document) stay in a tree until their package is rendered again.
+REVISION_HASH_LENGTH = 40
+
+
+def document_revision(meta: PackageMeta, served: Iterable[str]) -> str:
+    """The package document's CouchDB-style `_rev`, `<number>-<hash>`, from what a write can
+    change: the meta (owners, dist-tags, deprecations, unpublish records, its revision counter)
+    and the versions served. The write API derives the same from its read model, so a
+    whole-document write can be checked against it under the write lock (a stale one gets 409)
+    without reading the built tree; clients only echo it back."""
+    versions = sorted(set(served))
+    number = meta.revision or len(set(versions) | set(meta.unpublished))
+    digest = hashlib.blake2b(dumps([meta.to_json(), versions]), digest_size=REVISION_HASH_LENGTH // 2).hexdigest()
+    return f"{max(number, 1)}-{digest}"
 
 
 def abbreviate(packument: Mapping[str, Any]) -> dict[str, Any]:

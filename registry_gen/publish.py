@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry_gen.archive import Digests, read_archive_bytes
-from registry_gen.errors import Forbidden, InvalidVersion, NotFound, RegistryError, VersionConflict
+from registry_gen.errors import Forbidden, InvalidVersion, NotFound, RegistryError, RevisionConflict, VersionConflict
 from registry_gen.manifest import manifest_problems, validate_manifest
 from registry_gen.meta import PackageMeta
 from registry_gen.names import split_name, tarball_filename, validate_name
+from registry_gen.packument import REVISION_HASH_LENGTH, document_revision
 from registry_gen.settings import Limits
 from registry_gen.timestamps import now_iso
 from registry_gen.versions import validate_version
@@ -140,6 +141,28 @@ class Upload:
 
 
 # ---------------------------------------------------------------- who may write
+
+
+def check_revision(state: PackageState, rev: str | None) -> None:
+    """CouchDB's optimistic concurrency for npm's read-modify-write commands (unpublish of one
+    version, deprecate, owner add/rm, unpublish of all): they GET the document, change it and send
+    it back naming the `_rev` they read. Unless that is still the document's, RevisionConflict
+    (409): nothing changes, and the client reads again (a stale unpublish must not remove a version
+    published in between). None (a client that names no rev) and a name nobody holds (the rule
+    answers 404) are not checked. A rev of a document an earlier release rendered (another hash
+    form) is taken when its counter is the current one: that document has not been re-rendered yet."""
+    if rev is None or not state.is_held:
+        return
+    current = document_revision(state.meta, state.published)
+    if rev == current:
+        return
+    number, _, digest = rev.partition("-")
+    if len(digest) != REVISION_HASH_LENGTH and number == current.partition("-")[0]:
+        return
+    raise RevisionConflict(
+        f"conflict: {state.name} changed since this copy of its document was read (rev {rev}, now {current}); "
+        "nothing was changed: read it again and retry (run the npm command again)"
+    )
 
 
 def authorize(state: PackageState, actor: Actor, action: str) -> None:

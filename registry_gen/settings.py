@@ -17,6 +17,7 @@ from registry_gen.mirror.config import Uplink, parse_uplinks
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
+STORAGE_ENV = "REGISTRY_STORAGE"
 # `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
 CHECK_PROFILES = ("npm", "commonjs")
 SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
@@ -85,6 +86,12 @@ class Settings:
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
     uplinks: tuple[Uplink, ...] = ()  # the registries `packages:` patterns may proxy (registry_gen.mirror)
+    # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
+    # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
+    storage: str | None = None
+    storage_endpoint_url: str | None = None  # None: $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS itself
+    # Whether the store honours `PUT If-None-Match: *`; None (`auto`): probe it once.
+    storage_conditional_writes: bool | None = None
     # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
     # this machine reaches; `build` warns, `serve` derives it from the address it binds).
     base_url_given: bool = field(default=False, compare=False)
@@ -112,6 +119,7 @@ class Settings:
             raise ConfigError(f"check_ignore must be a list of rule ids; got {self.check_ignore!r}")
         object.__setattr__(self, "check_ignore", tuple(ignore))
         self._check_proxies()
+        self._check_storage()
 
     def _check_proxies(self) -> None:
         known = {uplink.name for uplink in self.uplinks}
@@ -122,6 +130,20 @@ class Settings:
 
     def uplink(self, name: str) -> Uplink:
         return next(uplink for uplink in self.uplinks if uplink.name == name)
+
+    def _check_storage(self) -> None:
+        from registry_gen.storage.location import parse_s3_url
+
+        if self.storage is not None:
+            parse_s3_url(self.storage)
+        endpoint = self.storage_endpoint_url
+        if endpoint is not None:
+            if not isinstance(endpoint, str) or not re.fullmatch(r"https?://[^/\s]+/?", endpoint):
+                raise ConfigError(f"storage_endpoint_url must be an http(s) URL such as http://127.0.0.1:9000; got {endpoint!r}")
+            if self.storage is None:
+                raise ConfigError("storage_endpoint_url is set but storage is not: add storage: s3://BUCKET/PREFIX, or remove it")
+        if self.storage_conditional_writes not in (None, True, False):
+            raise ConfigError(f"storage_conditional_writes must be auto, true or false; got {self.storage_conditional_writes!r}")
 
     def with_updates(self, **changes: Any) -> Settings:
         """A copy with some values replaced; None values are ignored (unset CLI options)."""
@@ -173,7 +195,7 @@ def loopback_address(url: str) -> tuple[str, int] | None:
 
 
 _PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
-_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir"}
+_NULLABLE_KEYS = {"template_dir", "database_url", "check_ignore", "signing_key", "state_dir", "storage", "storage_endpoint_url"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "content_dir": (str, "a path (string)"),
@@ -196,6 +218,10 @@ _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "connection_limit": (int, "an integer"),
     "idle_timeout": (int, "an integer"),
     "index_refresh_seconds": ((int, float), "a number of seconds"),
+    # the content store
+    "storage": (str, "a string such as s3://BUCKET/PREFIX"),
+    "storage_endpoint_url": (str, "a URL (string)"),
+    "storage_conditional_writes": (bool, "auto, true or false"),
 }
 
 
@@ -239,6 +265,14 @@ def _auth_limits_from(value: Any) -> AuthLimits:
     return AuthLimits(**checked)
 
 
+def _conditional_writes_from(value: Any) -> bool | None:
+    """`auto` (None: probe the store once), true or false."""
+    if value == "auto" or value is None:
+        return None
+    check_type("storage_conditional_writes", value, bool, "auto, true or false")
+    return bool(value)
+
+
 def _value_from(key: str, value: Any, source: Path) -> Any:
     if key == "limits":
         return _limits_from(value)
@@ -250,6 +284,8 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
         return tuple(parse_uplinks(value).values())
     if value is None and key in _NULLABLE_KEYS:
         return None
+    if key == "storage_conditional_writes":
+        return _conditional_writes_from(value)
     expected, wanted = _YAML_TYPES[key]
     check_type(key, value, expected, wanted)
     return source.parent / value if key in _PATH_KEYS else value
@@ -386,6 +422,8 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         raise ConfigError(f"{path}: config file not found")
     if os.environ.get(DATABASE_URL_ENV):
         values["database_url"] = os.environ[DATABASE_URL_ENV]
+    if os.environ.get(STORAGE_ENV):
+        values["storage"] = os.environ[STORAGE_ENV]
     if os.environ.get(SIGNING_KEY_ENV):
         values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     given = {k: v for k, v in overrides.items() if v is not None}

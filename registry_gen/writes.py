@@ -38,14 +38,15 @@ from registry_gen.build import BuildResult, build_lock, build_locked
 from registry_gen.errors import Forbidden, LockTimeout, RegistryError, VersionConflict
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
+from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.write_events import describe_write
-from registry_gen.storage import ContentStorage, FolderStorage, archive_key
+from registry_gen.storage import ContentStorage, archive_key, open_content_storage
 
-__all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService"]
+__all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService", "revision_after"]
 
 LOCK_TIMEOUT_SECONDS: Final = 60
 log = logging.getLogger(__name__)
@@ -73,6 +74,16 @@ class Change:
 Rule = Callable[[PackageState], Change]
 
 
+def revision_after(state: PackageState, change: Change) -> str | None:
+    """The `_rev` the package's document has once `change` is built (what a reply tells the
+    client, and what its next `GET ?write=true` shows); None when no document is left."""
+    served = (set(state.published) - change.removed) | ({change.upload.version} if change.upload else set())
+    meta = PackageMeta(name=state.name) if change.delete_meta else (change.meta or state.meta)
+    if change.delete_meta and not served:
+        return None
+    return document_revision(meta, served)
+
+
 class WriteService:
     """Serialises writes (a thread lock, then the cross-process build lock), applies them to
     content/, and rebuilds the tree before returning."""
@@ -89,7 +100,7 @@ class WriteService:
         # With a refresher (a long-running server), each write's build leaves -/all and
         # -/search.json to it: a publish then costs the same at any registry size.
         self.refresher = refresher
-        self.storage = storage or FolderStorage(settings.content_dir)
+        self.storage = storage if storage is not None else open_content_storage(settings)
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
         self._thread_lock = threading.Lock()

@@ -75,6 +75,18 @@ def static_server(root: Path, handler_class: type[http.server.SimpleHTTPRequestH
 
 
 @contextlib.contextmanager
+def serving(server: socketserver.BaseServer) -> Iterator[int]:
+    """Runs `server` (bound to 127.0.0.1) in a thread; yields its port, shuts it down after."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])  # type: ignore[index]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
 def recording_static_server(root: Path) -> Iterator[tuple[str, list[str]]]:
     """`static_server(root)` that also yields the list of paths asked for with GET, in order."""
     asked: list[str] = []

@@ -31,7 +31,6 @@ from registry_gen.search import search_registry
 from registry_gen.settings import Settings
 from user_api import policy
 from user_api.web import note_user
-from user_api.groups import GroupStore
 from user_api.models import User
 from user_api.store import UserStore
 
@@ -47,10 +46,9 @@ _SERVED_PATH_KEY: Final = "HTTP_" + SERVED_PATH_HEADER.upper().replace("-", "_")
 
 
 class ReadGuard:
-    def __init__(self, settings: Settings, store: UserStore, groups: GroupStore):
+    def __init__(self, settings: Settings, store: UserStore):
         self.rules = settings.packages
-        self.store = store
-        self.groups = groups
+        self.store = store  # accounts, tokens and groups: one database for every API process
         self.out_dir = settings.out_dir
         self.state_file = settings.state_file
         self.warned_old_config = False
@@ -84,7 +82,7 @@ class ReadGuard:
             caller = ANONYMOUS
         else:
             needs_groups = isinstance(rule.read, frozenset) and not user.is_admin
-            groups = self.groups.groups_of(user.id) if needs_groups else frozenset()
+            groups = self.store.groups_of(user.id) if needs_groups else frozenset()
             caller = Caller(user.username, groups, user.is_admin)
         return name_status(self.rules, name, caller)
 
@@ -109,7 +107,7 @@ class ReadGuard:
         except ValueError:
             return _json(start_response, "400 Bad Request", {"error": "size and from must be integers"})
         user = self.account(environ)
-        caller = ANONYMOUS if user is None else Caller(user.username, self.groups.groups_of(user.id), user.is_admin)
+        caller = ANONYMOUS if user is None else Caller(user.username, self.store.groups_of(user.id), user.is_admin)
         text = query.get("text", [""])[0]
         found = search_registry(
             self.state_file, text, size=size, offset=offset, listed_only=False, readable=lambda name: self.rules.may_read(name, caller)

@@ -20,7 +20,7 @@ from typing import Any, Final, NamedTuple
 import bottle
 import jinja2
 
-from registry_gen.errors import LockTimeout
+from registry_gen.errors import LockTimeout, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
 from registry_gen.refresher import IndexRefresher
@@ -118,7 +118,7 @@ def replies_in_json(callback: Callable[..., Any]) -> Callable[..., Any]:
             response = callback(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the one place errors become replies
             status, message, headers = error_status(error)
-            if status >= 500 and not isinstance(error, (LockTimeout, StoreUnavailable, HttpError)):
+            if status >= 500 and not isinstance(error, (LockTimeout, StoreUnavailable, StorageUnavailable, HttpError)):
                 log.exception("%s %s failed", method, loggable_path(environ.get("PATH_INFO")))
             response = json_response(status, {"error": message}, headers)
         log.debug("%s %s %d", method, loggable_path(environ.get("PATH_INFO")), response.status_code)

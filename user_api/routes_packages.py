@@ -12,14 +12,27 @@ from registry_gen import publish
 from registry_gen.errors import NotFound
 from registry_gen.names import tarball_filename
 from registry_gen.publish import Actor, BadRequest, PackageState
-from registry_gen.writes import Change, Rule
+from registry_gen.writes import Change, Rule, revision_after
 from user_api import web
 from user_api.registry_context import context, environ, json_body, json_object, lookup_person, ok, writer_actor
 
 
-def commit(name: str, rule: Rule, actor: Actor, status: int = 201, **extra: Any) -> bottle.HTTPResponse:
-    context().writes.apply(name, rule, actor)
-    return ok(status, id=name, **extra)
+def commit(name: str, rule: Rule, actor: Actor, status: int = 201, *, rev: str | None = None) -> bottle.HTTPResponse:
+    """Applies `rule` under the write lock. `rev`: the `_rev` a whole-document write names, which
+    must still be the document's (else 409, publish.check_revision). The rule runs first (it is
+    pure: nothing is written until it returns), so who may not write hears 403 whatever rev they
+    name. The reply carries the document's new `rev`, as CouchDB's does."""
+    after: list[str | None] = []
+
+    def checked(state: PackageState) -> Change:
+        change = rule(state)
+        publish.check_revision(state, rev)
+        after.append(revision_after(state, change))
+        return change
+
+    context().writes.apply(name, checked, actor)
+    new_rev = after[0] if after else None
+    return ok(status, id=name, **({"rev": new_rev} if new_rev else {}))
 
 
 def _publish(name: str, body: dict[str, Any], actor: Actor) -> bottle.HTTPResponse:
@@ -36,8 +49,8 @@ def package_put(name: str) -> bottle.HTTPResponse:
     publish.check_body_name(name, body)
     now = publish.now_iso()
     versions = body.get("versions")
-    if versions:
-        return commit(name, lambda s: Change(meta=publish.apply_deprecations(s, versions, actor, now)), actor)
+    if versions:  # npm deprecate: the whole document back, with the `_rev` it read
+        return commit(name, lambda s: Change(meta=publish.apply_deprecations(s, versions, actor, now)), actor, rev=_body_rev(body))
     return commit(name, lambda s: Change(meta=publish.apply_create(s, actor, now)), actor)
 
 
@@ -49,13 +62,21 @@ def package_rev_put(name: str, rev: str) -> bottle.HTTPResponse:
     publish.check_body_name(name, body)
     now = publish.now_iso()
     if "versions" in body:
-        return commit(name, _version_set_rule(body, actor, now), actor, 200)
+        return commit(name, _version_set_rule(body, actor, now), actor, 200, rev=rev)
     if "maintainers" in body:
-        return commit(name, lambda s: Change(meta=publish.apply_owners(s, body["maintainers"], actor, now, lookup_person)), actor, 200)
+        owners = body["maintainers"]
+        return commit(name, lambda s: Change(meta=publish.apply_owners(s, owners, actor, now, lookup_person)), actor, 200, rev=rev)
     if "users" in body:
         # npm star: accepted and not recorded (a static tree has no place for per-user stars).
         return ok(200, id=name)
     raise BadRequest("this request changes nothing: send versions (unpublish) or maintainers (owner)")
+
+
+def _body_rev(body: dict[str, Any]) -> str | None:
+    rev = body.get("_rev")
+    if rev is not None and not isinstance(rev, str):
+        raise BadRequest("_rev must be a string")
+    return rev
 
 
 def _version_set_rule(body: dict[str, Any], actor: Actor, now: str) -> Rule:
@@ -81,7 +102,7 @@ def package_delete(name: str, rev: str) -> bottle.HTTPResponse:
         meta, removed = publish.apply_unpublish_all(state, actor, now)
         return Change(meta=meta, delete_meta=meta is None, removed=removed)
 
-    return commit(name, rule, actor, 200)
+    return commit(name, rule, actor, 200, rev=rev)
 
 
 def tarball_put(name: str, filename: str, rev: str) -> bottle.HTTPResponse:
@@ -109,7 +130,7 @@ def tarball_delete(name: str, filename: str, rev: str) -> bottle.HTTPResponse:
         meta, removed = publish.apply_unpublish_version(state, version, actor, now)
         return Change(meta=meta, delete_meta=meta is None, removed=removed)
 
-    return commit(name, rule, actor, 200)
+    return commit(name, rule, actor, 200, rev=rev)
 
 
 def stage_version(name: str, version: str, tag: str) -> bottle.HTTPResponse:

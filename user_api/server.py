@@ -36,9 +36,8 @@ from registry_gen.refresher import IndexRefresher
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
-from user_api.groups import GroupStore
-from user_api.negotiation import parse_accept
 from user_api.mirror_gate import MirrorGate
+from user_api.negotiation import parse_accept
 from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
 from user_api.registry_context import CONTEXT_KEY
 from user_api.registry_routes import create_registry_app
@@ -249,7 +248,7 @@ def create_server_app(
     plain_tree = StaticTree(settings.out_dir)
     tree: WsgiApp | None = plain_tree if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
-    guard = ReadGuard(settings, store, GroupStore.for_settings(settings)) if settings.packages.in_force else None
+    guard = ReadGuard(settings, store) if settings.packages.in_force else None
     if tree is not None and guard is not None:
         tree = guard.protect(tree)
     read_check = guard.decision if guard is not None else allow_all

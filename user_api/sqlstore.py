@@ -45,6 +45,7 @@ from user_api.grams import (
     upsert_counts_statement,
     user_grams,
 )
+from user_api.groups import GROUP_RULE, is_group_name
 from user_api.models import (
     ImportedUser,
     NewUser,
@@ -72,6 +73,8 @@ DELETED_HASH: Final = "!"  # no argon2 hash looks like this, so nothing ever ver
 # An upgrade step an operator still has to run: noted in `upgrade_steps` when a database holding
 # accounts of a release before maintainers were bound (schema 1) is migrated; removed when done.
 BIND_RECORDED_MAINTAINERS: Final = "bind-recorded-maintainers"
+# An account's groups (user_api.groups): a second add of a group it has changes nothing.
+INSERT_GROUP: Final = "INSERT INTO account_groups (user_pk, name) VALUES (?, ?) ON CONFLICT DO NOTHING"
 
 
 def columns(names: Sequence[str], alias: str) -> str:
@@ -254,6 +257,31 @@ def page_short_matches(tx: Tx, keyword: str, *, include_email: bool, offset: int
         return []
     marks = ", ".join("?" for _ in page)
     return tx.all(f"SELECT {columns(USER_COLUMNS, 'u')} FROM users u WHERE u.pk IN ({marks}) ORDER BY u.pk", page)
+
+
+def adopt_legacy_groups(tx: Tx, rows: Sequence[tuple[str, str]]) -> list[str]:
+    """Inserts the rows of an old groups file (user_api.groups.legacy_groups) for the accounts the
+    store has, in the schema step's transaction; returns the account ids it has no account for
+    (never created here, or deleted), whose rows are left out."""
+    accounts: dict[str, int | None] = {}
+    for user_id in sorted({user_id for user_id, _ in rows}):
+        key = canonical_uuid(user_id)
+        row = None if key is None else tx.one("SELECT pk FROM users WHERE id = ? AND status <> 'deleted'", (key,))
+        accounts[user_id] = None if row is None else int(row[0])
+    for user_id, name in rows:
+        pk = accounts[user_id]
+        if pk is not None:
+            tx.run(INSERT_GROUP, (pk, name))
+    return [user_id for user_id, pk in accounts.items() if pk is None]
+
+
+def group_problems(add: Sequence[str], remove: Sequence[str]) -> list[FieldError]:
+    return [
+        FieldError(GROUP_RULE, pointer=f"#/{field}/{index}")
+        for field, names in (("add", add), ("remove", remove))
+        for index, name in enumerate(names)
+        if not is_group_name(name)
+    ]
 
 
 def _raise_problems(problems: list[FieldError]) -> None:
@@ -538,6 +566,8 @@ class SqlUserStore:
             tx.run(
                 "DELETE FROM user_tokens WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,)
             )
+            # Its groups go with it: the tombstone keeps the row, so no foreign key cascade fires.
+            tx.run("DELETE FROM account_groups WHERE user_pk = (SELECT pk FROM users WHERE id = ?)", (key,))
             tx.run(
                 "UPDATE users SET status = 'deleted', email = NULL, full_name = NULL, password_hash = ?,"
                 " updated_at = ?, version = version + 1 WHERE id = ?",
@@ -695,6 +725,41 @@ class SqlUserStore:
         with self._write() as tx:
             removed = tx.run("DELETE FROM user_tokens WHERE token_hash = ?", (token_digest(token),))
         return removed > 0
+
+    # ---- groups (the read rules of registry.yaml name them) -----------------------------------
+
+    def groups_of(self, user_id: str) -> frozenset[str]:
+        key = canonical_uuid(user_id)
+        if key is None:
+            return frozenset()
+        with self._read() as tx:
+            rows = tx.all(
+                "SELECT g.name FROM account_groups g JOIN users u ON u.pk = g.user_pk"
+                " WHERE u.id = ? AND u.status <> 'deleted'",
+                (key,),
+            )
+        return frozenset(str(row[0]) for row in rows)
+
+    def change_groups(self, user_id: str, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> frozenset[str]:
+        """Adds, then removes, groups in one transaction; returns the account's groups afterwards."""
+        added, removed = list(add), list(remove)
+        _raise_problems(group_problems(added, removed))
+        key = canonical_uuid(user_id)
+        if key is None:
+            raise UserNotFound()
+        with self._write() as tx:
+            # Locked (PostgreSQL): a delete_user running at once cannot leave groups to a tombstone.
+            row = tx.one(f"SELECT pk FROM users WHERE id = ? AND status <> 'deleted'{self.dialect.for_update}", (key,))
+            if row is None:
+                raise UserNotFound()
+            for name in added:
+                tx.run(INSERT_GROUP, (row[0], name))
+            for name in removed:
+                tx.run("DELETE FROM account_groups WHERE user_pk = ? AND name = ?", (row[0], name))
+            names = tx.all("SELECT name FROM account_groups WHERE user_pk = ?", (row[0],))
+        if added or removed:
+            log.info("groups changed: id=%s added=%s removed=%s", key, ",".join(added) or "-", ",".join(removed) or "-")
+        return frozenset(str(name[0]) for name in names)
 
     def pending_upgrade_steps(self) -> list[str]:
         """The upgrade steps noted when this database was migrated and not yet run (README, "Upgrading")."""

@@ -2,7 +2,9 @@
 
 SQLite (embedded, `<data_dir>/users.sqlite3`) is the default; `database_url = postgresql://...`
 (or $REGISTRY_DATABASE_URL) selects PostgreSQL. Both are `SqlUserStore` over a small dialect,
-so they share every rule; only DDL, connections and the search index differ.
+so they share every rule; only DDL, connections and the search index differ. Either holds the
+accounts' groups too (user_api.groups), and on opening moves in the groups file an earlier release
+kept in `<data_dir>`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ __all__ = [
 
 
 class UserStore(Protocol):
-    """Accounts and their tokens. Methods raise user_api.errors, never driver exceptions."""
+    """Accounts, their tokens and their groups. Methods raise user_api.errors, never driver exceptions."""
 
     def get_by_id(self, user_id: str) -> User | None: ...
 
@@ -102,6 +104,15 @@ class UserStore(Protocol):
 
     def import_users(self, records: Iterable[ImportedUser]) -> int: ...
 
+    def groups_of(self, user_id: str) -> frozenset[str]:
+        """The account's groups (registry.yaml `packages:` rules name them); none for no account."""
+        ...
+
+    def change_groups(self, user_id: str, *, add: Iterable[str] = (), remove: Iterable[str] = ()) -> frozenset[str]:
+        """Adds, then removes, groups in one transaction and returns the account's groups; InvalidFields
+        for a name against the rule (user_api.groups), UserNotFound. A deleted account loses its groups."""
+        ...
+
     def pending_upgrade_steps(self) -> list[str]:
         """Steps an operator still has to run after an upgrade (noted when an older database was migrated)."""
         ...
@@ -118,7 +129,7 @@ def open_user_store(settings: Settings, *, hasher: PasswordHasher | None = None)
     if url and url.startswith(("postgresql://", "postgres://")):
         from user_api.store_postgres import PostgresDialect
 
-        dialect = PostgresDialect(url)
+        dialect = PostgresDialect(url, data_dir=settings.data_dir)
     elif url:
         raise ConfigError("database_url must start with postgresql:// (SQLite needs no URL)")
     else:

@@ -8,11 +8,22 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
-from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, columns, like_condition, like_pattern, match_fields
+from user_api.groups import legacy_groups
+from user_api.sqlstore import (
+    BIND_RECORDED_MAINTAINERS,
+    USER_COLUMNS,
+    Tx,
+    adopt_legacy_groups,
+    columns,
+    like_condition,
+    like_pattern,
+    match_fields,
+)
 
 try:
     import psycopg
@@ -21,8 +32,8 @@ except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
 # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: 3-character gram rows, 3-5 counts;
-# 6: upgrade_steps
-SCHEMA_VERSION: Final = 6
+# 6: upgrade_steps; 7: account_groups
+SCHEMA_VERSION: Final = 7
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 # Characters pg_trgm splits words at, each made the letter 'q' in the indexed text and in the keyword:
@@ -116,6 +127,12 @@ CREATE TABLE IF NOT EXISTS user_gram_counts (
 CREATE INDEX IF NOT EXISTS user_tokens_by_user ON user_tokens (user_pk);
 -- Schema 6: what an operator still has to run after an upgrade (SqlUserStore.pending_upgrade_steps).
 CREATE TABLE IF NOT EXISTS upgrade_steps (step text PRIMARY KEY, since timestamptz NOT NULL);
+-- Schema 7: the accounts' groups (user_api.groups), which were a local file of each API host before.
+CREATE TABLE IF NOT EXISTS account_groups (
+    user_pk bigint NOT NULL REFERENCES users (pk) ON DELETE CASCADE,
+    name text NOT NULL,
+    PRIMARY KEY (user_pk, name)
+);
 CREATE TABLE IF NOT EXISTS user_stats (id integer PRIMARY KEY CHECK (id = 1), live_users bigint NOT NULL);
 INSERT INTO user_stats (id, live_users) VALUES (1, 0) ON CONFLICT DO NOTHING;
 CREATE OR REPLACE FUNCTION user_stats_track() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -304,6 +321,28 @@ def walk_grams(
         batch = min(2 * batch, WALK_BATCH_MAX)
 
 
+def migrate(conn: Any) -> None:
+    """Brings a database of an older schema up to SCHEMA_VERSION (inside the schema transaction)."""
+    row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
+    if row[0] is not None and row[0] < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
+        # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
+        conn.execute("INSERT INTO upgrade_steps (step, since) VALUES (%s, now()) ON CONFLICT DO NOTHING",
+                     (BIND_RECORDED_MAINTAINERS,))  # fmt: skip
+    if row[0] is not None and row[0] < 3:
+        conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
+        conn.execute("DELETE FROM user_gram_counts")
+        fill_grams(conn, 0)
+    elif row[0] is not None and row[0] < 5:
+        conn.execute("DELETE FROM user_gram_counts")  # recounted whole, 3-5 character grams added
+        conn.execute("DELETE FROM user_grams WHERE length(gram) > 2")  # none before schema 5
+        fill_grams(conn, 0, rows=range(3, INDEXED_GRAM + 1))
+        conn.execute("ANALYZE users, user_grams, user_gram_counts")  # plans for their new sizes
+    if row[0] is None or row[0] < SCHEMA_VERSION:
+        conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
+    elif row[0] > SCHEMA_VERSION:
+        raise ConfigError(f"the database was written by a newer version (schema {row[0]})")
+
+
 class _PgTx:
     def __init__(self, cursor: Any):
         self._cursor = cursor
@@ -336,10 +375,12 @@ class PostgresDialect:
     indexed_gram = INDEXED_GRAM  # a 3-character keyword is one range, as a short one
     counted_gram = COUNTED_GRAM  # a 4-5 character total is a row read, not a heap recheck per match
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, data_dir: Path | None = None):
+        """`data_dir`: where an earlier release kept the groups file this store moves in (user_api.groups)."""
         if psycopg is None:
             raise ConfigError("PostgreSQL needs psycopg: pip install 'registry-gen[postgres]'")
         self.url = url
+        self.data_dir = data_dir
         self._local = threading.local()
         self._connections: list[Any] = []
         self._lock = threading.Lock()
@@ -367,28 +408,15 @@ class PostgresDialect:
 
     def _init_schema(self) -> None:
         conn = self._connection()
-        with conn.transaction():
-            # A migration (index builds, the gram backfill) is an operator's wait, not a request's.
-            conn.execute("SET LOCAL statement_timeout = 0")
-            conn.execute(SCHEMA)
-            row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
-            if row[0] is not None and row[0] < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
-                # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
-                conn.execute("INSERT INTO upgrade_steps (step, since) VALUES (%s, now()) ON CONFLICT DO NOTHING",
-                             (BIND_RECORDED_MAINTAINERS,))  # fmt: skip
-            if row[0] is not None and row[0] < 3:
-                conn.execute("DELETE FROM user_grams")  # rebuilt whole: the index starts from what users hold
-                conn.execute("DELETE FROM user_gram_counts")
-                fill_grams(conn, 0)
-            elif row[0] is not None and row[0] < 5:
-                conn.execute("DELETE FROM user_gram_counts")  # recounted whole, 3-5 character grams added
-                conn.execute("DELETE FROM user_grams WHERE length(gram) > 2")  # none before schema 5
-                fill_grams(conn, 0, rows=range(3, INDEXED_GRAM + 1))
-                conn.execute("ANALYZE users, user_grams, user_gram_counts")  # plans for their new sizes
-            if row[0] is None or row[0] < SCHEMA_VERSION:
-                conn.execute("INSERT INTO user_api_schema (version) VALUES (%s)", (SCHEMA_VERSION,))
-            elif row[0] > SCHEMA_VERSION:
-                raise ConfigError(f"the database was written by a newer version (schema {row[0]})")
+        with legacy_groups(self.data_dir) as legacy:  # this host's groups file of an earlier release, if any
+            with conn.transaction(), conn.cursor() as cursor:
+                # A migration (index builds, the gram backfill) is an operator's wait, not a request's.
+                conn.execute("SET LOCAL statement_timeout = 0")
+                conn.execute(SCHEMA)  # its first statement takes the schema lock, held to the commit
+                migrate(conn)
+                unknown = [] if legacy is None else adopt_legacy_groups(_PgTx(cursor), legacy.rows)
+            if legacy is not None:
+                legacy.retire(unknown)
 
     @contextmanager
     def _transaction(self) -> Iterator[Tx]:

@@ -14,11 +14,13 @@ from typing import Any, Final
 
 from registry_gen.errors import ConfigError
 from user_api.grams import MAX_GRAM, RECOUNT, UPSERT_COUNTS, counted, gram_rows
+from user_api.groups import legacy_groups
 from user_api.models import utcnow
-from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, columns, count_rows
+from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, adopt_legacy_groups, columns, count_rows
 
 MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
-SCHEMA_VERSION: Final = 5  # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: upgrade_steps
+# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: upgrade_steps; 6: account_groups
+SCHEMA_VERSION: Final = 6
 BUSY_TIMEOUT_MS: Final = 5000
 
 TABLES: Final = """
@@ -70,6 +72,12 @@ CREATE TABLE IF NOT EXISTS user_gram_counts (
 ) WITHOUT ROWID;
 -- Schema 5: what an operator still has to run after an upgrade (SqlUserStore.pending_upgrade_steps).
 CREATE TABLE IF NOT EXISTS upgrade_steps (step TEXT PRIMARY KEY, since TEXT NOT NULL);
+-- Schema 6: the accounts' groups (user_api.groups), which were a file of their own before.
+CREATE TABLE IF NOT EXISTS account_groups (
+    user_pk INTEGER NOT NULL REFERENCES users (pk) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    PRIMARY KEY (user_pk, name)
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS users_fts USING fts5(
     username, full_name, email, content = 'users_live', content_rowid = 'pk', tokenize = 'trigram'
 );
@@ -224,16 +232,20 @@ class SqliteDialect:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise ConfigError(f"{self.path} was written by a newer version (schema {version})")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _statements(TABLES + TRIGGERS):
-                conn.execute(statement)
-            migrate(conn, version)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        with legacy_groups(self.path.parent) as legacy:  # the groups file of an earlier release, if any
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _statements(TABLES + TRIGGERS):
+                    conn.execute(statement)
+                migrate(conn, version)
+                unknown = [] if legacy is None else adopt_legacy_groups(_SqliteTx(conn.cursor()), legacy.rows)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            if legacy is not None:
+                legacy.retire(unknown)
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[Tx]:

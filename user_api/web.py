@@ -28,6 +28,8 @@ from registry_gen.errors import (
     InvalidVersion,
     LockTimeout,
     NotFound,
+    RevisionConflict,
+    StorageUnavailable,
     VersionConflict,
 )
 from registry_gen.publish import ArchiveTooLarge, BadRequest
@@ -110,8 +112,10 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (VersionConflict, 403),
     (NotFound, 404),
     (BuildRefused, 409),
+    (RevisionConflict, 409),
     (BrokenMeta, 500),
     (LockTimeout, 503),
+    (StorageUnavailable, 503),
 )
 
 

@@ -135,7 +135,6 @@ class Registry:
 
 @pytest.fixture
 def registry(settings: Settings) -> Iterator[Registry]:
-    from user_api.groups import GroupStore
     from user_api.server import create_server_app
     from user_api.store import open_user_store
 
@@ -150,9 +149,7 @@ def registry(settings: Settings) -> Iterator[Registry]:
         user = store.create_user(name, f"{name}-password-1")
         tokens[name] = store.create_token(user.id)[0]
         if name == "alice":
-            groups = GroupStore.for_settings(ruled)
-            groups.change(user.id, add=["group-a"])
-            groups.close()
+            store.change_groups(user.id, add=["group-a"])
     try:
         yield Registry(webtest.TestApp(create_server_app(ruled, store)), ruled, tokens)
     finally:

@@ -118,16 +118,21 @@ def _token_key(reg: Registry) -> str:
     return str(info.key)
 
 
+def _current_rev(reg: Registry, name: str) -> str:
+    """The document's `_rev`, as npm reads it before a whole-document write (`GET ?write=true`)."""
+    return str(reg.call("GET", f"/{name}?write=true").json["_rev"])
+
+
 DENIED = (401, 401, 401, 403, 403)  # anonymous, bad token, revoked token, read-only, non-owner
 ROUTES = [
     Route("publish", "PUT", lambda n, r: f"/{n}", lambda n, r, a: {"body": publish_body(n, "2.0.0", tarball(n, "2.0.0"))}, DENIED + (201, 201)),
     Route("deprecate", "PUT", lambda n, r: f"/{n}", _json(lambda n: {"_id": n, "name": n, "versions": {"1.0.0": {"deprecated": "old"}}}), DENIED + (201, 201)),
     Route("create-entry", "PUT", lambda n, r: f"/{n}", _json(lambda n: {"_id": n, "name": n}), DENIED + (201, 201), fresh=True),
-    Route("unpublish-version", "PUT", lambda n, r: f"/{n}/-rev/1-x", _json(lambda n: {"_id": n, "name": n, "versions": {"1.0.1": {}}, "dist-tags": {"latest": "1.0.1"}}), DENIED + (200, 200)),
-    Route("owners", "PUT", lambda n, r: f"/{n}/-rev/1-x", _json(lambda n: {"_id": n, "name": n, "maintainers": [{"name": "owner"}, {"name": "stranger"}]}), DENIED + (200, 200)),
-    Route("unpublish-all", "DELETE", lambda n, r: f"/{n}/-rev/1-x", lambda n, r, a: {}, DENIED + (200, 200)),
+    Route("unpublish-version", "PUT", lambda n, r: f"/{n}/-rev/{_current_rev(r, n)}", _json(lambda n: {"_id": n, "name": n, "versions": {"1.0.1": {}}, "dist-tags": {"latest": "1.0.1"}}), DENIED + (200, 200)),
+    Route("owners", "PUT", lambda n, r: f"/{n}/-rev/{_current_rev(r, n)}", _json(lambda n: {"_id": n, "name": n, "maintainers": [{"name": "owner"}, {"name": "stranger"}]}), DENIED + (200, 200)),
+    Route("unpublish-all", "DELETE", lambda n, r: f"/{n}/-rev/{_current_rev(r, n)}", lambda n, r, a: {}, DENIED + (200, 200)),
     Route("tarball-upload", "PUT", lambda n, r: f"/{n}/-/{n}-3.0.0.tgz/-rev/1-x", lambda n, r, a: {"raw": tarball(n, "3.0.0")}, DENIED + (201, 201)),
-    Route("tarball-delete", "DELETE", lambda n, r: f"/{n}/-/{n}-1.0.0.tgz/-rev/1-x", lambda n, r, a: {}, DENIED + (200, 200)),
+    Route("tarball-delete", "DELETE", lambda n, r: f"/{n}/-/{n}-1.0.0.tgz/-rev/{_current_rev(r, n)}", lambda n, r, a: {}, DENIED + (200, 200)),
     Route("stage-tag", "PUT", lambda n, r: f"/{n}/1.0.0/-tag/next", _json({}), DENIED + (201, 201)),
     Route("old-tag", "PUT", lambda n, r: f"/{n}/next", _json("1.0.0"), DENIED + (201, 201)),
     Route("dist-tag-set", "PUT", lambda n, r: f"/-/package/{n}/dist-tags/next", _json("1.0.0"), DENIED + (201, 201)),

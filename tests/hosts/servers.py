@@ -117,9 +117,10 @@ def moto_server() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def aws_test_credentials() -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in AWS_ENV}
-    os.environ.update(AWS_ENV)
+def aws_test_credentials(values: dict[str, str] = AWS_ENV) -> Iterator[None]:
+    """boto3's usual place for credentials, the environment, holding `values` (restored after)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
         yield
     finally:

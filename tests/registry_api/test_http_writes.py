@@ -76,7 +76,8 @@ def test_spec_legacy_sequence_gets_the_listed_statuses_and_installs(server: Regi
 def test_refused_writes_change_nothing(server: RegistryProcess, owner: str, stranger: str, tmp_path: Path) -> None:
     base, name = server.base, "guarded"
     assert http("PUT", base + name, token=owner, body=publish_body(name, "1.0.0", tarball(name, "1.0.0"))).status == 201
-    assert http("PUT", f"{base}{name}/-rev/1", token=owner, body={"_id": name, "versions": {}}).status == 200  # unpublish all
+    rev = http("GET", base + name).json["_rev"]
+    assert http("PUT", f"{base}{name}/-rev/{rev}", token=owner, body={"_id": name, "versions": {}}).status == 200  # unpublish all
     assert http("PUT", base + name, token=owner, body=publish_body(name, "1.0.1", tarball(name, "1.0.1"))).status == 201
     # The accepted writes left -/all and -/search.json to the server's debounced refresh, which
     # rewrites them on its own clock: the snapshot is taken once it has run.
@@ -161,7 +162,7 @@ def test_dist_tags_owners_and_tokens_rules(server: RegistryProcess, owner: str, 
     assert http("DELETE", tags_url + "/beta", token=owner).status == 200
     assert "beta" not in http("GET", tags_url).json
 
-    rev_url = f"{base}{name}/-rev/1-x"
+    rev_url = f"{base}{name}/-rev/{http('GET', base + name).json['_rev']}"  # npm owner sends the rev it read
     unknown = http("PUT", rev_url, token=owner, body={"_id": name, "maintainers": [{"name": "nobody-here"}]})
     assert unknown.status == 404 and "nobody-here" in unknown.json["error"]
     assert http("PUT", rev_url, token=owner, body={"_id": name, "maintainers": []}).status == 400

@@ -1,0 +1,58 @@
+"""Where the write API keeps what it is given: archives and registry-meta.json files, by key.
+
+One contract (`contract.ContentStorage`), three implementations that pass the same conformance
+suite (tests/storage): `FolderStorage` (content/ on a disk, the embedded default),
+`MemoryStorage` (tests), `S3Storage` (an S3-compatible bucket, `storage: s3://BUCKET/PREFIX`).
+`open_content_storage(settings)` picks the configured one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from registry_gen.errors import ConfigError
+from registry_gen.storage.contract import (
+    ContentStorage,
+    StoredObject,
+    archive_key,
+    checked_key,
+    meta_key,
+    read_meta,
+    write_meta,
+)
+from registry_gen.storage.folder import FolderStorage
+from registry_gen.storage.location import S3Location, parse_s3_url
+from registry_gen.storage.memory import MemoryStorage
+from registry_gen.storage.s3 import S3Storage, Timeouts
+
+if TYPE_CHECKING:
+    from registry_gen.settings import Settings
+
+__all__ = [
+    "ContentStorage", "FolderStorage", "MemoryStorage", "S3Location", "S3Storage", "StoredObject", "Timeouts",
+    "archive_key", "checked_key", "meta_key", "open_content_storage", "parse_s3_url", "read_meta", "write_meta",
+]
+
+# boto3's own variables for a custom endpoint (the service-specific one first, as boto3 reads them).
+ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def open_content_storage(settings: Settings, *, building: bool = True) -> ContentStorage:
+    """The content store `settings` name: content_dir on disk, or the `storage:` bucket.
+
+    `building`: the caller rebuilds the tree from what it writes (every caller today: the write
+    service, `owner claim`, `owner bind-recorded`). The build reads only a local content_dir
+    until issue 28's build over the store lands, so such a caller is refused a bucket, in one
+    line, before anything is written. `building=False`: the store alone (tests, tools)."""
+    if settings.storage is None:
+        return FolderStorage(settings.content_dir)
+    if building:
+        raise ConfigError(
+            f"storage: {settings.storage}: this release's build cannot read content from an object store yet; "
+            f"remove `storage:` (and $REGISTRY_STORAGE) to keep content in {settings.content_dir}"
+        )
+    endpoint = settings.storage_endpoint_url or next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)
+    return S3Storage(
+        parse_s3_url(settings.storage), endpoint_url=endpoint, conditional_writes=settings.storage_conditional_writes
+    )

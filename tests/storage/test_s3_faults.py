@@ -1,0 +1,175 @@
+"""S3Storage when the store misbehaves: killed, hung, missing bucket, refused credentials, an answer
+lost on the way. Each S3 server is a real process on loopback (tests/storage/s3servers.py); the
+lost answer comes from a small proxy the test starts in front of it."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from registry_gen.errors import StorageError, StorageUnavailable, VersionConflict
+from registry_gen.storage import S3Location, S3Storage, Timeouts, archive_key
+from tests.storage.conftest import BUCKET, S3_KINDS, Servers, s3_store
+from tests.storage.s3servers import make_bucket, s3_server
+from tests.support import serving
+
+pytestmark = pytest.mark.slow
+
+KEY = archive_key("@acme/widget", "1.0.0")
+
+
+def operations(store: S3Storage, tmp_path: Path) -> dict[str, Callable[[], object]]:
+    return {
+        "exists": lambda: store.exists(KEY),
+        "read": lambda: store.read(KEY),
+        "open": lambda: store.open(KEY),
+        "spool": lambda: store.spool(KEY, tmp_path / "spooled.tgz"),
+        "list": lambda: list(store.list()),
+        "create": lambda: store.create(archive_key("other", "1.0.0"), b"new"),
+        "replace": lambda: store.replace(KEY, b"replaced"),
+        "remove": lambda: store.remove(KEY),
+    }
+
+
+@pytest.mark.parametrize("kind", S3_KINDS)
+def test_a_hung_then_killed_store_fails_every_call_quickly_with_storage_unavailable(kind: str, tmp_path: Path) -> None:
+    """Hung (SIGSTOP: the kernel accepts connections, nothing answers): the read timeout bounds each
+    call, and the store is used again once it answers. Killed: with the default timeouts and
+    retries a refused connection costs at most the retries' backoff (~3 s), never a hang."""
+    with s3_server(kind, tmp_path) as server:
+        make_bucket(server.endpoint, BUCKET)
+        impatient = s3_store(server.endpoint, S3Location(BUCKET, "content"), timeouts=Timeouts(connect=1, read=1, attempts=2))
+        store = s3_store(server.endpoint, S3Location(BUCKET, "content"))
+        store.create(KEY, b"published")
+        assert store.atomic_create is impatient.atomic_create is server.conditional_writes  # probed while up
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            for name in ("exists", "read", "list", "create"):
+                assert_unavailable_within(8, name, operations(impatient, tmp_path)[name])
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        assert impatient.read(KEY) == b"published"
+        server.process.kill()
+        server.process.wait(timeout=30)
+        for name, call in operations(store, tmp_path).items():
+            message = assert_unavailable_within(8, name, call)
+            assert "\n" not in message and "s3://content/content" in message and "retry shortly" in message, message
+    assert not (tmp_path / "spooled.tgz").exists()
+
+
+def assert_unavailable_within(seconds: float, name: str, call: Callable[[], object]) -> str:
+    began = time.monotonic()
+    with pytest.raises(StorageUnavailable) as caught:
+        call()
+    took = time.monotonic() - began
+    assert took < seconds, (name, took)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("kind", S3_KINDS)
+def test_a_missing_bucket_is_a_storage_error_naming_it(kind: str, s3_servers: Servers) -> None:
+    server = s3_servers.get(kind)
+    store = s3_store(server.endpoint, S3Location("no-such-bucket", "content"), conditional_writes=True)
+    with pytest.raises(StorageError) as caught:
+        store.create(KEY, b"x")
+    assert not isinstance(caught.value, StorageUnavailable)
+    assert "no-such-bucket" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_credentials_the_store_refuses_are_a_storage_error(s3_servers: Servers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """s3rver checks signatures (moto and SeaweedFS without IAM take any key)."""
+    server = s3_servers.get("s3rver")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "WRONG")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "WRONG")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    store = S3Storage(S3Location(BUCKET, "content"), endpoint_url=server.endpoint, conditional_writes=False)
+    with pytest.raises(StorageError) as caught:
+        store.read(KEY)
+    assert not isinstance(caught.value, StorageUnavailable) and "refused: 403" in str(caught.value)
+
+
+def test_a_store_that_ignores_the_condition_is_found_and_said_once(s3_servers: Servers, caplog: pytest.LogCaptureFixture) -> None:
+    server = s3_servers.get("s3rver")
+    store = s3_store(server.endpoint, S3Location(BUCKET, "probed"))
+    with caplog.at_level(logging.WARNING, logger="registry_gen.storage.s3"):
+        store.create(KEY, b"first")
+        with pytest.raises(VersionConflict):  # check-then-write still refuses what it sees
+            store.create(KEY, b"second")
+        store.create(archive_key("x", "1.0.0"), b"x")
+    said = [r.getMessage() for r in caplog.records if "ignores If-None-Match" in r.getMessage()]
+    assert len(said) == 1 and "UNIQUE(name, version)" in said[0]
+    assert store.read(KEY) == b"first"
+
+
+def test_configured_without_conditional_writes_it_checks_then_writes_and_sends_no_probe(s3_servers: Servers) -> None:
+    server = s3_servers.get("moto")
+    store = s3_store(server.endpoint, S3Location(BUCKET, "configured"), conditional_writes=False)
+    store.create(KEY, b"first")
+    with pytest.raises(VersionConflict):
+        store.create(KEY, b"second")
+    assert store.atomic_create is False and store.read(KEY) == b"first"
+
+
+class LosingProxy(http.server.BaseHTTPRequestHandler):
+    """Forwards every request to the S3 server; for the first conditional PUT it forwards the
+    request, lets the server store it, then closes the connection without the answer."""
+
+    upstream: str
+    lost: list[str]
+
+    def relay(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        connection = http.client.HTTPConnection(self.upstream, timeout=30)
+        connection.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
+        answer = connection.getresponse()
+        data = answer.read()
+        if self.command == "PUT" and self.headers.get("If-None-Match") == "*" and self.path not in self.lost and "probe" not in self.path:
+            self.lost.append(self.path)
+            self.close_connection = True
+            return  # stored upstream; the client hears nothing
+        self.send_response(answer.status)
+        for name, value in answer.getheaders():
+            if name.lower() not in ("transfer-encoding", "connection"):
+                self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = relay  # noqa: N815 - stdlib naming
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+@contextlib.contextmanager
+def losing_proxy(endpoint: str) -> Iterator[tuple[str, list[str]]]:
+    lost: list[str] = []
+    handler = type("Handler", (LosingProxy,), {"upstream": endpoint.removeprefix("http://"), "lost": lost})
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as port:
+        yield f"http://127.0.0.1:{port}", lost
+
+
+@pytest.mark.parametrize("kind", ["moto", "seaweedfs"])
+def test_a_create_whose_answer_was_lost_succeeds_on_boto3s_retry(kind: str, s3_servers: Servers) -> None:
+    """The retry meets 412 (the first PUT landed): the bytes there are ours, so the create
+    succeeded; another writer's bytes would still be a VersionConflict."""
+    server = s3_servers.get(kind)
+    with losing_proxy(server.endpoint) as (endpoint, lost):
+        store = s3_store(endpoint, S3Location(BUCKET, "lost-answers"))
+        store.create(KEY, b"ours")
+        assert lost and store.read(KEY) == b"ours"
+        other = archive_key("@acme/widget", "2.0.0")
+        s3_store(server.endpoint, S3Location(BUCKET, "lost-answers")).create(other, b"theirs")
+        with pytest.raises(VersionConflict):
+            store.create(other, b"ours")  # lost again, retried, and the bytes there are not ours
+        assert len(lost) == 2 and store.read(other) == b"theirs"
