@@ -33,7 +33,7 @@ from registry_gen.layout import (
     PACKAGE_DOCUMENT,
     TARBALL_TYPE,
 )
-from registry_gen.mirror.service import MirrorService
+from registry_gen.mirror.service import MirrorService, version_of
 from registry_gen.packument import abbreviate, dumps
 from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
@@ -94,7 +94,8 @@ class MirrorGate:
             return _reply(start_response, status, "log in to read this package (npm login)" if status == 401 else "not found", head)
         tarball = _tarball_file(path, name)
         if tarball is not None:
-            outcome = self.service.tarball(name, tarball) if self.tree.locate(path, environ) is None else None
+            in_tree = self.tree.locate(path, environ) is not None
+            outcome = self.service.held_back(name, version_of(name, tarball)) if in_tree else self.service.tarball(name, tarball)
         else:
             outcome = self.service.document(name)
         if outcome is not None and not outcome.ok:

@@ -421,7 +421,17 @@ class MirrorService:
         version = version_of(name, filename) if self.proxied(name) is not None else None
         if version is None:
             return Outcome(404, "not found")
-        return self._held_here(name, version) or self.flights.run(("tarball", name, version), lambda: self._fetch_tarball(name, version))
+        return (self.held_back(name, version) or self._held_here(name, version)
+                or self.flights.run(("tarball", name, version), lambda: self._fetch_tarball(name, version)))  # fmt: skip
+
+    def held_back(self, name: str, version: str | None) -> Outcome | None:
+        """A 404 for a version a decision not built into the tree yet holds back (a block made at a
+        server's start or a document read): its file is still in the tree until that build."""
+        meta = self.pending.meta(name)
+        record = meta.mirror if meta is not None else None
+        if version is None or record is None or version not in record.held:
+            return None
+        return Outcome(404, f"{name}@{version} is held back by this registry: {record.held[version]}")
 
     def _held_here(self, name: str, version: str) -> Outcome | None:
         """The tree's file, or the checked download waiting for its landing; None: neither."""

@@ -218,3 +218,57 @@ def test_prefetch_fills_the_mirror_from_a_lockfile_and_from_specs(tmp_path: Path
         for relative in ("a-root/-/a-root-2.0.0.tgz", "a-dep/-/a-dep-1.2.0.tgz", "locked/-/locked-0.1.0.tgz"):
             assert (root / "public" / relative).is_file()
         assert not (root / "public/a-dep/-/a-dep-1.0.0.tgz").exists()
+
+
+def test_recorded_advisories_hold_versions_back_at_the_gate(tmp_path: Path) -> None:
+    """`block: [$malicious]` and the opt-in `hide_severity` read the advisories `registry-gen
+    advisory add` records: such versions leave the document and their tarballs are refused, also
+    when the advisory arrives after they were mirrored (a server start decides again)."""
+    with hostile_upstream() as upstream:
+        for version in ("1.0.0", "1.1.0", "1.2.0"):
+            upstream.publish("wormy", version)
+        root = tmp_path / "registry"
+        write_config(root, upstream.base, "  '**': {proxy: up, block: [$malicious], hide_severity: high}\n")
+        with mirror_serve(root) as server:
+            assert http("GET", server.base + "wormy/-/wormy-1.2.0.tgz").status == 200
+            built(root, "wormy/-/wormy-1.2.0.tgz")
+        advisories = {
+            "mal.json": {"id": "MAL-2026-7", "affected": [{"package": {"ecosystem": "npm", "name": "wormy"}, "versions": ["1.2.0"]}]},
+            "flaw.json": {"ghsa_id": "GHSA-wwww-xxxx-yyyy", "severity": "high", "vulnerabilities": [
+                {"package": {"ecosystem": "npm", "name": "wormy"}, "vulnerable_version_range": "< 1.1.0"}]},
+        }  # fmt: skip
+        for filename, advisory in advisories.items():
+            (tmp_path / filename).write_text(json.dumps(advisory))
+            added = registry_gen(root, "advisory", "add", str(tmp_path / filename))
+            assert added.returncode == 0, added.stderr
+        with mirror_serve(root) as server:
+            served = document(server.base, "wormy")
+            assert sorted(served["versions"]) == ["1.1.0"] and served["dist-tags"]["latest"] == "1.1.0"
+            malware = http("GET", server.base + "wormy/-/wormy-1.2.0.tgz")
+            assert malware.status == 404 and "MAL-2026-7" in malware.json["error"]
+            flawed = http("GET", server.base + "wormy/-/wormy-1.0.0.tgz")
+            assert flawed.status == 404 and "hidden by hide_severity high: advisory GHSA-wwww-xxxx-yyyy (high)" in flawed.json["error"]
+            poll(lambda: not (root / "public/wormy/-/wormy-1.2.0.tgz").exists(), "the malware's tarball out of the tree", timeout=90)
+            assert http("GET", server.base + "wormy/-/wormy-1.2.0.tgz").status == 404
+
+
+def test_export_writes_a_mirrored_package_as_verdaccio_keeps_a_proxied_one(tmp_path: Path) -> None:
+    """Only one of two versions fetched: the export holds that tarball, names the uplink in
+    `_uplinks` and lists the other in `_distfiles` (before, it failed on the missing tarball)."""
+    with hostile_upstream() as upstream:
+        data = upstream.publish("half", "1.0.0")
+        upstream.publish("half", "2.0.0")
+        root = tmp_path / "registry"
+        write_config(root, upstream.base)
+        with mirror_serve(root) as server:
+            assert http("GET", server.base + "half/-/half-1.0.0.tgz").body == data
+            built(root, "half/-/half-1.0.0.tgz")
+        exported = registry_gen(root, "export", "verdaccio", str(tmp_path / "storage"))
+        assert exported.returncode == 0, exported.stderr
+        folder = tmp_path / "storage" / "half"
+        assert sorted(p.name for p in folder.glob("*.tgz")) == ["half-1.0.0.tgz"]
+        assert (folder / "half-1.0.0.tgz").read_bytes() == data
+        stored = json.loads((folder / "package.json").read_text())
+        assert "up" in stored["_uplinks"] and sorted(stored["versions"]) == ["1.0.0", "2.0.0"]
+        assert stored["_distfiles"]["half-2.0.0.tgz"]["url"] == upstream.base.rstrip("/") + "/half/-/half-2.0.0.tgz"
+        assert "half-1.0.0.tgz" in stored["_attachments"] and "half-2.0.0.tgz" not in stored["_attachments"]
