@@ -76,23 +76,10 @@ def deployment(work: Path, config: str) -> Iterator[str]:
                    capture_output=True, timeout=3600)  # fmt: skip
     settings = load_settings(path)
     proxied = [(rule.regex, rule.proxy is not None) for rule in settings.packages.rules] if settings.packages.proxies else []
-    runtime = work / "nginx"
-    runtime.mkdir(exist_ok=True)
-    conf = runtime / "nginx.conf"
-    conf.write_text(nginx_config(work / "public", f"127.0.0.1:{port}", f"127.0.0.1:{api_port}", proxied=proxied,
-                                 user="root" if os.geteuid() == 0 else None))  # fmt: skip
-    with open(work / "api.log", "wb") as log:
-        api = subprocess.Popen([sys.executable, "-m", "registry_gen", "api", "--config", str(path), "--host", "127.0.0.1",
-                                "--port", str(api_port)], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    nginx = subprocess.Popen([servers.NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        servers.wait_for_port(api_port, api)
-        servers.wait_for_port(port, nginx)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        servers.stop(nginx)
-        servers.stop(api)
+    conf = nginx_config(work / "public", f"127.0.0.1:{port}", f"127.0.0.1:{api_port}", proxied=proxied,
+                        user="root" if os.geteuid() == 0 else None)  # fmt: skip
+    with servers.nginx_and_api(work, path, conf, port, api_port) as url:
+        yield url
 
 
 def _settled(tree: Path, project: Path, deadline: float = 600.0) -> float:

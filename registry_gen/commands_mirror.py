@@ -43,6 +43,13 @@ def mirror_service(settings: Settings) -> Iterator[MirrorService]:
         raise typer.Exit(1) from None
 
 
+def operate(settings: Settings, operation: Callable[[MirrorService], Report], what: str) -> None:
+    """Runs one operation over the mirror and prints its report (`what`: the verb for what it did)."""
+    with mirror_service(settings) as service:
+        report = operation(service)
+    print_report(report, what)
+
+
 def print_report(report: Report, what: str) -> None:
     for line in report.skipped:
         typer.echo(f"skipped: {line}", err=True)
@@ -64,9 +71,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         """Ask the uplinks now for the mirrored packages matching PATTERN; land and build what changed."""
         from registry_gen.mirror.operations import refresh
 
-        with mirror_service(settings_from_options(config)) as service:
-            report = refresh(service, pattern)
-        print_report(report, "refreshed")
+        operate(settings_from_options(config), lambda service: refresh(service, pattern), "refreshed")
 
     @group.command("prefetch")
     def prefetch_command(
@@ -76,9 +81,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         """Fill the mirror ahead of an outage: every package a lockfile resolves, or a spec and its dependencies."""
         from registry_gen.mirror.operations import prefetch
 
-        with mirror_service(settings_from_options(config)) as service:
-            report = prefetch(service, sources)
-        print_report(report, "fetched")
+        operate(settings_from_options(config), lambda service: prefetch(service, sources), "fetched")
 
     @group.command("why")
     def why_command(
