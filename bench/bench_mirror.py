@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import servers
-from bench.bench_install import NPM, _npm_env
+from bench.bench_install import NPM, npm_env
 from bench.synthetic import CACHE_DIR
 
 COLD_GOAL = 1.5
@@ -51,7 +51,7 @@ def npm_install(registry: str, scratch: Path, spec: str = "jest@29") -> tuple[fl
     (home / ".npmrc").write_text("")
     (project / "package.json").write_text(json.dumps({"name": "bench-project", "version": "1.0.0", "private": True}))
     started = time.perf_counter()
-    proc = subprocess.run([NPM, "install", spec, "--ignore-scripts"], cwd=project, env=_npm_env(home, registry),
+    proc = subprocess.run([NPM, "install", spec, "--ignore-scripts"], cwd=project, env=npm_env(home, registry),
                           capture_output=True, text=True, timeout=1800)  # fmt: skip
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
