@@ -19,7 +19,7 @@ from tests.mirror.jest_upstream import JEST_CLIENTS, client_run, install_jest, j
 from tests.registry_api.helpers import RegistryProcess, add_user, http, publish_body, tarball
 from tests.support import poll
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # six whole-tree installs of 266 packages
 UPLINK = "    maxage: 5s\n    fail_timeout: 5s\n"
 
 
