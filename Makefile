@@ -9,7 +9,7 @@ PORT ?= 4873
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test e2e build check bench venv clean demo system-deps corpus
+.PHONY: run test test-fast e2e build check bench venv clean demo system-deps corpus
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(RUNTIME_STAMP): pyproject.toml
 	touch $(RUNTIME_STAMP)
 
 $(TEST_STAMP): $(RUNTIME_STAMP)
-	$(BIN)/pip install --quiet -e '.[test,s3]'
+	$(BIN)/pip install --quiet -e '.[test,s3,docs]'
 	touch $(TEST_STAMP)
 
 ## The development environment: runtime and test dependencies.
@@ -35,12 +35,27 @@ run: $(RUNTIME_STAMP)
 ## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones), then
 ## Verdaccio's client suite (the e2e target).
 test: $(TEST_STAMP) system-deps
+	$(MAKE) --no-print-directory docs
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
+
+## The inner loop: the pure and in-process tests (no real client, server or browser), on two
+## workers; under a minute here. `make test` runs them too, with everything else.
+FAST_TESTS := tests/core tests/generator tests/signing tests/check/test_lint_rules.py tests/importers/test_parsers.py tests/user_api/test_units.py
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
 ## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (README "Compatibility").
 e2e: $(TEST_STAMP)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
+
+## Build the documentation site (docs/, Sphinx + MyST) into docs/_build/html, strictly: any warning, a
+## broken link or anchor, or a command, option, key or route without a description fails it.
+.PHONY: docs
+DOCS_SOURCE ?= docs
+DOCS_OUT ?= docs/_build/html
+docs: $(TEST_STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -n -E -q -b html $(DOCS_SOURCE) $(DOCS_OUT)
 
 ## Fetch the real-world corpus's tarballs into ~/.cache/registry-gen-tests/ (tests/realworld/README.md).
 corpus: $(TEST_STAMP)
@@ -60,6 +75,6 @@ demo: $(TEST_STAMP)
 	$(BIN)/python -m tests.demo_packages content
 
 ## Remove what can be made again: the built tree and the venv. data/ (the accounts and tokens) and
-## public.state/ (which holds the first-seen publish times, irreplaceable) are kept: delete them by hand.
+## public.state/ (whose ledger.sqlite3 holds the pinned versions and first-seen times, irreplaceable) are kept: delete them by hand.
 clean:
 	rm -rf public $(VENV)

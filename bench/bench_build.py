@@ -609,21 +609,23 @@ def _profile(quick: bool) -> str:
         from pyinstrument import Profiler
     except ImportError:
         return "pyinstrument is not installed (`.venv/bin/pip install pyinstrument`): no profile this run."
-    import registry_gen.build as build
+    import registry_gen.build.read as read_phase
+    import registry_gen.build.write as write_phase
+    from registry_gen.build import run_build
     from registry_gen.settings import Settings
 
     source = ensure_registry(SCALES[1_000])
     with tempfile.TemporaryDirectory(prefix="bench-profile-", dir=CACHE_DIR) as scratch:
         settings = Settings(content_dir=source, out_dir=Path(scratch) / "public", base_url=BASE_URL)
-        saved = build.PARALLEL_THRESHOLD, build.PARALLEL_PACKAGES
-        build.PARALLEL_THRESHOLD = build.PARALLEL_PACKAGES = 10**9
+        saved = read_phase.PARALLEL_THRESHOLD, write_phase.PARALLEL_PACKAGES
+        read_phase.PARALLEL_THRESHOLD = write_phase.PARALLEL_PACKAGES = 10**9
         profiler = Profiler(interval=0.001)
         try:
             profiler.start()
-            build.run_build(settings)
+            run_build(settings)
             profiler.stop()
         finally:
-            build.PARALLEL_THRESHOLD, build.PARALLEL_PACKAGES = saved
+            read_phase.PARALLEL_THRESHOLD, write_phase.PARALLEL_PACKAGES = saved
     text = profiler.output_text(unicode=False, color=False, show_all=False)
     lines = [line for line in text.splitlines() if line.strip()]
     body = "\n".join(lines[:70])

@@ -72,21 +72,23 @@ def file_creation_floor(files: list[tuple[str, int]], scratch: Path) -> float:
 def profile_parts(content: Path, scratch: Path) -> tuple[float, list[tuple[str, float]], str]:
     """One single-process build under cProfile: its time, the PARTS' cumulative times, the top
     functions by own time."""
-    import registry_gen.build as build
+    import registry_gen.build.read as read_phase
+    import registry_gen.build.write as write_phase
+    from registry_gen.build import run_build
     from registry_gen.settings import Settings
 
     settings = Settings(content_dir=content, out_dir=scratch / "public", base_url=BASE_URL)
-    saved = build.PARALLEL_THRESHOLD, build.PARALLEL_PACKAGES
-    build.PARALLEL_THRESHOLD = build.PARALLEL_PACKAGES = 10**9
+    saved = read_phase.PARALLEL_THRESHOLD, write_phase.PARALLEL_PACKAGES
+    read_phase.PARALLEL_THRESHOLD = write_phase.PARALLEL_PACKAGES = 10**9
     profiler = cProfile.Profile()
     try:
         started = time.perf_counter()
         profiler.enable()
-        build.run_build(settings)
+        run_build(settings)
         profiler.disable()
         total = time.perf_counter() - started
     finally:
-        build.PARALLEL_THRESHOLD, build.PARALLEL_PACKAGES = saved
+        read_phase.PARALLEL_THRESHOLD, write_phase.PARALLEL_PACKAGES = saved
     stats = pstats.Stats(profiler)
     cumulative: dict[str, float] = {}
     for (_file, _line, function), row in stats.stats.items():  # type: ignore[attr-defined]

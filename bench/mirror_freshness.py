@@ -49,7 +49,7 @@ def synthesize(work: Path, upstream_tree: Path, upstream: str, count: int) -> Pa
     mirror lands them; their freshness rows fresh; returns the registry's config file."""
     from registry_gen.meta import dump_meta
     from registry_gen.mirror.service import MirrorService
-    from registry_gen.mirror.state import MIRRORED, Entry
+    from registry_gen.state.mirror_freshness import MIRRORED, Entry
     from registry_gen.mirror.taking import judged, mirrored_meta, take_document
     from registry_gen.settings import load_settings
 

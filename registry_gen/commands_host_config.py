@@ -51,15 +51,12 @@ def _write_text(text: str, out: Path | None) -> None:
 
 def private_packages(settings: Settings) -> list[str]:
     """Packages in the built tree that the read rules do not let everyone read."""
-    from registry_gen.buildstate import BuildState
+    from registry_gen.state import open_state
 
     if not settings.packages.in_force or not settings.state_file.exists():
         return []
-    state = BuildState(settings.state_file)
-    try:
+    with open_state(settings).view() as state:
         return sorted(name for name in state.present_names() if not settings.packages.is_public(name))
-    finally:
-        state.close()
 
 
 def refuse_private_upload(settings: Settings, include_private: bool) -> None:

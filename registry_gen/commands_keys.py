@@ -99,20 +99,17 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
     @keys.command("show")
     def show_command(config: ConfigOption = None) -> None:
         """Print the configured key's id and the keys document the next build publishes."""
-        from registry_gen.buildstate import BuildState
         from registry_gen.keyring import load_signer, recorded_keys
         from registry_gen.signing import keys_document, rotate_keyring
+        from registry_gen.state import open_state
 
         settings = settings_from_options(config)
         signer = load_signer(settings)
         typer.echo(f"signing key: {signer.keyid if signer else 'none (signing is off)'}", err=True)
         recorded = []
-        if settings.state_file.exists():
-            state = BuildState(settings.state_file)
-            try:
+        if settings.state_folder.is_dir():  # the keyring is in its ledger (kept when the cache is dropped)
+            with open_state(settings).view() as state:
                 recorded = recorded_keys(state)
-            finally:
-                state.close()
         document = keys_document(rotate_keyring(recorded, signer.public if signer else None, "<next build>"))
         typer.echo(json.dumps(document, indent=2))
 

@@ -26,7 +26,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
 
         settings = settings_from_options(config, out_dir=out_dir)
         proxied = (lambda name: settings.packages.proxy_rule(name) is not None) if settings.packages.proxies else None
-        report = verify_tree(settings.out_dir, allow_external=allow_external, state_file=settings.state_file, proxied=proxied)
+        report = verify_tree(settings.out_dir, allow_external=allow_external, settings=settings, proxied=proxied)
         for problem in report.problems:
             typer.echo(str(problem))
         for note in report.notes:

@@ -82,6 +82,10 @@ class LockTimeout(RegistryError):
     """The build lock could not be taken in time."""
 
 
+class LedgerUnreadable(RegistryError):
+    """The state's ledger (what no build can redo) cannot be read: it must be restored, never dropped."""
+
+
 class StorageError(RegistryError):
     """The content store refused an operation that retrying will not fix (no such bucket, no
     credentials, access denied): an operator must change the configuration."""
@@ -90,6 +94,11 @@ class StorageError(RegistryError):
 class StorageUnavailable(StorageError):
     """The content store cannot be reached right now (connection refused, timed out, 5xx,
     throttled). Nothing was half-written; the same request may succeed later (HTTP 503)."""
+
+
+class StateUnavailable(RegistryError):
+    """The state's database (PostgreSQL) cannot be reached right now: nothing was half-written;
+    the same request may succeed later (HTTP 503)."""
 
 
 class RevisionConflict(RegistryError):

@@ -2,7 +2,7 @@
 
 The private key comes from the configuration (`signing_key`: a PEM file) or from the
 environment ($REGISTRY_GEN_SIGNING_KEY: the PEM text), never from content/ or the tree. The
-public keys every build has signed with are kept in the build state, so a rotation keeps the
+public keys every build has signed with are kept in the state's ledger, so a rotation keeps the
 old key listed (with `expires`) for as long as the tree is built from that state.
 """
 
@@ -19,14 +19,12 @@ from registry_gen.settings import SIGNING_KEY_ENV, Settings
 from registry_gen.signing import KEYS_DOCUMENT, PublicKey, Signer, generate_pem, keys_document, rotate_keyring
 from registry_gen.writer import remove_tree, write_if_changed
 
-KEYRING_SETTING = "signing_keys"  # build-state setting: JSON list of every public key used
-
-
 class KeyringState(Protocol):
-    """What the keyring needs from the build state (registry_gen.buildstate.BuildState has it)."""
+    """Where the keyring is kept (registry_gen.state: the ledger, never dropped): the JSON list of
+    every public key the tree was signed with."""
 
-    def get_setting(self, key: str) -> str: ...
-    def set_setting(self, key: str, value: str) -> None: ...
+    def signing_keys(self) -> str: ...
+    def record_signing_keys(self, public_keys: str) -> None: ...
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -74,7 +72,7 @@ def write_new_key(path: Path, settings: Settings) -> Signer:
 
 
 def recorded_keys(state: KeyringState) -> list[PublicKey]:
-    raw = state.get_setting(KEYRING_SETTING)
+    raw = state.signing_keys()
     return [PublicKey.from_json(item) for item in json.loads(raw)] if raw else []
 
 
@@ -83,7 +81,7 @@ def publish_keys(settings: Settings, state: KeyringState, signer: Signer | None,
     moment = datetime.now(timezone.utc)
     now = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
     keys = rotate_keyring(recorded_keys(state), signer.public if signer else None, now)
-    state.set_setting(KEYRING_SETTING, json.dumps([key.to_json() for key in keys]))
+    state.record_signing_keys(json.dumps([key.to_json() for key in keys]))
     target = settings.out_dir / KEYS_DOCUMENT
     if not keys:
         remove_tree(settings.out_dir, KEYS_DOCUMENT)

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
-from registry_gen.buildstate import BuildState
+from registry_gen.state import JournalEvent, open_state
+from registry_gen.state.ledger import content_digest
 from registry_gen.errors import InvalidManifest, NotFound
-from registry_gen.meta import PackageMeta, parse_meta
+from registry_gen.meta import PackageMeta, dump_meta, parse_meta
 from registry_gen.names import package_dir, validate_name
 from registry_gen.publish import PackageState, apply_claim, maintainer_entry, now_iso
 from registry_gen.settings import Settings
@@ -38,15 +39,14 @@ def meta_location(settings: Settings, storage: ContentStorage, name: str) -> str
     canonical = meta_key(name)
     if storage.exists(canonical):
         return canonical
-    state = BuildState(settings.state_file)
-    try:
-        found = [path for path, error in state.metas_of(name) if error is None and storage.exists(path)]
-    finally:
-        state.close()
+    with open_state(settings).view() as state:
+        found = [path for path in state.meta_paths(name) if storage.exists(path)]
     return found[0] if found else canonical
 
 
-def claim_package(settings: Settings, name: str, username: str, email: str | None, account_id: str) -> bool:
+def claim_package(
+    settings: Settings, name: str, username: str, email: str | None, account_id: str, actor: str = "registry-gen owner claim"
+) -> bool:
     """Binds `username` (account `account_id`) as a maintainer of `name`; False when it already was."""
     validate_name(name, legacy=True)
     storage = open_content_storage(settings)
@@ -58,19 +58,33 @@ def claim_package(settings: Settings, name: str, username: str, email: str | Non
         if not state.is_held:
             raise NotFound(f"{name} is not in this registry (build it first, or check the name)")
         changed = apply_claim(state, maintainer_entry(username, email, account_id), now_iso())
-        if changed is not None:
-            write_meta(storage, key, changed)
-    if changed is not None:
-        run_build(settings, changed=[key])  # a key of content/, as the build takes it
-    return changed is not None
+        if changed is None:
+            return False
+        event = JournalEvent("package:change", name, (), {"owner claimed": username})
+        write_id = _journalled(settings, {key: content_digest(dump_meta(changed))}, [event], actor)
+        write_meta(storage, key, changed)
+    run_build(settings, changed=[key])  # a key of content/, as the build takes it
+    _finish(settings, write_id)
+    return True
 
 
-def erase_maintainer_email(settings: Settings, username: str) -> list[str]:
+def _journalled(settings: Settings, files: dict[str, str | None], events: list[JournalEvent], actor: str) -> int:
+    """The write journalled pending before content/ changes (registry_gen.state.ledger)."""
+    with open_state(settings).journal() as journal:
+        return journal.begin_write(files, events, actor, None, now_iso())
+
+
+def _finish(settings: Settings, write_id: int) -> None:
+    with open_state(settings).journal() as journal:
+        journal.finish_write(write_id, done=True)
+
+
+def erase_maintainer_email(settings: Settings, username: str, actor: str = "registry-gen user remove") -> list[str]:
     """A deleted account's email leaves every meta in content/ (and so every document, index and
     page after the rebuild). Returns the meta files changed. Emails inside a tarball's own
     package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails")."""
     storage = open_content_storage(settings)
-    changed: list[str] = []
+    erased: dict[str, PackageMeta] = {}
     with build_lock(settings):
         for key in sorted(scan_content(settings.content_dir)[1]):
             raw = storage.read(key)
@@ -82,11 +96,16 @@ def erase_maintainer_email(settings: Settings, username: str) -> list[str]:
                 continue  # the build reports a broken meta; it holds nothing we could rewrite safely
             people = [{k: v for k, v in m.items() if not (k == "email" and m.get("name") == username)} for m in meta.maintainers]
             if people != meta.maintainers:
-                write_meta(storage, key, dataclasses.replace(meta, maintainers=people))
-                changed.append(key)
-    if changed:
-        run_build(settings, changed=changed)
-    return changed
+                erased[key] = dataclasses.replace(meta, maintainers=people)
+        if not erased:
+            return []
+        events = [JournalEvent("package:change", meta.name, (), {"maintainer email erased": username}) for meta in erased.values()]
+        write_id = _journalled(settings, {key: content_digest(dump_meta(meta)) for key, meta in erased.items()}, events, actor)
+        for key, meta in erased.items():
+            write_meta(storage, key, meta)
+    run_build(settings, changed=list(erased))
+    _finish(settings, write_id)
+    return list(erased)
 
 
 # ---------------------------------------------------------------- upgrading from a release without bindings
@@ -225,18 +244,29 @@ def _meta_at(storage: ContentStorage, key: str) -> PackageMeta | None:
         return None  # the build reports a broken meta; nothing in it can be bound safely
 
 
-def _write_bindings(settings: Settings, storage: ContentStorage, keys: list[str], accounts: Mapping[str, AccountFacts | None]) -> list[str]:
-    written: list[str] = []
+def _write_bindings(
+    settings: Settings, storage: ContentStorage, keys: list[str], accounts: Mapping[str, AccountFacts | None],
+    actor: str = "registry-gen owner bind-recorded",
+) -> list[str]:
+    bound: dict[str, PackageMeta] = {}
+    events: list[JournalEvent] = []
     with build_lock(settings):
         for key in keys:
             meta = _meta_at(storage, key)
-            changed = with_bindings(meta, decide_bindings(meta, accounts)) if meta is not None else None
+            decisions = decide_bindings(meta, accounts) if meta is not None else []
+            changed = with_bindings(meta, decisions) if meta is not None else None
             if changed is not None:
-                write_meta(storage, key, changed)
-                written.append(key)
-    if written:
-        run_build(settings, changed=written)  # keys of content/: right whether content_dir is relative or not
-    return written
+                bound[key] = changed
+                names = [d.maintainer for d in decisions if d.outcome == BOUND]
+                events.append(JournalEvent("package:change", changed.name, (), {"owners bound": names}))
+        if not bound:
+            return []
+        write_id = _journalled(settings, {key: content_digest(dump_meta(meta)) for key, meta in bound.items()}, events, actor)
+        for key, meta in bound.items():
+            write_meta(storage, key, meta)
+    run_build(settings, changed=list(bound))  # keys of content/: right whether content_dir is relative or not
+    _finish(settings, write_id)
+    return list(bound)
 
 
 def describe_binding(decision: BindingDecision, *, dry_run: bool = False) -> str:

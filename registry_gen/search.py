@@ -1,21 +1,18 @@
 """npm's `/-/v1/search`, answered from the build's state rather than from a document.
 
-The build keeps each package's search piece and a lower-case search text in `state.sqlite3`
-(registry_gen.buildstate), updated with the package: a publish changes one row, never a document
-listing every package. A query narrows the rows in SQLite by substring (every term's text must be
-in the package's search text), then applies npm's rules to what is left (`matches`), exactly as
-they were applied to the whole document before.
+The build keeps each package's search piece and a lower-case search text in its state
+(registry_gen.state), updated with the package: a publish changes one row, never a document
+listing every package. A query narrows the rows in the state by substring (every term's text must
+be in the package's search text: `State.search_pieces`), then applies npm's rules to what is left
+(`matches`), exactly as they were applied to the whole document before.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from registry_gen.buildstate import SCHEMA_VERSION
 from registry_gen.publish import now_iso
 
 
@@ -64,8 +61,14 @@ def needles(text: str) -> list[str]:
     return [n for n in found if n]
 
 
+class SearchSource(Protocol):
+    """Where the search pieces are kept (registry_gen.state.State has them)."""
+
+    def search_pieces(self, needles: list[str], *, listed_only: bool) -> list[bytes]: ...
+
+
 def search_registry(
-    state_file: Path,
+    state: SearchSource,
     text: str,
     *,
     size: int,
@@ -75,27 +78,7 @@ def search_registry(
 ) -> dict[str, Any]:
     """The answer to one search. `listed_only`: only what anyone may read (no read rules in force,
     or an anonymous static listing); `readable`: the caller's own filter when rules are in force."""
-    objects = [json.loads(piece) for piece in _candidates(state_file, needles(text), listed_only)]
+    objects = [json.loads(piece) for piece in state.search_pieces(needles(text), listed_only=listed_only)]
     if readable is not None:
         objects = [o for o in objects if readable(str(o.get("package", {}).get("name")))]
     return search_objects(objects, text, size=size, offset=offset)
-
-
-def _candidates(state_file: Path, wanted: list[str], listed_only: bool) -> list[bytes]:
-    """Read-only and without the build lock: WAL readers see the last committed build."""
-    if not state_file.is_file():
-        return []
-    db = sqlite3.connect(f"{state_file.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
-    try:
-        if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-            return []  # built by another version: the next build migrates it
-        sql = "SELECT search_fragment FROM packages WHERE versions > 0"
-        if listed_only:
-            sql += " AND listed"
-        for _ in wanted:
-            sql += " AND instr(search_text, ?) > 0"
-        return [row[0] for row in db.execute(sql + " ORDER BY name", wanted)]
-    except sqlite3.DatabaseError:
-        return []  # being recreated by a build: nothing to answer from yet
-    finally:
-        db.close()

@@ -52,6 +52,20 @@ class AuthLimits:
 
 
 @dataclass(frozen=True)
+class HookSettings:
+    """Webhooks (registry.yaml `hooks:`; registry_gen.hooks). `allow_networks`: address ranges a hook
+    may reach beyond the public internet (SECURITY.md, "Hooks"); `secret_key`: the key that encrypts
+    hook secrets at rest, shared by every instance (or $REGISTRY_HOOKS_KEY)."""
+
+    allow_networks: tuple[str, ...] = ()
+    secret_key: str | None = field(default=None, repr=False)
+    max_per_user: int = 100
+    timeout_seconds: float = 5.0  # one attempt: connect, send and read the answer
+    retry_base_seconds: float = 10.0  # the first retry's delay; each next one doubles (with jitter)
+    park_after_seconds: float = 86400.0  # a delivery still failing this long after its event is parked
+
+
+@dataclass(frozen=True)
 class Settings:
     content_dir: Path = Path("content")
     out_dir: Path = Path("public")
@@ -78,6 +92,7 @@ class Settings:
     port: int = 4873
     limits: Limits = field(default_factory=Limits)
     auth_limits: AuthLimits = field(default_factory=AuthLimits)
+    hooks: HookSettings = field(default_factory=HookSettings)
     check_profile: str = "npm"
     check_ignore: tuple[str, ...] = ()
     config_file: Path | None = None
@@ -265,6 +280,43 @@ def _auth_limits_from(value: Any) -> AuthLimits:
     return AuthLimits(**checked)
 
 
+def _hooks_from(value: Any) -> HookSettings:
+    if not isinstance(value, dict):
+        raise ConfigError(f"hooks must be a mapping, got {type(value).__name__} {value!r}")
+    numbers = {"max_per_user": int, "timeout_seconds": float, "retry_base_seconds": float, "park_after_seconds": float}
+    known = sorted([*numbers, "allow_networks", "secret_key"])
+    checked: dict[str, Any] = {}
+    for key, item in value.items():
+        if key not in known:
+            raise ConfigError(f"unknown key hooks.{key} (known: {', '.join(known)})")
+        if key == "secret_key":
+            if item is not None:  # null: the default (a generated key, or $REGISTRY_HOOKS_KEY)
+                check_type("hooks.secret_key", item, str, "a string")
+        elif key == "allow_networks":
+            item = _networks_from(item)
+        else:
+            wanted = "a positive integer" if numbers[key] is int else "a positive number"
+            check_type(f"hooks.{key}", item, (int, float) if numbers[key] is float else int, wanted)
+            if item <= 0:
+                raise ConfigError(f"hooks.{key} must be {wanted}, got {item!r}")
+        checked[key] = item
+    return HookSettings(**checked)
+
+
+def _networks_from(value: Any) -> tuple[str, ...]:
+    import ipaddress
+
+    if not isinstance(value, list):
+        raise ConfigError(f"hooks.allow_networks must be a list of address ranges such as 127.0.0.0/8, got {value!r}")
+    networks = []
+    for index, item in enumerate(value):
+        try:
+            networks.append(str(ipaddress.ip_network(str(item), strict=False)))
+        except ValueError:
+            raise ConfigError(f"hooks.allow_networks[{index}] is not an address range: {item!r} (e.g. 10.0.0.0/8)") from None
+    return tuple(networks)
+
+
 def _conditional_writes_from(value: Any) -> bool | None:
     """`auto` (None: probe the store once), true or false."""
     if value == "auto" or value is None:
@@ -282,6 +334,8 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
         return parse_rules(value)
     if key == "uplinks":
         return tuple(parse_uplinks(value).values())
+    if key == "hooks":
+        return _hooks_from(value)
     if value is None and key in _NULLABLE_KEYS:
         return None
     if key == "storage_conditional_writes":
@@ -292,7 +346,7 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "uplinks"}
+    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "uplinks", "hooks"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:

@@ -4,7 +4,7 @@ The state was kept inside the tree, so a plain static host (`python -m http.serv
 served it: the state databases, the names and errors of refused archives. It now lives beside the
 tree (`Settings.state_folder`). The first build under the build lock moves it: one rename, atomic
 on one filesystem (a copy, then a rename, then removing the old folder across filesystems), so
-the first-seen ledger (registry_gen.firstseen, the one thing a build cannot redo) is either in
+the ledger (registry_gen.state.sqlite_ledger: what a build cannot redo) is either in
 the old place or in the new one, never lost. When both exist (an old tree copied over a migrated
 one), the old folder is kept inside the new one under a dated name and a line says so.
 """

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from registry_gen.buildstate import whole_documents_stale
+from registry_gen.state import open_state
 from registry_gen.errors import InvalidName, InvalidVersion
 from registry_gen.layout import (
     ABBREVIATED_DOCUMENT,
@@ -91,11 +91,12 @@ class VerifyReport:
 
 
 def verify_tree(
-    out_dir: Path, *, allow_external: bool = False, state_file: Path | None = None, proxied: Callable[[str], bool] | None = None
+    out_dir: Path, *, allow_external: bool = False, settings: Settings | None = None, proxied: Callable[[str], bool] | None = None
 ) -> VerifyReport:
-    """Every problem of the tree at out_dir, sorted by path. `state_file`: the build state (default
-    beside the tree), asked whether a server's refresh of -/all is still pending. `proxied`: the
-    names the mirror fetches from an uplink when asked (a dependency on one is no problem)."""
+    """Every problem of the tree at out_dir, sorted by path. `settings`: where the build's state is
+    (default: beside the tree), asked whether a server's refresh of -/all is still pending.
+    `proxied`: the names the mirror fetches from an uplink when asked (a dependency on one is no
+    problem)."""
     report = VerifyReport()
     if not out_dir.is_dir():
         report.problems.append(TreeProblem(str(out_dir), "tree-missing", "no such folder"))
@@ -114,9 +115,9 @@ def verify_tree(
     # Open entries (version-less on purpose) have no page and are not listed in the indexes; a
     # mirrored package is listed once a tarball of it is held here (the build's own count).
     listed = [name for name in names if not is_open_entry_document(out_dir, name) and name not in mirrored]
-    state_file = state_file or Settings(out_dir=out_dir).state_file
+    state = open_state(settings or Settings(out_dir=out_dir))
     for problem in check_indexes(out_dir, listed, ignored=mirrored):
-        if problem.rule == "index-mismatch" and whole_documents_stale(state_file):
+        if problem.rule == "index-mismatch" and state.whole_documents_stale():
             pending = f"{problem.message}; a write left it to its server's refresh (index_refresh_seconds)"
             report.notes.append(TreeProblem(problem.path, "index-refresh-pending", pending + "; `registry-gen build` rewrites it now"))
         else:

@@ -1,9 +1,10 @@
 """The write service: every change to the registry goes through here (the HTTP API, importers).
 
 A write reads forward: take the lock → read the package (`RegistryReader`) → run a pure rule of
-`registry_gen.publish` → store the change in content/ (meta first, then the archive) → rebuild
-just that package (`build_locked`) → if the build refused the new archive, undo and say why.
-Only then does the caller reply. The lock is the one `registry-gen build` and watch mode take,
+`registry_gen.publish` → journal it pending (registry_gen.state.ledger: its events, and what
+content/ will hold) → store the change in content/ (meta first, then the archive) → rebuild just
+that package (`build_locked`) → if the build refused the new archive, undo, journal it aborted
+and say why; else journal it done. Only then does the caller reply. The lock is the one `registry-gen build` and watch mode take,
 so a write never sees or leaves a half-built tree.
 
 Public API (what the web layer and the importers call):
@@ -13,7 +14,7 @@ Public API (what the web layer and the importers call):
     service.land_archive(name, data, actor, published_at=..., tags=...)   # raw tarball bytes (imports)
     service.apply(name, rule)                          # any rule: PackageState -> Change
     service.store_batch(write)                         # a bulk write (an import), rebuilt later
-    service.land(write)                                # a write rebuilt at once (the mirror's landings)
+    service.land(write, journal)                       # a write rebuilt at once (the mirror's landings)
     service.reader.current(name).state                 # the package as the registry holds it
 
 Errors are `registry_gen.errors.RegistryError`s: VersionConflict, Forbidden, NotFound, BadRequest,
@@ -31,11 +32,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final
 
-from filelock import Timeout
-
 from registry_gen import publish
-from registry_gen.build import BuildResult, build_lock, build_locked
+from registry_gen.build import BuildResult, build_locked
 from registry_gen.errors import Forbidden, LockTimeout, RegistryError, VersionConflict
+from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
 from registry_gen.packument import document_revision
@@ -43,10 +43,12 @@ from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
-from registry_gen.write_events import describe_write
+from registry_gen.state import Journal, JournalEvent, open_state
+from registry_gen.state.ledger import content_digest
 from registry_gen.storage import ContentStorage, archive_key, open_content_storage
+from registry_gen.write_events import describe_write, write_events
 
-__all__ = ["BrokenMeta", "BuildRefused", "Change", "WriteService", "revision_after"]
+__all__ = ["BatchJournal", "BrokenMeta", "BuildRefused", "Change", "WriteService", "revision_after"]
 
 LOCK_TIMEOUT_SECONDS: Final = 60
 log = logging.getLogger(__name__)
@@ -72,6 +74,17 @@ class Change:
 
 
 Rule = Callable[[PackageState], Change]
+
+
+@dataclass(frozen=True)
+class BatchJournal:
+    """How a batch write (an import) is journalled: its events, the files it will leave (content
+    key -> sha256 after, registry_gen.state.ledger.UNCHECKED for one whose bytes it computes as it
+    writes), and who wrote it."""
+
+    events: list[JournalEvent]
+    files: dict[str, str | None]
+    actor: str
 
 
 def revision_after(state: PackageState, change: Change) -> str | None:
@@ -103,8 +116,11 @@ class WriteService:
         self.storage = storage if storage is not None else open_content_storage(settings)
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
+        self.state = open_state(settings)
         self._thread_lock = threading.Lock()
-        self._file_lock = build_lock(settings)
+        self._write_lock = self.state.write_lock(settings.lock_file)
+        self._recovered = False  # a crashed writer's pending journal entries resolved (first write)
+        self._journal: Journal | None = None  # opened at the first write, kept (a write's two journal calls)
 
     # ---- the public writes
 
@@ -133,52 +149,73 @@ class WriteService:
     def apply(self, name: str, rule: Rule, actor: Actor | None = None) -> BuildResult | None:
         """Runs `rule` on the current state and commits its change, all under the lock; logs one
         line naming `actor` and what the write did (README, "Logs")."""
-        with self.locked():
+        with self.locked(name):
+            self._recover()
             current = self._current(name)
             _refuse_mirrored(current)
             change = rule(current.state)
             if change.is_empty:
                 return None
-            result = self._commit(current, change)
             meta = None if change.delete_meta else (change.meta or current.state.meta)
+            events = write_events(current.state, meta, change.upload, change.removed)
+            result = self._commit(current, change, events, actor)
             what = describe_write(current.state, meta, change.upload, change.removed)
             if what:
                 log.info("%s %s", actor.name if actor else "registry-gen", what)
             return result
 
-    def store_batch(self, write: Callable[[ContentStorage], list[str]]) -> list[str]:
+    def store_batch(
+        self, write: Callable[[ContentStorage], list[str]], journal: BatchJournal | None = None
+    ) -> list[str]:
         """Runs `write` on content/ under the lock without rebuilding; returns the keys it wrote.
 
         For imports: a rebuild per package of a 10,000-package import would cost O(n²), so the
         importer lands every package through here and then runs one incremental build over the
-        returned keys (`run_build(settings, changed=...)`)."""
+        returned keys (`run_build(settings, changed=...)`). `journal`: the write's events and the
+        files it will leave, journalled pending first and done once `write` wrote something (the
+        build that serves it comes later, for the whole batch)."""
         with self.locked():
-            return write(self.storage)
+            self._recover()
+            return self._journalled(write, journal)
 
-    def land(self, write: Callable[[ContentStorage], list[str]]) -> BuildResult | None:
+    def land(self, write: Callable[[ContentStorage], list[str]], journal: BatchJournal | None = None) -> BuildResult | None:
         """Runs `write` on content/ under the lock and rebuilds what it wrote before returning.
 
         The mirror lands through here (registry_gen.mirror.service): an upstream's document or
-        tarball, or several of them at once (it groups the landings that wait), then one build."""
+        tarball, or several of them at once (it groups the landings that wait), then one build.
+        Its landings are not journalled (ARCHITECTURE.md, "The journal": upstream churn is no write
+        of this registry); an administrator's `mirror make-local` is, through `journal`."""
         with self.locked():
-            written = write(self.storage)
+            self._recover()
+            written = self._journalled(write, journal)
             return self._build(written) if written else None
 
+    def _journalled(self, write: Callable[[ContentStorage], list[str]], journal: BatchJournal | None) -> list[str]:
+        """`write` on content/, journalled pending first and done once it wrote something."""
+        if journal is None:
+            return write(self.storage)
+        entries = self._opened_journal()
+        write_id = entries.begin_write(journal.files, journal.events, journal.actor, None, publish.now_iso())
+        try:
+            written = write(self.storage)
+        except BaseException:
+            entries.finish_write(write_id, done=False)
+            raise
+        entries.finish_write(write_id, done=bool(written))
+        return written
+
     @contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self, name: str | None = None) -> Iterator[None]:
+        """The write lock (registry_gen.state.locks) for package `name`, or for every package.
+        Threads queue on a thread lock (no polling), then one of them waits for the write lock,
+        at most LOCK_TIMEOUT_SECONDS in all (LockTimeout: HTTP 503)."""
         deadline = time.monotonic() + LOCK_TIMEOUT_SECONDS
-        # Threads queue on a thread lock (no polling); only one of them then waits for the file lock.
         if not self._thread_lock.acquire(timeout=LOCK_TIMEOUT_SECONDS):
             raise LockTimeout("the registry is busy with other writes; retry shortly")
         try:
-            try:
-                self._file_lock.acquire(timeout=max(0.1, deadline - time.monotonic()))
-            except Timeout as exc:
-                raise LockTimeout(f"another build holds {self.settings.lock_file}; retry shortly") from exc
-            try:
+            wait = max(0.1, deadline - time.monotonic())
+            with self._write_lock.package(name, wait) if name is not None else self._write_lock.whole(wait):
                 yield
-            finally:
-                self._file_lock.release()
         finally:
             self._thread_lock.release()
 
@@ -190,7 +227,32 @@ class WriteService:
             raise BadRequest(f"the name {name!r} is taken by this registry's own endpoints (/{name}); choose another")
         return self.reader.current(name)
 
-    def _commit(self, current: CurrentPackage, change: Change) -> BuildResult:
+    def _commit(self, current: CurrentPackage, change: Change, events: list[JournalEvent], actor: Actor | None) -> BuildResult:
+        """Journals the write pending, changes content/, builds; done, or undone and aborted."""
+        name = current.state.name
+        removing = {key for version in sorted(change.removed) for key in self.reader.archive_keys(name, version)}
+        journal = self._opened_journal()
+        write_id = journal.begin_write(
+            self._files_after(current, change, removing), events, actor.name if actor else "registry-gen",
+            actor.account_id if actor else None, publish.now_iso(),
+        )  # fmt: skip
+        failpoint("after-intent")
+        try:
+            result = self._write(current, change, sorted(removing), write_id)
+        except BaseException:
+            journal.finish_write(write_id, done=False)
+            raise
+        failpoint("after-write")
+        journal.finish_write(write_id, done=True)
+        return result
+
+    def _opened_journal(self) -> Journal:
+        """The journal, opened once per service (with the lock held: writes use it one at a time)."""
+        if self._journal is None:
+            self._journal = self.state.journal()
+        return self._journal
+
+    def _write(self, current: CurrentPackage, change: Change, removing: list[str], write_id: int) -> BuildResult:
         name = current.state.name
         touched = [current.meta_key]  # the build looks only at these files (it trusts its state for the rest)
         added = None
@@ -199,20 +261,40 @@ class WriteService:
             if change.upload is not None:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
-            touched += self._remove_versions(name, change.removed)
-            result = self._build(touched)
+            touched += self._remove_archives(removing)
+            result = self._build(touched, write_id)
         except BaseException:
             self._roll_back(added, current, change)
             raise
         refused = result.refusals(name, [current.meta_key, *([added] if added else [])])
         if refused and added is not None:
             self._roll_back(added, current, change)
-            self._build(touched)
+            self._build(touched, write_id)
             raise BuildRefused("the registry could not take this archive: " + "; ".join(i.reason for i in refused))
         return result
 
-    def _build(self, touched: list[str]) -> BuildResult:
-        result = build_locked(self.settings, touched, defer_whole=self.refresher is not None)
+    def _files_after(self, current: CurrentPackage, change: Change, removing: set[str]) -> dict[str, str | None]:
+        """What each file of content/ the write touches will hold after it (the journal's check)."""
+        files: dict[str, str | None] = dict.fromkeys(removing)
+        if change.delete_meta:
+            files[current.meta_key] = None
+        elif change.meta is not None:
+            files[current.meta_key] = content_digest(dump_meta(change.meta))
+        if change.upload is not None:
+            files[archive_key(current.state.name, change.upload.version)] = content_digest(change.upload.data)
+        return files
+
+    def _recover(self) -> None:
+        """On this service's first write: a writer killed between journalling a write and
+        finishing it left it pending; one build resolves it from content/ (and takes its files)."""
+        if self._recovered:
+            return
+        if self._opened_journal().pending_writes():
+            self._build([])
+        self._recovered = True
+
+    def _build(self, touched: list[str], write_id: int | None = None) -> BuildResult:
+        result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id)
         if self.refresher is not None:
             self.refresher.schedule()
         return result
@@ -237,13 +319,10 @@ class WriteService:
             ) from exc
         return target
 
-    def _remove_versions(self, name: str, versions: set[str]) -> list[str]:
-        removed = []
-        for version in sorted(versions):
-            for archive in self.reader.archive_keys(name, version):
-                self.storage.remove(archive)
-                removed.append(archive)
-        return removed
+    def _remove_archives(self, keys: list[str]) -> list[str]:
+        for key in keys:
+            self.storage.remove(key)
+        return keys
 
     def _roll_back(self, added: str | None, current: CurrentPackage, change: Change) -> None:
         if added is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from registry_gen.build import run_build
-from registry_gen.buildstate import CACHE_FILE, ManifestCache
+from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 

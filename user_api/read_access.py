@@ -29,6 +29,7 @@ from registry_gen.access import (
 from registry_gen.nginx_access import READ_CHECK_PATH, SERVED_PATH_HEADER
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from user_api import policy
 from user_api.web import note_user
 from user_api.models import User
@@ -50,7 +51,7 @@ class ReadGuard:
         self.rules = settings.packages
         self.store = store  # accounts, tokens and groups: one database for every API process
         self.out_dir = settings.out_dir
-        self.state_file = settings.state_file
+        self.state = open_state(settings)
         self.warned_old_config = False
 
     def account(self, environ: dict[str, Any]) -> User | None:
@@ -110,7 +111,7 @@ class ReadGuard:
         caller = ANONYMOUS if user is None else Caller(user.username, self.store.groups_of(user.id), user.is_admin)
         text = query.get("text", [""])[0]
         found = search_registry(
-            self.state_file, text, size=size, offset=offset, listed_only=False, readable=lambda name: self.rules.may_read(name, caller)
+            self.state, text, size=size, offset=offset, listed_only=False, readable=lambda name: self.rules.may_read(name, caller)
         )
         return _json(start_response, "200 OK", found)
 

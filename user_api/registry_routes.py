@@ -20,13 +20,14 @@ from typing import Any, Final, NamedTuple
 import bottle
 import jinja2
 
-from registry_gen.errors import LockTimeout, StorageUnavailable
+from registry_gen.errors import LockTimeout, StateUnavailable, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
 from registry_gen.refresher import IndexRefresher
 from registry_gen.writes import WriteService
 from user_api import routes_accounts as accounts
 from user_api import routes_disttags as disttags
+from user_api import routes_hooks as hooks
 from user_api import routes_packages as packages
 from user_api import routes_service as service
 from user_api import routes_weblogin as weblogin
@@ -70,6 +71,11 @@ ROUTES: Final = (
     Route("GET", "/-/npm/v1/tokens", accounts.list_tokens),
     Route("POST", "/-/npm/v1/tokens", accounts.create_token),
     Route("DELETE", "/-/npm/v1/tokens/token/<key>", accounts.revoke_token),
+    Route("POST", "/-/npm/v1/hooks/hook", hooks.add_hook),
+    Route("GET", "/-/npm/v1/hooks", hooks.list_hooks),
+    Route("GET", "/-/npm/v1/hooks/hook/<hook_id>", hooks.get_hook),
+    Route("PUT", "/-/npm/v1/hooks/hook/<hook_id>", hooks.update_hook),
+    Route("DELETE", "/-/npm/v1/hooks/hook/<hook_id>", hooks.remove_hook),
     Route("PUT", "/-/package/<name:pkg>/dist-tags/<tag>", disttags.dist_tag_set),
     Route("DELETE", "/-/package/<name:pkg>/dist-tags/<tag>", disttags.dist_tag_remove),
     Route("PUT", "/<name:pkg>", packages.package_put),
@@ -118,7 +124,7 @@ def replies_in_json(callback: Callable[..., Any]) -> Callable[..., Any]:
             response = callback(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the one place errors become replies
             status, message, headers = error_status(error)
-            if status >= 500 and not isinstance(error, (LockTimeout, StoreUnavailable, StorageUnavailable, HttpError)):
+            if status >= 500 and not isinstance(error, (LockTimeout, StateUnavailable, StoreUnavailable, StorageUnavailable, HttpError)):
                 log.exception("%s %s failed", method, loggable_path(environ.get("PATH_INFO")))
             response = json_response(status, {"error": message}, headers)
         log.debug("%s %s %d", method, loggable_path(environ.get("PATH_INFO")), response.status_code)

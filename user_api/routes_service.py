@@ -7,6 +7,7 @@ import bottle
 
 from registry_gen.publish import BadRequest
 from registry_gen.search import search_registry
+from registry_gen.state import open_state
 from user_api.audit import MAX_BODY as MAX_AUDIT_BODY
 from user_api.audit import audit_answer
 from user_api.registry_context import context, required_caller
@@ -31,7 +32,7 @@ def search() -> bottle.HTTPResponse:
         offset = max(int(query.get("from") or 0), 0)
     except ValueError:
         raise BadRequest("size and from must be integers") from None
-    found = search_registry(context().settings.state_file, query.getunicode("text") or "", size=size, offset=offset, listed_only=True)
+    found = search_registry(open_state(context().settings), query.getunicode("text") or "", size=size, offset=offset, listed_only=True)
     return json_response(200, found)
 
 

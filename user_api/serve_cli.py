@@ -194,6 +194,7 @@ def _run(
     from registry_gen.refresher import IndexRefresher
     from user_api.access_log import AccessLog, configure_server_logging
     from user_api.guard import guarded_channel, store_token_check, waitress_options
+    from user_api.hooks_service import start_deliverer
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
     from user_api.store import open_user_store
@@ -228,7 +229,8 @@ def _run(
     holder["store"] = store
     _remind_upgrade_steps(store)
     refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
-    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher))
+    deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
+    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake))
     _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
@@ -244,13 +246,14 @@ def _run(
     except KeyboardInterrupt:
         pass
     finally:
-        _shut_down(server, store, watcher, refresher)
+        _shut_down(server, store, watcher, refresher, deliverer)
 
 
-def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any) -> None:
+def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any, deliverer: Any) -> None:
     if watcher is not None:
         watcher.stop()
     server.close()
+    deliverer.stop()
     if refresher is not None:
         refresher.flush()  # what the last writes deferred, before the process goes
     store.close()

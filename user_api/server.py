@@ -240,9 +240,12 @@ def _etags(identity: str, served: os.stat_result, *, gzip: bool) -> tuple[str, s
 
 
 def create_server_app(
-    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRefresher | None = None
+    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRefresher | None = None,
+    after_write: Callable[[], None] | None = None,
 ) -> WsgiApp:
-    """The combined app; `static=False` for `registry-gen api` behind a static host."""
+    """The combined app; `static=False` for `registry-gen api` behind a static host. `after_write`
+    is called after each request of a writing method to the registry app (it wakes the hooks'
+    deliverer: the reply is made already, so the write never waits on a delivery)."""
     user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store, refresher=refresher)
     plain_tree = StaticTree(settings.out_dir)
@@ -268,6 +271,9 @@ def create_server_app(
             return mirror(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)
-        return registry_app(environ, start_response)  # type: ignore[no-any-return]
+        reply = registry_app(environ, start_response)
+        if after_write is not None and method not in ("GET", "HEAD"):
+            after_write()
+        return reply  # type: ignore[no-any-return]
 
     return application

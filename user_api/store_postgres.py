@@ -14,6 +14,7 @@ from typing import Any, Final
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
 from user_api.groups import legacy_groups
+from user_api.store_hooks import HOOK_TABLES
 from user_api.sqlstore import (
     BIND_RECORDED_MAINTAINERS,
     USER_COLUMNS,
@@ -32,8 +33,8 @@ except ImportError:  # pragma: no cover - the optional extra is missing
     psycopg = None  # type: ignore[assignment]
 
 # 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: 3-character gram rows, 3-5 counts;
-# 6: upgrade_steps; 7: account_groups
-SCHEMA_VERSION: Final = 7
+# 6: upgrade_steps; 7: account_groups; 8: hooks, hook_deliveries, hook_cursor (user_api.store_hooks)
+SCHEMA_VERSION: Final = 8
 STATEMENT_TIMEOUT_MS: Final = 5000  # API4: no request may hold the database for long
 
 # Characters pg_trgm splits words at, each made the letter 'q' in the indexed text and in the keyword:
@@ -413,6 +414,7 @@ class PostgresDialect:
                 # A migration (index builds, the gram backfill) is an operator's wait, not a request's.
                 conn.execute("SET LOCAL statement_timeout = 0")
                 conn.execute(SCHEMA)  # its first statement takes the schema lock, held to the commit
+                conn.execute(HOOK_TABLES)
                 migrate(conn)
                 unknown = [] if legacy is None else adopt_legacy_groups(_PgTx(cursor), legacy.rows)
             if legacy is not None:

@@ -16,11 +16,13 @@ from registry_gen.errors import ConfigError
 from user_api.grams import MAX_GRAM, RECOUNT, UPSERT_COUNTS, counted, gram_rows
 from user_api.groups import legacy_groups
 from user_api.models import utcnow
+from user_api.store_hooks import HOOK_TABLES
 from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, adopt_legacy_groups, columns, count_rows
 
 MIN_SQLITE: Final = (3, 35, 0)  # FTS5 trigram needs 3.34, RETURNING 3.35
-# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: upgrade_steps; 6: account_groups
-SCHEMA_VERSION: Final = 6
+# 2: user_tokens.expires_at; 3: user_grams; 4: user_gram_counts; 5: upgrade_steps; 6: account_groups;
+# 7: hooks, hook_deliveries, hook_cursor (user_api.store_hooks)
+SCHEMA_VERSION: Final = 7
 BUSY_TIMEOUT_MS: Final = 5000
 
 TABLES: Final = """
@@ -235,7 +237,7 @@ class SqliteDialect:
         with legacy_groups(self.path.parent) as legacy:  # the groups file of an earlier release, if any
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _statements(TABLES + TRIGGERS):
+                for statement in _statements(TABLES + HOOK_TABLES + TRIGGERS):
                     conn.execute(statement)
                 migrate(conn, version)
                 unknown = [] if legacy is None else adopt_legacy_groups(_SqliteTx(conn.cursor()), legacy.rows)

@@ -29,9 +29,11 @@ from registry_gen.errors import (
     LockTimeout,
     NotFound,
     RevisionConflict,
+    StateUnavailable,
     StorageUnavailable,
     VersionConflict,
 )
+from registry_gen.hooks.rules import HookRefused, HooksNotConfigured
 from registry_gen.publish import ArchiveTooLarge, BadRequest
 from registry_gen.settings import AuthLimits, Settings
 from registry_gen.writes import BrokenMeta, BuildRefused
@@ -108,6 +110,7 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (InvalidName, 400),
     (InvalidVersion, 400),
     (InvalidArchive, 400),
+    (HookRefused, 400),
     (Forbidden, 403),
     (VersionConflict, 403),
     (NotFound, 404),
@@ -116,6 +119,8 @@ _DOMAIN_STATUS: Final[tuple[tuple[type[BaseException], int], ...]] = (
     (BrokenMeta, 500),
     (LockTimeout, 503),
     (StorageUnavailable, 503),
+    (HooksNotConfigured, 503),
+    (StateUnavailable, 503),
 )
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from registry_gen.buildstate import BuildState
+from registry_gen.state import open_state
 from registry_gen.importers.integrity import file_sri
 from registry_gen.names import package_dir
 from registry_gen.settings import Settings
@@ -123,12 +123,9 @@ class OriginLedger:
             keys |= {f"{package_dir(name)}/{p.name}" for p in folder.iterdir() if p.is_file() and p.name.endswith(ARCHIVE_SUFFIXES)}
         has_meta = (self.content / meta_key(name)).is_file()
         if self.settings.state_file.exists():
-            state = BuildState.reading(self.settings.state_file)
-            try:
-                keys |= {r.path for r in state.archives_of(name) if (self.content / r.path).is_file()}
-                has_meta = has_meta or any(error is None and (self.content / path).is_file() for path, error in state.metas_of(name))
-            finally:
-                state.close()
+            with open_state(self.settings).view() as state:
+                keys |= {path for path in state.archive_paths(name) if (self.content / path).is_file()}
+                has_meta = has_meta or any((self.content / path).is_file() for path in state.meta_paths(name))
         return sorted(keys), has_meta
 
     def matches(self, key: str, mark: FileMark) -> bool:

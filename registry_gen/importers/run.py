@@ -35,10 +35,12 @@ from registry_gen.importers.upstream import dependency_specs
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir, tarball_filename
 from registry_gen.settings import Limits, Settings
+from registry_gen.state import JournalEvent
+from registry_gen.state.ledger import UNCHECKED
 from registry_gen.storage import ContentStorage, archive_key, meta_key, read_meta
 from registry_gen.verify import check_dependency_closure, load_published
 from registry_gen.versions import is_valid_version
-from registry_gen.writes import WriteService
+from registry_gen.writes import BatchJournal, WriteService
 
 DEFAULT_WORKERS = 8
 # Where a version's tarball is, as a file: a fresh download (staged) or a file in a storage folder.
@@ -66,6 +68,17 @@ class Fetched:
     held: set[str] = field(default_factory=set)
     present: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+
+
+def _journal(fetched: Fetched) -> BatchJournal:
+    """One `package:import` per package an import lands, with its versions and where they came
+    from; journalled before content/ changes, with the archives' digests (the sha512 the import
+    verified; the merged meta is computed as it is written: not checked)."""
+    record = fetched.record
+    files: dict[str, str | None] = {archive_key(record.name, version): verified.sha512 for version, verified in fetched.archives.items()}
+    files[meta_key(record.name)] = UNCHECKED
+    event = JournalEvent("package:import", record.name, tuple(fetched.archives), {"origin": record.origin})
+    return BatchJournal([event], files, "registry-gen import")
 
 
 def default_registry() -> str:
@@ -203,7 +216,7 @@ class Importer:
             return
         record = fetched.record
         try:
-            written = self.writes.store_batch(lambda storage: self._land_locked(storage, fetched))
+            written = self.writes.store_batch(lambda storage: self._land_locked(storage, fetched), _journal(fetched))
         except (ImportProblem, VersionConflict) as exc:
             self.summary.skipped.append(Skipped(record.name, str(exc), error=True))
             return

@@ -3,13 +3,15 @@
     uplinks:
       npmjs:
         url: https://registry.npmjs.org/
-        timeout: 30s        # a read that waits longer fails (Verdaccio's default)
-        maxage: 2m          # a fetched document is fresh this long
-        max_fails: 2        # failures in a row before the uplink counts as down ...
-        fail_timeout: 5m    # ... for this long (no request goes out meanwhile)
+        timeout: 30s        # a request to the uplink that waits longer fails
+        maxage: 2m          # a fetched document is fresh this long: the uplink is asked at most this often
+        max_fails: 2        # failures in a row after which the uplink counts as down for fail_timeout
+        fail_timeout: 5m    # how long a down uplink is left alone (stale copies are served, nothing is sent)
         retry: 2            # attempts after the first one, for what may mend (5xx, resets)
         auth: {type: bearer, token_env: NPM_TOKEN}
-        untrusted: true     # release ages count from when this registry first saw a version
+        untrusted: true     # release ages count from when this registry first saw a version, not the uplink's times
+
+(The defaults are Verdaccio's.)
 
 Verdaccio's keys this registry has no use for (`ca`, proxies, `agent_options`...) are refused
 by name rather than ignored, so an operator never believes a setting holds that does not.

@@ -9,7 +9,7 @@ from registry_gen.access import Rule
 from registry_gen.mirror.config import Uplink, format_duration
 from registry_gen.mirror.policy import iso
 from registry_gen.mirror.record import MirrorRecord
-from registry_gen.mirror.state import LOCAL, MISSING, Entry
+from registry_gen.state.mirror_freshness import LOCAL, MISSING, Entry
 
 
 @dataclass(frozen=True)

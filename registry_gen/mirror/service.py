@@ -59,15 +59,17 @@ from registry_gen.mirror.landing import (
 from registry_gen.mirror.policy import iso
 from registry_gen.mirror.record import MirrorRecord
 from registry_gen.mirror.sharing import Flights, Health, LandingQueue
-from registry_gen.mirror.state import LOCAL, MIRRORED, MISSING, Entry, MirrorState
+from registry_gen.state.mirror_freshness import LOCAL, MIRRORED, MISSING, Entry, MirrorState
 from registry_gen.mirror.taking import judged, mirrored_meta, take_document, worth_landing
 from registry_gen.layout import PACKAGE_DOCUMENT
 from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.packument import build_packument
 from registry_gen.settings import Settings
+from registry_gen.state import JournalEvent
+from registry_gen.state.ledger import UNCHECKED
 from registry_gen.storage import archive_key, meta_key
 from registry_gen.versions import is_valid_version
-from registry_gen.writes import WriteService
+from registry_gen.writes import BatchJournal, WriteService
 
 log = logging.getLogger(__name__)
 REFRESHED_EVERY = 86400.0  # an unchanged upstream moves a page's "last refreshed" at most daily
@@ -409,7 +411,7 @@ class MirrorService:
             self.ledger.forget(name)
             return [meta_key(name)]
 
-        self.writes.land(write)
+        self.writes.land(write, _made_local_journal(name, self.current_meta(name)))
         self.state.forget(name)
         return kept
 
@@ -519,3 +521,10 @@ class MirrorService:
         self.landings.submit(write)
         return Outcome(200, file=kept)
 
+
+def _made_local_journal(name: str, meta: PackageMeta | None) -> BatchJournal:
+    """`mirror make-local` is journalled, unlike the mirror's landings (ARCHITECTURE.md, "The
+    journal"): from this entry on, the package's events are this registry's own writes."""
+    uplink = meta.mirror.uplink if meta is not None and meta.mirror is not None else None
+    event = JournalEvent("package:change", name, (), {"made-local": True, "uplink": uplink})
+    return BatchJournal([event], {meta_key(name): UNCHECKED}, "registry-gen mirror make-local")

@@ -30,6 +30,7 @@ from registry_gen.hosting import nginx_site
 from registry_gen.names import is_valid_name
 from registry_gen.nginx_access import NAME_PART, ReadCheck
 from registry_gen.search import search_registry
+from registry_gen.state import open_state
 from registry_gen.settings import Settings, load_settings
 from tests.support import make_tarball
 
@@ -231,7 +232,7 @@ def test_listings_show_only_what_everyone_may_read(registry: Registry) -> None:
     assert all("plain" in text for text in everything) and any("plain" in text for text in shards)
     assert not any("secret-tool" in text or "@internal/lib" in text for text in everything + shards)
     # What the API searches per caller sits in the build's state, beside the tree (never served).
-    hidden = search_registry(registry.settings.state_file, "secret", size=20, offset=0, listed_only=False)
+    hidden = search_registry(open_state(registry.settings), "secret", size=20, offset=0, listed_only=False)
     assert [o["package"]["name"] for o in hidden["objects"]] == ["secret-tool"]
     assert not (out / ".registry-gen").exists()
 

@@ -50,5 +50,6 @@ def test_building_the_package_prints_no_setuptools_warning(tmp_path: Path) -> No
         assert warning not in output
     wheel = next((tmp_path / "wheel").glob("registry_gen-*.whl"))
     names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True, check=True).stdout
-    for packaged in ("registry_gen/site_template/version.html", "registry_gen/site_template/static/site.css", "user_api/templates/login.html"):
+    for packaged in ("registry_gen/site_template/version.html", "registry_gen/site_template/static/site.css", "user_api/templates/login.html",
+                     "registry_gen/build/run.py", "registry_gen/state/sqlite_ledger.py"):  # the build and the state are packages
         assert packaged in names

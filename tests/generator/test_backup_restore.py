@@ -35,18 +35,22 @@ def _registry(root: Path) -> Settings:
     return _settings(root)
 
 
+def _sqlite_backup(source: Path, target: Path) -> None:
+    """README's way for a SQLite store: the online backup, which takes what still sits in the WAL."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source_db, copy = sqlite3.connect(source), sqlite3.connect(target)
+    try:
+        source_db.backup(copy)
+    finally:
+        source_db.close()
+        copy.close()
+
+
 def _backup(live: Settings, backups: Path) -> None:
     """README's table, row by row."""
     shutil.copytree(live.content_dir, backups / "content", ignore=shutil.ignore_patterns(".*"))
-    (backups / "data").mkdir(parents=True)
-    source, copy = sqlite3.connect(live.data_dir / "users.sqlite3"), sqlite3.connect(backups / "data" / "users.sqlite3")
-    try:
-        source.backup(copy)
-    finally:
-        source.close()
-        copy.close()
-    (backups / "public.state").mkdir()
-    shutil.copy2(live.state_folder / "first-seen.jsonl", backups / "public.state" / "first-seen.jsonl")
+    _sqlite_backup(live.data_dir / "users.sqlite3", backups / "data" / "users.sqlite3")
+    _sqlite_backup(live.state_folder / "ledger.sqlite3", backups / "public.state" / "ledger.sqlite3")
 
 
 def test_a_restore_from_the_documented_backup_gives_the_same_registry(tmp_path: Path) -> None:
@@ -59,6 +63,7 @@ def test_a_restore_from_the_documented_backup_gives_the_same_registry(tmp_path: 
     try:
         store.create_user("ada", "correct horse battery", "ada@example.com")
         assert (live.data_dir / "users.sqlite3-wal").is_file()  # the account may sit in the WAL only
+        assert (live.state_folder / "ledger.sqlite3-wal").is_file()  # so may the ledger's last build
         _backup(live, tmp_path / "backups")
     finally:
         store.close()

@@ -221,8 +221,8 @@ def test_a_tree_built_before_pinning_pins_what_it_serves(settings: Settings) -> 
     make_tarball(settings.content_dir, "demo-twin", "1.0.0", files={"index.js": "1"})
     run_build(settings)
     served = _served(settings, "demo-twin", "1.0.0")
-    with sqlite3.connect(settings.state_file) as db:  # what an older registry-gen left behind
-        db.execute("DELETE FROM live")
+    with sqlite3.connect(settings.state_folder / "ledger.sqlite3") as db:  # a ledger made from a state without pins
+        db.execute("DELETE FROM pins")
     make_tarball(settings.content_dir / "two", "demo-twin", "1.0.0", files={"index.js": "2"})
     assert [e.path for e in run_build(settings).errors] == ["two/demo-twin-1.0.0.tgz"]
     assert _served(settings, "demo-twin", "1.0.0") == served
@@ -351,7 +351,7 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     """serve and watch run many builds in one process: a build that raises must not leak a connection."""
     import pytest
 
-    from registry_gen import build
+    from registry_gen.state import sqlite as build
 
     opened: list[Any] = []
     for name in ("ManifestCache", "BuildState"):
@@ -376,6 +376,9 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     with pytest.raises(Exception, match="index.html"):
         run_build(settings)
     assert len(opened) == 2 and all(c.closed for c in opened)
+    assert opened[0].ledger.db is not None  # the session's ledger: closed with it (a closed connection refuses work)
+    with pytest.raises(sqlite3.ProgrammingError):
+        opened[0].ledger.db.execute("SELECT 1")
 
 
 def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) -> None:
@@ -416,7 +419,8 @@ def test_first_seen_times_survive_a_corrupt_or_outdated_state(tmp_path: Path) ->
 def test_the_write_sides_state_view_is_read_only_and_sees_the_build(tmp_path: Path) -> None:
     """`BuildState.reading` (what a publish asks before its build) answers from the state the build
     wrote, cannot write, and opens a missing or outdated state the ordinary way."""
-    from registry_gen.buildstate import SCHEMA_VERSION, BuildState
+    from registry_gen.state.sqlite_cache import BuildState
+    from registry_gen.state.sqlite_schema import SCHEMA_VERSION
 
     settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public")
     make_tarball(tmp_path / "content" / "pkg", "pkg", "1.0.0")
@@ -425,7 +429,7 @@ def test_the_write_sides_state_view_is_read_only_and_sees_the_build(tmp_path: Pa
     try:
         assert set(view.live_of("pkg")) == {"1.0.0"}
         try:
-            view.db.execute("DELETE FROM live")
+            view.db.execute("DELETE FROM packages")
         except sqlite3.OperationalError as exc:
             assert "readonly" in str(exc)
         else:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen import build
+from registry_gen.build import plan as plan_module
+from registry_gen.build import packages
+from registry_gen.build import write as write_phase
 from registry_gen.build import NameLog, run_build
 from registry_gen.errors import PruneRefused, RegistryError
 from registry_gen.settings import Settings
@@ -49,7 +51,7 @@ def _dependents(settings: Settings, name: str) -> list[str]:
 
 
 def test_a_full_build_in_small_batches_writes_what_builds_of_a_few_packages_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build, "PLAN_BATCH", 2)  # five batches of plans for nine packages
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)  # five batches of plans for nine packages
     monkeypatch.setattr(NameLog, "KEPT", 4)
     full, steps = _settings(tmp_path / "full"), _settings(tmp_path / "steps")
     archives = _web(full.content_dir)
@@ -73,7 +75,7 @@ def test_a_forced_full_build_of_a_changed_state_writes_what_an_incremental_build
     """A package gone (others link to it), one new, one kept as it was (a second meta file for it):
     the full build removes, plans and links from the state's tables what the incremental build
     takes from the plans it holds, and brings the kept package's Dependents list up to date."""
-    monkeypatch.setattr(build, "PLAN_BATCH", 2)
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)
     first = _settings(tmp_path / "first")
     archives = _web(first.content_dir)
     meta = {"name": "web-05", "dist-tags": {"latest": "1.0.0"}}
@@ -105,7 +107,7 @@ def test_a_full_build_that_would_remove_most_packages_stops_before_writing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The count of packages going is taken batch by batch as the plans are made, before anything is written."""
-    monkeypatch.setattr(build, "PLAN_BATCH", 2)
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)
     settings = _settings(tmp_path)
     archives = _web(settings.content_dir)
     run_build(settings)
@@ -125,8 +127,8 @@ def test_a_full_build_mends_the_dependents_lists_its_predictions_got_wrong(tmp_p
     right = _settings(tmp_path / "right")
     _web(right.content_dir)
     assert not run_build(right).errors
-    monkeypatch.setattr(build, "PLAN_BATCH", 2)
-    monkeypatch.setattr(build, "_predicted_links", lambda run, name: [])  # every prediction wrong
+    monkeypatch.setattr(packages, "PLAN_BATCH", 2)
+    monkeypatch.setattr(packages.PackageWriting, "predicted_links", lambda phase, inputs: [])  # every prediction wrong
     wrong = _settings(tmp_path / "wrong")
     shutil.copytree(right.content_dir, wrong.content_dir)
     result = run_build(wrong)
@@ -137,14 +139,14 @@ def test_a_full_build_mends_the_dependents_lists_its_predictions_got_wrong(tmp_p
 
 def _fail_writing(monkeypatch: pytest.MonkeyPatch, failing: str) -> object:
     """Makes every write of package `failing` fail as a package error does; returns the real writer."""
-    write_package = build._write_package
+    write_package = write_phase._write_package
 
-    def write(context: object, job: build.PackageJob, local: object) -> object:
+    def write(context: object, job: write_phase.PackageJob, local: object) -> object:
         if job.name == failing:
             raise RegistryError("the disk said no")
         return write_package(context, job, local)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(build, "_write_package", write)
+    monkeypatch.setattr(write_phase, "_write_package", write)
     return write_package
 
 
@@ -162,7 +164,7 @@ def test_a_full_build_takes_a_failed_package_out_of_the_dependents_lists_it_pred
     assert "web-01" not in _dependents(settings, "web-05") + _dependents(settings, "web-06")
     assert _dependents(settings, "web-05") == ["web-00"] and _dependents(settings, "web-06") == ["web-08"]
     assert [str(e) for e in run_build(settings).errors] == ["web-01: the disk said no"]  # tried again
-    monkeypatch.setattr(build, "_write_package", write_package)
+    monkeypatch.setattr(write_phase, "_write_package", write_package)
     assert not run_build(settings).errors
     assert (settings.out_dir / "web-01" / "index.html").is_file()
     with sqlite3.connect(settings.state_file) as db:
@@ -180,6 +182,6 @@ def test_a_package_whose_write_failed_and_whose_archive_went_is_not_tried_again(
     archives[1].unlink()  # web-01 is gone from content/ before it was ever written
     assert not run_build(settings).errors
     planned: list[str] = []
-    plan = build._plan_package
-    monkeypatch.setattr(build, "_plan_package", lambda s, st, name, broken: planned.append(name) or plan(s, st, name, broken))
+    plan = plan_module.plan_package
+    monkeypatch.setattr(packages, "plan_package", lambda s, inputs, broken: planned.append(inputs.name) or plan(s, inputs, broken))
     assert not run_build(settings).errors and planned == []  # nothing left to try

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen import heldopen
+from registry_gen.state import heldopen
 from registry_gen.build import run_build
-from registry_gen.buildstate import CACHE_FILE
+from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 

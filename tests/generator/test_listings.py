@@ -16,13 +16,17 @@ from typing import Any
 
 import pytest
 
-from registry_gen import build, site
+from registry_gen import site
+from registry_gen.build import read
 from registry_gen.build import PathLog, run_build
-from registry_gen.buildstate import CACHE_FILE, SCHEMA_VERSION, BuildState
+from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.sqlite_schema import SCHEMA_VERSION
+from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.errors import ConfigError
 from registry_gen.publish import Actor
 from registry_gen.refresher import IndexRefresher
 from registry_gen.search import search_registry
+from registry_gen.state import open_state
 from registry_gen.settings import Settings, load_settings
 from registry_gen.verify import verify_tree
 from registry_gen.writes import WriteService
@@ -74,7 +78,7 @@ def test_the_write_service_leaves_the_whole_documents_to_its_refresher(settings:
     everything = json.loads((settings.out_dir / "-/all/index.html").read_bytes())
     assert "fresh-one" not in everything  # deferred...
     assert "fresh-one" in _names(settings, site.search_shard_path("fr"))  # ...but the site search has it
-    found = search_registry(settings.state_file, "fresh", size=20, offset=0, listed_only=True)
+    found = search_registry(open_state(settings), "fresh", size=20, offset=0, listed_only=True)
     assert [o["package"]["name"] for o in found["objects"]] == ["fresh-one"]  # and so does the API's
     refresher.flush()
     assert refresher.refreshes == 1
@@ -106,13 +110,15 @@ def test_a_schema_5_state_is_migrated_in_place_and_rebuilt_once(settings: Settin
         for column in ("listed", "search_text"):  # (schema 10 has no modified and range_key columns there)
             db.execute(f"ALTER TABLE packages DROP COLUMN {column}")
         db.execute("PRAGMA user_version=5")
-        live = db.execute("SELECT COUNT(*) FROM live").fetchone()[0]
+    with sqlite3.connect(settings.state_folder / "ledger.sqlite3") as db:
+        live = db.execute("SELECT COUNT(*) FROM pins").fetchone()[0]
     result = run_build(settings)
     assert not result.errors and result.packages == len(NAMES) and result.versions == len(NAMES)
     assert sorted(result.rebuilt_packages) == sorted(NAMES)  # the full build that fills the new columns
     with sqlite3.connect(settings.state_file) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        assert db.execute("SELECT COUNT(*) FROM live").fetchone()[0] == live  # pinned versions kept
+    with sqlite3.connect(settings.state_folder / "ledger.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM pins").fetchone()[0] == live == len(NAMES)  # pinned versions kept
     assert _names(settings, site.search_shard_path("sc")) == ["@scope/gamma"]
 
 
@@ -195,7 +201,7 @@ def _crowd(settings: Settings, count: int) -> list[str]:
 
 
 def test_a_shard_too_big_for_one_file_is_cut_into_leaves_of_bounded_size(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
     names = _crowd(settings, 11)
     leaves = _shard_names(settings, "cr")
     assert len(leaves) > 1 and all(1 <= len(leaf) <= 4 for leaf in leaves)
@@ -204,7 +210,7 @@ def test_a_shard_too_big_for_one_file_is_cut_into_leaves_of_bounded_size(setting
 
 
 def test_a_publish_into_a_cut_shard_rewrites_one_leaf_and_not_the_list(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
     _crowd(settings, 11)
     before = _shard_names(settings, "cr")
     archive = make_tarball(settings.content_dir, "crowd-05a", "1.0.0")
@@ -216,7 +222,7 @@ def test_a_publish_into_a_cut_shard_rewrites_one_leaf_and_not_the_list(settings:
 
 
 def test_a_full_leaf_splits_and_an_emptied_shard_becomes_one_file_again(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
     names = _crowd(settings, 11)
     for extra in ("crowd-00a", "crowd-00b", "crowd-00c"):  # all land in the first leaf: it must split
         run_build(settings, changed=[make_tarball(settings.content_dir, extra, "1.0.0")])
@@ -241,7 +247,8 @@ def test_a_schema_7_state_gains_leaves_in_place_without_a_full_build(settings: S
         db.execute("DROP TABLE search_leaves")
         db.execute("DROP TABLE meta_duplicates")
         db.execute("PRAGMA user_version=7")
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.state.sqlite_schema.SCHEMA_8_LEAF_FILL", 2)  # half a leaf, as the migration cuts them
     result = run_build(settings)
     assert result.rebuilt_packages == []  # no package read or rendered again
     assert [e.path for e in result.errors] == ["b/registry-meta.json"]  # the duplicate found in place
@@ -300,7 +307,7 @@ def test_a_schema_9_state_loses_its_listing_copies_in_place_and_writes_nothing(s
     result = run_build(settings)
     assert result.rebuilt_packages == [] and result.written == [] and result.removed == []
     with sqlite3.connect(settings.state_file) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 11
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 12
         assert {"modified", "range_key"}.isdisjoint(row[1] for row in db.execute("PRAGMA table_info(packages)"))
     assert {p: p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()} == tree
     # The browse key a package leaves now comes from the listings table: its old range loses it.
@@ -335,8 +342,8 @@ def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_onc
     with sqlite3.connect(settings.state_file) as db:
         _as_schema_8(db)
     reads: list[str] = []
-    real = build.inspect_archive
-    monkeypatch.setattr(build, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
+    real = read.inspect_archive
+    monkeypatch.setattr(read, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
     assert run_build(settings).rebuilt_packages == []
     with sqlite3.connect(cache) as db:
         assert db.execute("SELECT COUNT(*) FROM manifests").fetchone()[0] == kept == len(names)
@@ -347,7 +354,7 @@ def test_a_state_migration_keeps_the_manifest_cache_and_a_lost_entry_is_read_onc
 
 
 def test_leaves_emptied_by_removals_join_their_neighbours(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 8)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 8)
     names = _crowd(settings, 40)
     before = _shard_names(settings, "cr")
     gone = [name for index, name in enumerate(names) if index % 5]  # four in five leave, one at a time

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen import build
+from registry_gen.build import detect
 from registry_gen.build import PathSpool, run_build
-from registry_gen.buildstate import BuildState
+from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 
@@ -48,7 +48,7 @@ def test_a_spooled_full_build_reads_and_writes_what_a_held_one_does(tmp_path: Pa
     content = tmp_path / "content"
     _content(content)
     for held in (3, 100_000):  # spooled 3 at a time, or all held; two trees and states
-        monkeypatch.setattr(build, "SPOOL_HELD", held)
+        monkeypatch.setattr(detect, "SPOOL_HELD", held)
         settings = Settings(content_dir=content, out_dir=tmp_path / str(held) / "public", base_url="http://127.0.0.1:9/")
         seen: list[tuple[str, int, int]] = []
         result = run_build(settings, progress=lambda phase, done, total: seen.append((phase, done, total)))
@@ -69,7 +69,7 @@ def test_a_spooled_full_build_reads_and_writes_what_a_held_one_does(tmp_path: Pa
 
 
 def test_the_spool_hands_out_every_path_once_in_path_order_and_then_drops_its_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build, "SPOOL_HELD", 4)
+    monkeypatch.setattr(detect, "SPOOL_HELD", 4)
     paths = [f"z/{i}.tgz" for i in range(7)] + ["a/b.tgz", "a/ä.tgz", "a/c.tgz", "m.tgz"]
     state = BuildState(tmp_path / "state.sqlite3")
     try:

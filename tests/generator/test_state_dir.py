@@ -1,12 +1,14 @@
 """The build's state lives beside the tree (OUT.state/), never in it: a static host serving the
 tree as it is serves none of it; a tree built with the old layout (OUT/.registry-gen/) is moved
-on the next build, first-seen publish times included."""
+on the next build, its ledger (first-seen publish times, pinned versions) included."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import urllib.error
@@ -21,7 +23,7 @@ from registry_gen.settings import Settings, load_settings
 from tests.core.test_cli_errors import run
 from tests.registry_api.helpers import tarball
 
-STATE_NAMES = ("state.sqlite3", "first-seen.jsonl", "cache.sqlite3")
+STATE_NAMES = ("state.sqlite3", "ledger.sqlite3", "cache.sqlite3")
 
 
 @pytest.fixture
@@ -79,11 +81,16 @@ def test_a_plain_static_host_serves_no_state(folder: Path, http_server: str) -> 
     assert status(http_server + "alpha/")[0] == 200  # the tree itself is served
 
 
-def old_layout(folder: Path) -> bytes:
+def first_seen(ledger: Path) -> list[tuple[str, str, str]]:
+    with contextlib.closing(sqlite3.connect(ledger)) as db:
+        return db.execute("SELECT name, version, stamp FROM first_seen ORDER BY name, version").fetchall()
+
+
+def old_layout(folder: Path) -> list[tuple[str, str, str]]:
     """A tree as an earlier version left it: the state inside, at public/.registry-gen/."""
     assert run(["build"], folder).returncode == 1
     (folder / "public.state").rename(folder / "public" / ".registry-gen")
-    return (folder / "public" / ".registry-gen" / "first-seen.jsonl").read_bytes()
+    return first_seen(folder / "public" / ".registry-gen" / "ledger.sqlite3")
 
 
 def test_an_old_tree_is_migrated_keeping_first_seen_times(folder: Path) -> None:
@@ -94,10 +101,10 @@ def test_an_old_tree_is_migrated_keeping_first_seen_times(folder: Path) -> None:
     moved = [line for line in built.stderr.splitlines() if "moved the build state out of the tree" in line]
     assert len(moved) == 1 and "public.state" in moved[0], built.stderr
     assert not (folder / "public" / ".registry-gen").exists()
-    assert (folder / "public.state" / "first-seen.jsonl").read_bytes() == ledger
+    assert first_seen(folder / "public.state" / "ledger.sqlite3") == ledger
     assert times(folder / "public") == before
-    # The state database may be dropped at any time; the ledger alone brings the times back (the
-    # archives' mtimes, which a build without the ledger would take, say something else now).
+    # The cache may be dropped at any time; the ledger alone brings the times back (the archives'
+    # mtimes, which a build without the ledger would take, say something else now).
     for archive in (folder / "content").rglob("*.tgz"):
         os.utime(archive, (1_000_000_000, 1_000_000_000))
     (folder / "public.state" / "state.sqlite3").unlink()
@@ -110,10 +117,11 @@ def test_an_old_state_next_to_a_new_one_is_kept_not_merged(folder: Path) -> None
     ledger = old_layout(folder)
     assert run(["build"], folder).returncode == 1  # migrates
     (folder / "public" / ".registry-gen").mkdir()
-    (folder / "public" / ".registry-gen" / "first-seen.jsonl").write_bytes(ledger)  # an old copy comes back
+    copy = (folder / "public.state" / "ledger.sqlite3").read_bytes()
+    (folder / "public" / ".registry-gen" / "ledger.sqlite3").write_bytes(copy)  # an old copy comes back
     built = run(["build"], folder)
-    kept = list((folder / "public.state").glob("from-tree-*/first-seen.jsonl"))
-    assert len(kept) == 1 and kept[0].read_bytes() == ledger
+    kept = list((folder / "public.state").glob("from-tree-*/ledger.sqlite3"))
+    assert len(kept) == 1 and kept[0].read_bytes() == copy and first_seen(kept[0]) == ledger
     assert not (folder / "public" / ".registry-gen").exists() and "kept it as" in built.stderr
 
 

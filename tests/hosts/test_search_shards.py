@@ -57,7 +57,7 @@ def _get(url: str, gzip_ok: bool = False) -> tuple[str, str, bytes]:
 
 @pytest.mark.parametrize("kind", ["http.server", "nginx", "object-store"])
 def test_a_cut_shard_and_its_leaves_are_served_as_json(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 3)  # nine packages share "crowd"
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 3)  # nine packages share "crowd"
     with _host(kind, tmp_path) as base:
         content_type, _, body = _get(base + site.search_shard_path("cr"))
         assert content_type.startswith("application/json")

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from registry_gen.settings import Settings
+from registry_gen.state import JournalEntry, open_state
 from tests.importers.upstream_server import Route, Upstream
 from tests.registry_api.helpers import RegistryProcess, http
 from tests.support import poll
@@ -25,6 +27,12 @@ def write_config(root: Path, upstream: str, packages: str = "  '**': {proxy: up}
     config = root / "registry.yaml"
     config.write_text(f"signup: open\nuplinks:\n  up:\n    url: {upstream}\n{uplink}packages:\n{packages}")
     return config
+
+
+def journal_entries(root: Path) -> list[JournalEntry]:
+    """The change journal of the registry in `root` (its state beside root/public)."""
+    with open_state(Settings(content_dir=root / "content", out_dir=root / "public")).journal() as journal:
+        return journal.since(0, 1000)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from registry_gen.importers.integrity import sri_sha512
 from tests.importers.upstream_server import hostile_upstream
-from tests.mirror.helpers import answering, built, conditional, document, mirror_serve, registry_gen, write_config
+from tests.mirror.helpers import answering, built, conditional, document, journal_entries, mirror_serve, registry_gen, write_config
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.support import poll
 
@@ -167,8 +167,12 @@ def test_a_mirrored_package_takes_no_local_publish_until_an_administrator_makes_
             body = publish_body("shared-name", "2.0.0", tarball("shared-name", "2.0.0"))
             refused = http("PUT", server.base + "shared-name", body=body, token=token)
             assert refused.status == 403 and "is mirrored from the uplink up" in refused.json["error"]
+        assert journal_entries(root) == []  # a mirror landing is the upstream's churn, not a write here
         made = registry_gen(root, "mirror", "make-local", "shared-name")
         assert made.returncode == 0 and "now a local package with 1 versions (1.0.0)" in made.stdout, made.stderr
+        [entry] = journal_entries(root)  # an administrator's act is journalled
+        assert (entry.kind, entry.package, entry.actor) == ("package:change", "shared-name", "registry-gen mirror make-local")
+        assert dict(entry.detail) == {"made-local": True, "uplink": "up"}
         upstream.publish("shared-name", "1.5.0")
         asked = len(upstream.hits)
         with mirror_serve(root) as server:

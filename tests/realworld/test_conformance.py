@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from registry_gen import site
-from registry_gen.buildstate import SEARCH_LEAF_MAX
+from registry_gen.build.indexes import SEARCH_LEAF_MAX
 from tests.hosts.clients import CLIENTS, ClientRun, clean_env, install_client
 from tests.support import static_server
 from tests.realworld.corpus import LOCKFILE, MANIFEST, Corpus, ensure_corpus, odd_packages, package_name, split_spec

@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 
 from registry_gen import build, site
-from registry_gen.buildstate import CACHE_FILE
+from registry_gen.build import indexes, packages, read, write
+from registry_gen.state.sqlite_manifests import CACHE_FILE
 from registry_gen.settings import Settings
 from registry_gen.versions import sort_versions
 from tests.realworld.corpus import Corpus, ensure_corpus
@@ -63,7 +64,7 @@ def corpus() -> Corpus:
 @pytest.fixture
 def small_listings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site, "PAGE_SIZE", 4)
-    monkeypatch.setattr("registry_gen.buildstate.SEARCH_LEAF_MAX", 4)
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)
 
 
 def archive(corpus: Corpus, name: str, version: str | None = None) -> Path:
@@ -145,13 +146,14 @@ def offered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """Every listing file the build renders and offers to write (written or not: the bytes may be
     the same), as a tree path: a page rendered again for nothing is caught too."""
     paths: list[str] = []
-    real = build.write_if_changed
+    real = indexes.write_if_changed
 
     def spy(target: Path, data: bytes) -> bool:
         paths.append(target.as_posix())
         return real(target, data)
 
-    monkeypatch.setattr(build, "write_if_changed", spy)
+    for phase in (write, indexes, packages):  # the package's files, the listings, the Dependents refresh
+        monkeypatch.setattr(phase, "write_if_changed", spy)
     yield paths
 
 
@@ -260,8 +262,8 @@ def test_lost_cache_entries_of_real_archives_are_read_once_across_two_publishes(
     assert not build.run_build(settings).errors
     lost = lose_cache_entries(settings, VERSIONS[:2])
     reads: list[str] = []
-    real = build.inspect_archive
-    monkeypatch.setattr(build, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
+    real = read.inspect_archive
+    monkeypatch.setattr(read, "inspect_archive", lambda *a, **k: reads.append(a[2]) or real(*a, **k))
 
     publish(corpus, settings, VERSIONS[2])
     assert cached(settings, lost) == lost  # put back by the build that read them again

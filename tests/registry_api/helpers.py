@@ -132,6 +132,7 @@ class RegistryProcess:
     # `registry-gen serve` with no options, as a user runs it: root's registry.yaml says everything
     # (relative content_dir and out_dir, port, base_url).
     config_only: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # set for the server only (e.g. a test hook)
     python: str = sys.executable
     port: int = 0
 
@@ -148,7 +149,7 @@ class RegistryProcess:
         config = self.root / "registry.yaml"
         if not config.exists():
             config.write_text("signup: open\n")  # these tests sign users up with npm adduser
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")} | self.env
         env["PYTHONUNBUFFERED"] = "1"
         if self.python != sys.executable:
             env.pop("PYTHONPATH", None)  # another release imports its own code only

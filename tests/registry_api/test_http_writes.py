@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from registry_gen.buildstate import whole_documents_stale
+from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from tests.registry_api.helpers import (
     RegistryProcess,
     add_user,
@@ -81,7 +82,8 @@ def test_refused_writes_change_nothing(server: RegistryProcess, owner: str, stra
     assert http("PUT", base + name, token=owner, body=publish_body(name, "1.0.1", tarball(name, "1.0.1"))).status == 201
     # The accepted writes left -/all and -/search.json to the server's debounced refresh, which
     # rewrites them on its own clock: the snapshot is taken once it has run.
-    poll(lambda: not whole_documents_stale(server.out.parent / "public.state" / "state.sqlite3"), "the index refresh")
+    state = open_state(Settings(content_dir=server.content, out_dir=server.out))
+    poll(lambda: not state.whole_documents_stale(), "the index refresh")
     before = snapshot(server.content, server.out)
 
     good = tarball(name, "1.0.1")

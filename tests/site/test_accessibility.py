@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from registry_gen import buildstate, site
-from registry_gen.build import run_build
+from registry_gen import site
+from registry_gen.build import indexes, run_build
 from registry_gen.settings import Settings
 from tests.realworld.corpus import Entry, corpus_folder, ensure_tarball, integrity_matches
 from tests.site.test_browser import LEAF_MAX, PAGE_SIZE, browser, build_demo_tree, offline_images, page, web_url  # noqa: F401 (fixtures)
@@ -68,15 +68,15 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     shutil.copyfile(real_tarball(EXPRESS), content / "express" / EXPRESS.filename)
     make_tarball(content / "old-widget", "old-widget", "1.0.0", description="Widgets the old way")
     (content / "old-widget" / "registry-meta.json").write_text(json.dumps({"name": "old-widget", "deprecated": {"1.0.0": "use @acme/widget.kit_core-x"}}))
-    saved = site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX
-    site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX = PAGE_SIZE, LEAF_MAX
+    saved = site.PAGE_SIZE, indexes.SEARCH_LEAF_MAX
+    site.PAGE_SIZE, indexes.SEARCH_LEAF_MAX = PAGE_SIZE, LEAF_MAX
     try:
         with static_server(out) as url:
             result = run_build(Settings(content_dir=content, out_dir=out, base_url=url, site_title="Acme packages"))
             assert not result.errors, result.errors
             yield url
     finally:
-        site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX = saved
+        site.PAGE_SIZE, indexes.SEARCH_LEAF_MAX = saved
 
 
 def search_for(word: str) -> Callable[[Page], None]:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
-from registry_gen import buildstate, site
+from registry_gen import site
+from registry_gen.build import indexes
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.support import make_tarball, static_server
@@ -154,8 +155,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, s
     content.mkdir()
     out.mkdir()
     build_demo_tree(content)
-    saved = site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX
-    site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX = PAGE_SIZE, LEAF_MAX
+    saved = site.PAGE_SIZE, indexes.SEARCH_LEAF_MAX
+    site.PAGE_SIZE, indexes.SEARCH_LEAF_MAX = PAGE_SIZE, LEAF_MAX
     try:
         with static_server(out) as url:
             settings = Settings(content_dir=content, out_dir=out, base_url=url, site_title="Acme packages")
@@ -163,7 +164,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, s
             assert not result.errors, result.errors
             yield settings, url
     finally:
-        site.PAGE_SIZE, buildstate.SEARCH_LEAF_MAX = saved
+        site.PAGE_SIZE, indexes.SEARCH_LEAF_MAX = saved
 
 
 @pytest.fixture(scope="module")

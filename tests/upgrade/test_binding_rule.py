@@ -23,6 +23,7 @@ from registry_gen.ownership import (
     with_bindings,
 )
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from tests.registry_api.helpers import tarball
 
 FIRST = "2026-03-01T10:00:00.000Z"
@@ -90,6 +91,11 @@ def test_a_dry_run_writes_nothing_and_a_broken_meta_is_listed(settings: Settings
     done = bind_recorded_maintainers(settings, accounts.get)
     assert done.written == ["upg-pkg/registry-meta.json"]
     assert parse_meta((folder / "registry-meta.json").read_bytes()).maintainers == [{"name": "olduser", "account": "id-old"}]
+    with open_state(settings).journal() as journal:  # the binding is a write: journalled once, the dry run not at all
+        entries = journal.since(0)
+    assert [(e.kind, e.package, e.detail, e.actor) for e in entries] == [
+        ("package:change", "upg-pkg", {"owners bound": ["olduser"]}, "registry-gen owner bind-recorded")
+    ]
 
 
 def test_outside_an_upgrade_binding_needs_force_and_an_unreadable_meta_keeps_the_step(settings: Settings) -> None:

@@ -19,6 +19,8 @@ import pytest
 from registry_gen.settings import Settings
 from tests.user_api.conftest import FAST_HASHER, tmp_settings
 from tests.user_api.main_before_groups import cli_before_groups_moved
+from user_api.store_postgres import SCHEMA_VERSION as POSTGRES_SCHEMA
+from user_api.store_sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
 from user_api.errors import InvalidFields, UserNotFound
 from user_api.store import UserStore, open_user_store
 
@@ -146,7 +148,7 @@ def test_todays_groups_file_moves_into_the_store_and_nothing_is_lost(kind: str, 
     assert _file_rows(data / "groups.sqlite3.migrated") == old.rows  # every row kept, the unknown ones too
     store = open_user_store(old.settings, hasher=FAST_HASHER)
     try:
-        assert _schema_version(store) == (6 if kind == "sqlite" else 7)
+        assert _schema_version(store) == (SQLITE_SCHEMA if kind == "sqlite" else POSTGRES_SCHEMA)  # the latest step
         assert {name: set(store.groups_of(old.ids[name])) for name in old.ids} == {
             "alice": {"group-a", "group-b"}, "bob": {"group-a"}, "carol": set()}
         assert store.verify_password("alice", "pw-alice-1") and store.verify_password("bob", "pw-bob-1")

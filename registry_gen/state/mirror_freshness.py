@@ -7,6 +7,8 @@ content/ (registry-meta.json `mirror`), the source of truth.
 
 Every proxied document read looks its row up (the freshness check), so a lookup is one indexed
 read on a connection the thread keeps open: its cost does not grow with the number of packages.
+It lives with the state's other SQL (tests/core/test_code_rules.py) but outside its contract: a
+file per machine, on PostgreSQL set-ups too, as a cache each server may lose on its own.
 """
 
 from __future__ import annotations

@@ -1,0 +1,374 @@
+"""Phase 5, index: the derived indexes of the tree, decided here and written here.
+
+The listing documents are keyed so that a change rewrites a bounded set of bounded files, whatever
+the registry's size:
+
+- the front page (recent packages, two-character ranges with counts);
+- the browse tree: a page per name prefix (`site.name_key`), listing its packages while they fit
+  in `site.PAGE_SIZE`, else its one-character-longer sub-ranges with counts;
+- the search shards (`site.search_keys`): a shard past SEARCH_LEAF_MAX packages is cut into
+  leaves of consecutive names, kept as the leaves of a one-level B-tree;
+- `-/all` and `-/search.json`, one URL each listing every package (deferred by the long-running
+  writers to registry_gen.refresher).
+
+What changes is decided by pure functions of what changed, one package at a time:
+
+- a package that moves in the listings (listing_move) moves the prefix counts of its old and new
+  browse keys, and enters, leaves or stays in each of its shards (leaf_ops: enter a leaf, split
+  it past SEARCH_LEAF_MAX, leave it, join it to a neighbour under a quarter full, drop it empty);
+- rebuild the front page if any listed package changed;
+- rebuild every browse page on the path of a key a package entered or left (its counts changed),
+  and only the page listing a key whose package merely changed (listing_prefix);
+- rebuild a shard's leaf list if its leaves were cut or joined, and each leaf whose records changed;
+- rebuild `-/all` and `-/search.json` if any package was written, appeared or went.
+
+The state (registry_gen.state) stores the counts, memberships and leaves, and applies the moves
+decided here; `IndexWriter` renders what the decisions name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from registry_gen import site
+from registry_gen.build.context import BuildContext
+from registry_gen.build.results import FileChanges
+from registry_gen.hosting import LEGACY_SEARCH_FOLDER, STATIC_EXTRAS
+from registry_gen.layout import ALL_DOCUMENT, LEGACY_FULL_SEARCH_FILE, SEARCH_DOCUMENT
+from registry_gen.packument import all_index_chunks, search_document_chunks
+from registry_gen.settings import Settings
+from registry_gen.state import ListingMemory
+from registry_gen.state.records import BuildStart, Leaf, LeafHood, LeafOp, ListedAt, ListingMove, ListingPlace
+from registry_gen.writer import gzip_bytes, remove_tree, write_if_changed, write_streams_if_changed
+
+
+# Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
+# leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
+SEARCH_LEAF_MAX = 200
+# Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
+LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json", f"{site.WEB_ROOT}/search-index.json.gz")
+
+
+# ---------------------------------------------------------------- decisions (pure)
+
+
+def prefix_rows(key: str, delta: int) -> list[tuple[str, str, int]]:
+    """(prefix, parent, delta) for every prefix of browse key `key` of two characters or more: a
+    package entering (1) or leaving (-1) the key moves the count of each page on its path."""
+    return [(key[:n], key[: n - 1] if n > 2 else "", delta) for n in range(2, len(key) + 1)]
+
+
+def listing_move(name: str, before: ListedAt | None, after: ListingPlace | None, hoods: Mapping[str, LeafHood]) -> ListingMove:
+    """How package `name` moves from where it is listed (`before`) to `after` (None, or not
+    listed: it leaves the listings). `hoods`: the leaf around the name in each shard it was or
+    will be in."""
+    now = after if after is not None and after.listed else None
+    old_shards = before.shards if before else frozenset()
+    rows: list[tuple[str, str, int]] = []
+    if not (before and now and before.range_key == now.range_key):  # staying in its range moves no count
+        rows = (prefix_rows(before.range_key, -1) if before else []) + (prefix_rows(now.range_key, 1) if now else [])
+    shards_now = tuple(dict.fromkeys(now.search_keys)) if now else ()  # in the order the entry gives them
+    gone = tuple(sorted(old_shards - set(shards_now)))
+    ops = [op for key in gone for op in leave_leaf(key, name, hoods[key])]
+    ops += [op for key in shards_now if key not in old_shards for op in enter_leaf(key, name, hoods[key])]
+    return ListingMove(name, after, tuple(rows), gone, shards_now, tuple(ops))
+
+
+def enter_leaf(key: str, name: str, hood: LeafHood) -> list[LeafOp]:
+    """A name enters shard `key`: it goes to the leaf with the greatest bound not after it (a new
+    first leaf when there is none: the shard's first name, or one before its first bound); a
+    leaf past SEARCH_LEAF_MAX splits at its middle."""
+    if hood.leaf is None:
+        return [LeafOp("insert", key, name if hood.has_leaves else "", 1)]
+    count = hood.leaf.count + 1
+    ops = [LeafOp("count", key, hood.leaf.bound, count)]
+    return ops + [LeafOp("split", key, hood.leaf.bound)] if count > SEARCH_LEAF_MAX else ops
+
+
+def leave_leaf(key: str, name: str, hood: LeafHood) -> list[LeafOp]:
+    """A name leaves shard `key`: an emptied leaf goes; one under a quarter full joins a neighbour
+    when the two fit in three quarters of a leaf, so leaves stay well filled as packages come and
+    go (and a join does not split soon)."""
+    if hood.leaf is None:
+        return []
+    left = hood.leaf.count - 1
+    if left == 0:
+        return [LeafOp("delete", key, hood.leaf.bound)]
+    ops = [LeafOp("count", key, hood.leaf.bound, left)]
+    if left < SEARCH_LEAF_MAX // 4:
+        leaf = Leaf(hood.leaf.bound, left)
+        for first, second in ((hood.before, leaf), (leaf, hood.after)):
+            if first and second and first.count + second.count <= SEARCH_LEAF_MAX * 3 // 4:
+                return ops + [LeafOp("join", key, first.bound, first.count + second.count, other=second.bound)]
+    return ops
+
+
+def listing_prefix(key: str, counts: Mapping[str, int]) -> str:
+    """The browse page that lists the packages of browse key `key`: the first range on its path
+    that is not split into sub-ranges, or the key itself (a split page lists its exact key).
+    `counts`: the package count of each prefix of `key`."""
+    prefix = key[:2]
+    while len(prefix) < len(key) and counts.get(prefix, 0) > site.PAGE_SIZE:
+        prefix = key[: len(prefix) + 1]
+    return prefix
+
+
+def landing(prefix: str, count: int, first: str, last: str) -> str:
+    """Where a sub-range's link should land: past ranges that only narrow to one sub-range and hold
+    no package of their own (`syn` -> `syn-` when every name goes on with a dash), so a reader is
+    not walked through pages offering a single link. Those pages still exist, for breadcrumbs.
+    That landing is the longest prefix every key under `prefix` shares (a key that is itself a
+    prefix of the others stops it there): the common prefix of its smallest and greatest key."""
+    if count <= site.PAGE_SIZE or not first:
+        return prefix
+    return os.path.commonprefix([first, last])
+
+
+@dataclass
+class ListingChanges:
+    """What a build's package changes touched, collected as their moves are applied: the front
+    page, browse keys and search shards. A full build writes every listing page and shard, so it
+    collects nothing (`collecting` False: the sets would hold an entry per package, never read)."""
+
+    collecting: bool = True
+    front: bool = False
+    ranges: set[str] = field(default_factory=set)  # browse keys a package entered or left: their whole path
+    pages: set[str] = field(default_factory=set)  # browse keys whose package only changed: the page listing it
+    shards: set[str] = field(default_factory=set)  # shards whose leaves were cut or joined
+    leaves: set[tuple[str, str]] = field(default_factory=set)  # (shard, bound) whose records changed
+
+    def note(self, move: ListingMove, before: ListedAt | None, hoods: Mapping[str, LeafHood], splits: Mapping[str, str]) -> None:
+        """Records what `move` changed; `splits`: the bound each split leaf's new half starts at."""
+        if not self.collecting or not (before or move.listed):
+            return
+        self.front = True
+        now = move.listed
+        if before and now and before.range_key == now.range_key:
+            self.pages.add(now.range_key)  # the counts above did not change: only the page that lists it
+        else:
+            self.ranges.update(place.range_key for place in (before, now) if place is not None)
+        kept = set(move.shards_now) & (before.shards if before else frozenset())
+        self.leaves.update((key, hood.leaf.bound) for key in kept if (hood := hoods[key]).leaf is not None)
+        for op in move.leaf_ops:
+            self._note_op(op, splits)
+
+    def _note_op(self, op: LeafOp, splits: Mapping[str, str]) -> None:
+        if op.kind in ("insert", "delete", "split", "join"):
+            self.shards.add(op.key)
+        if op.kind in ("insert", "count", "join"):
+            self.leaves.add((op.key, op.bound))
+        elif op.kind == "split":
+            self.leaves.add((op.key, splits[op.key]))
+
+
+def leaves_by_shard(leaves: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    grouped: dict[str, set[str]] = defaultdict(set)
+    for key, bound in leaves:
+        grouped[key].add(bound)
+    return grouped
+
+
+# ---------------------------------------------------------------- the writer (I/O)
+
+
+class IndexWriter:
+    """Writes the listing documents one build's changes name (all of them in a full build):
+    each browse page at most once per build, however many changed keys walk through it."""
+
+    def __init__(self, settings: Settings, state: ListingMemory) -> None:
+        self.settings, self.state, self.out = settings, state, settings.out_dir
+        self.files = FileChanges()
+        self.browse_pages: dict[str, list[str] | None] = {}  # page -> what write_browse_page returned
+
+    def write_listings(self, changes: ListingChanges, *, full: bool, every_shard: bool) -> FileChanges:
+        """The front page, and the browse pages and search shards `changes` touched (all of them
+        in a full build; emptied ones removed)."""
+        if full:
+            for root in sorted(self.state.listed_ranges() | _folders_in(self.out / site.BROWSE_ROOT)):
+                self.write_browse_tree(root)
+        else:
+            for key in sorted(changes.ranges):
+                self.write_browse_path(key)
+            for key in sorted(changes.pages):
+                self.write_browse_page(listing_prefix(key, self.state.prefix_counts(key)))
+        shards = self.state.listed_shards() | _shards_on_disk(self.out) if every_shard else set(changes.shards)
+        changed_leaves = leaves_by_shard(changes.leaves)
+        for key in sorted(shards | set(changed_leaves)):
+            self.write_shard(key, recut=key in shards, changed=None if every_shard else changed_leaves[key])
+        if changes.front or full:
+            recent, counts = self.state.front_page_inputs(site.RECENT_COUNT)
+            self.write_files(site.front_page(recent, sum(c for _, c in counts), counts, self.settings))
+        return self.files
+
+    def write_browse_path(self, key: str) -> None:
+        """The browse pages from a changed package's two-character range down to the range that lists
+        it: O(depth) pages. A range that has just grown past PAGE_SIZE gets its sub-ranges written."""
+        prefix = key[:2]
+        while True:
+            children = self.write_browse_page(prefix)
+            if children is None:
+                return
+            for child in children:
+                if key.startswith(child) or child in self.browse_pages:  # next on this path, or written already
+                    continue
+                if not (self.out / site.browse_page_path(child)).is_file():
+                    self.write_browse_tree(child)
+            if len(prefix) >= len(key):
+                return
+            prefix = key[: len(prefix) + 1]
+
+    def write_browse_tree(self, prefix: str) -> None:
+        """The page of `prefix` and of every range under it (a full build, a range that split)."""
+        for child in self.write_browse_page(prefix) or []:
+            self.write_browse_tree(child)
+
+    def write_browse_page(self, prefix: str) -> list[str] | None:
+        """Writes (or, if nothing starts with it any more, removes) the page of `prefix`, once per
+        build; returns its sub-ranges when it lists them instead of packages, else None."""
+        if prefix not in self.browse_pages:
+            self.browse_pages[prefix] = self._render_browse_page(prefix)
+        return self.browse_pages[prefix]
+
+    def _render_browse_page(self, prefix: str) -> list[str] | None:
+        folder = site.browse_folder(prefix)
+        page = self.state.browse_inputs(prefix, site.PAGE_SIZE)
+        if not page.total:
+            self.remove(folder)
+            return None
+        links = [(landing(child, count, first, last), count) for child, count, first, last in page.children]
+        self.write_files(site.browse_page(prefix, page.total, list(page.summaries), links, self.settings))
+        wanted = {child[-1] for child, *_ in page.children}
+        for stale in sorted(_folders_in(self.out / folder) - wanted):  # sub-range folders that no longer belong
+            self.remove(f"{folder}/{stale}")
+        return [child for child, *_ in page.children] if page.total > site.PAGE_SIZE else None
+
+    def write_shard(self, key: str, *, recut: bool, changed: set[str] | None) -> None:
+        """One search shard: its records in `<key>.json` while it is one leaf; else that file lists its
+        leaves, each in `<key>/<id>.json`. `recut`: its leaves were cut or joined (the list is written
+        again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all).
+        Without a cut, only the changed leaves are looked at: O(1) however many leaves the shard has."""
+        relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
+        if self.state.leaf_count(key, at_most=2) <= 1:
+            bounds = self.state.shard_leaves(key)
+            for path in (folder,) if bounds else (folder, relative, relative + ".gz"):
+                self.remove(path)
+            if bounds:
+                self.write_search_json(relative, site.join_search_shard(self.state.leaf_entries(key, bounds[0])))
+            return
+        if recut or changed is None:
+            targets = self._recut_shard(key, changed)
+        else:
+            targets = sorted(self.state.existing_leaves(key, changed))
+        for bound in targets:
+            self.write_search_json(site.search_leaf_path(key, bound), site.join_search_shard(self.state.leaf_entries(key, bound)))
+
+    def _recut_shard(self, key: str, changed: set[str] | None) -> list[str]:
+        """Writes the list of a shard's leaves and removes the leaf files it no longer lists; returns
+        the leaves to write: the changed ones (None: all) and any whose file is missing."""
+        bounds = self.state.shard_leaves(key)
+        self.write_search_json(site.search_shard_path(key), site.search_shard_index(bounds))
+        folder = f"{site.SEARCH_SHARD_ROOT}/{key}"
+        ids = {site.search_leaf_id(bound): bound for bound in bounds}
+        on_disk = set()
+        for name in sorted(_names_in(self.out / folder)):
+            leaf = name.split(".", 1)[0]
+            if leaf not in ids:
+                self.remove(f"{folder}/{name}")
+            elif name.endswith(".json"):
+                on_disk.add(leaf)
+        return [bound for leaf, bound in ids.items() if changed is None or bound in changed or leaf not in on_disk]
+
+    def write_search_json(self, relative: str, data: bytes) -> None:
+        # Level 6, not 9: a publish rewrites up to SEARCH_KEY_LIMIT leaves; 9 costs 2-3x for ~2 % smaller.
+        self.write_files({relative: data, relative + ".gz": gzip_bytes(data, 6)} if self.settings.gzip else {relative: data})
+
+    def write_files(self, files: Mapping[str, bytes]) -> None:
+        for relative, data in files.items():
+            if write_if_changed(self.out / relative, data):
+                self.files.written.append(relative)
+
+    def remove(self, relative: str) -> None:
+        if remove_tree(self.out, relative):
+            self.files.removed.append(relative)
+
+
+def write_fixed_files(settings: Settings) -> FileChanges:
+    """What a full build writes once: the site's assets and not-found page, the ping answer and
+    the extras for unconfigurable hosts; and what older trees kept that this layout does not."""
+    files = FileChanges()
+    for relative, data in {**site.site_assets(settings), "-/ping": b"{}", **STATIC_EXTRAS}.items():
+        if write_if_changed(settings.out_dir / relative, data):
+            files.written.append(relative)
+    for legacy in (LEGACY_SEARCH_FOLDER, *LEGACY_LISTINGS):
+        if remove_tree(settings.out_dir, legacy):
+            files.removed.append(legacy)
+    (settings.state_folder / LEGACY_FULL_SEARCH_FILE).unlink(missing_ok=True)
+    return files
+
+
+def write_whole_documents(settings: Settings, state: ListingMemory) -> FileChanges:
+    """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
+    Both grow with the registry (tens of MB at 1M versions): streamed from the state's rows to
+    their files and gzip siblings, never held whole."""
+    out = settings.out_dir
+    stamp = state.whole_document_stamp()
+    documents = {
+        out / ALL_DOCUMENT: all_index_chunks(stamp, state.whole_document_fragments("all_fragment")),
+        out / SEARCH_DOCUMENT: search_document_chunks(state.whole_document_fragments("search_fragment"), stamp),
+    }
+    files = FileChanges()
+    files.written.extend(path.relative_to(out).as_posix() for path in write_streams_if_changed(documents, 9 if settings.gzip else None))
+    return files
+
+
+def _folders_in(folder: Path) -> set[str]:
+    try:
+        return {entry.name for entry in os.scandir(folder) if entry.is_dir()}
+    except FileNotFoundError:
+        return set()
+
+
+def _names_in(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _shards_on_disk(out: Path) -> set[str]:
+    """The shards the tree holds: `<key>.json` files and the leaf folders of `<key>`."""
+    root = out / site.SEARCH_SHARD_ROOT
+    names = _names_in(root)
+    keys = {name.split(".", 1)[0] for name in names if name.endswith((".json", ".json.gz"))}
+    return {key for key in keys | {name for name in names if (root / name).is_dir()} if key}
+
+
+@dataclass(frozen=True)
+class Indexed:
+    """What phase 5 wrote, and whether -/all and -/search.json are left stale for the refresher."""
+
+    files: FileChanges
+    whole_stale: bool
+
+
+def write_indexes(
+    context: BuildContext, state: ListingMemory, changes: ListingChanges, start: BuildStart, *, packages_changed: bool, defer_whole: bool
+) -> Indexed:
+    """Phase 5: the fixed files of a full build, the listing documents the changes touched, and
+    -/all and -/search.json now, or marked stale for the refresher (`defer_whole`)."""
+    settings, files = context.settings, FileChanges()
+    if context.full:
+        files.absorb(write_fixed_files(settings))
+    if changes.front or context.full or start.shards_stale:
+        every_shard = context.full or start.shards_stale
+        files.absorb(IndexWriter(settings, state).write_listings(changes, full=context.full, every_shard=every_shard))
+    if not (packages_changed or context.full or start.whole_stale):
+        return Indexed(files, whole_stale=False)
+    if defer_whole and not context.full:
+        return Indexed(files, whole_stale=True)
+    files.absorb(write_whole_documents(settings, state))
+    return Indexed(files, whole_stale=False)

@@ -1,0 +1,299 @@
+"""Phase 4, the worker side: one package's files (tarballs, documents, pages), in worker processes
+for big builds. What to write comes in a PackageJob; what was written goes back as a PackageOutcome."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from registry_gen import site
+from registry_gen.build.context import ProgressCallback
+from registry_gen.build.read import converted_cache, load_cached, ordered_map, version_extras, worker_count
+from registry_gen.build.results import FileChanges
+from registry_gen.errors import RegistryError
+from registry_gen.hosting import tag_documents
+from registry_gen.keyring import load_signer
+from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT
+from registry_gen.meta import PackageMeta
+from registry_gen.names import package_dir, tarball_path
+from registry_gen.packument import (
+    Release,
+    abbreviate,
+    all_index_fragment,
+    build_packument,
+    dumps,
+    search_fragment,
+    summarize,
+)
+from registry_gen.settings import Settings
+from registry_gen.signing import Signer
+from registry_gen.state.records import ArchiveRecord, ListingPlace
+from registry_gen.state import Manifests, open_state
+from registry_gen.versions import choose_dist_tags
+from registry_gen.workers import worker_pool
+from registry_gen.writer import atomic_copy, gzip_bytes, remove_tree, write_if_changed
+
+
+PARALLEL_PACKAGES = 16  # packages to write from which writing goes to worker processes
+PACKUMENT_FILE = PACKAGE_DOCUMENT  # served for /<name> by index-file lookup (registry_gen.layout)
+ABBREVIATED_FILE = ABBREVIATED_DOCUMENT
+
+
+def _tarball_source(settings: Settings, name: str, version: str, record: ArchiveRecord) -> Path:
+    if not record.path:
+        raise RegistryError(
+            f"{name}@{version}: its published tarball is gone from {settings.out_dir} and content/ no longer "
+            "holds its bytes; put the original archive back into content/"
+        )
+    return converted_cache(settings.state_folder, record.shasum or "") if record.converted else settings.content_dir / record.path
+
+
+def _holds(target: Path, record: ArchiveRecord) -> bool:
+    """Whether the tree's copy at `target` holds the published bytes of `record` (a version content/
+    no longer holds, after the cache that remembered writing it was dropped): checked by sha1."""
+    try:
+        with open(target, "rb") as handle:
+            return hashlib.file_digest(handle, "sha1").hexdigest() == record.shasum
+    except OSError:
+        return False
+
+
+def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str]) -> None:
+    if write_if_changed(out_dir / relative, data):
+        written.append(relative)
+    if settings.gzip:
+        if write_if_changed(out_dir / (relative + ".gz"), gzip_bytes(data)):
+            written.append(relative + ".gz")
+
+
+def _write_package(
+    context: _WriterContext, job: PackageJob, result: FileChanges
+) -> tuple[dict[str, Any], list[str], dict[str, str], dict[str, str]]:
+    """One package's files: tarballs first (a document must never point at a missing file), then
+    its documents and pages; files it had before and has no more go. Returns the package
+    document, its files, its tarballs (path -> sha1) and each version page's input key."""
+    settings = context.settings
+    built, tarballs = _write_tarballs(context, job, result)
+    tags = choose_dist_tags(job.releases, job.meta.dist_tags)
+    latest = load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True) if tags else {}
+    packument = build_packument(
+        job.name, built, job.meta, base_url=settings.base_url,
+        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"), signer=context.signer,
+    )
+    files = [*tarballs, *_write_documents(settings, packument, result)]
+    page_keys: dict[str, str] = {}
+    if job.releases:
+        site_files, page_keys = _write_site(context, job, packument, result)
+        files.extend(site_files)
+    for stale in sorted(set(job.previous.get("files", [])) - set(files)):
+        if remove_tree(settings.out_dir, stale):
+            result.removed.append(stale)
+    return packument, files, tarballs, page_keys
+
+
+def _write_tarballs(context: _WriterContext, job: PackageJob, result: FileChanges) -> tuple[list[Release], dict[str, str]]:
+    """Copies each version's tarball unless the tree already has those bytes; the releases for the document."""
+    settings = context.settings
+    previous_tarballs: dict[str, str] = job.previous.get("tarballs", {})
+    tarballs: dict[str, str] = {}
+    built: list[Release] = []
+    for version, record in job.releases.items():
+        cached = load_cached(context.cache, record, settings)
+        built.append(Release(
+            version=version, manifest=cached["manifest"], shasum=record.shasum or "", integrity=record.integrity or "",
+            size=record.tarball_size, file_count=record.file_count, unpacked_size=record.unpacked_size,
+            time=job.times[version],
+        ))
+        relative = tarball_path(job.name, version)
+        tarballs[relative] = record.shasum or ""
+        target = settings.out_dir / relative
+        unchanged = previous_tarballs.get(relative) == record.shasum or (not record.path and _holds(target, record))
+        if not (unchanged and target.exists() and target.stat().st_size == record.tarball_size):
+            atomic_copy(_tarball_source(settings, job.name, version, record), target)
+            result.written.append(relative)
+    return built, tarballs
+
+
+def _write_documents(settings: Settings, packument: dict[str, Any], result: FileChanges) -> list[str]:
+    """The full and abbreviated documents, the dist-tags, one document per tag (GET /<name>/<tag>)."""
+    base = package_dir(packument["name"])
+    files = []
+    for relative, data in (
+        (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
+        (f"{base}/{ABBREVIATED_FILE}", dumps(abbreviate(packument))),
+        (f"-/package/{base}/dist-tags", dumps(packument["dist-tags"])),
+        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),
+    ):
+        _write_json_pair(settings.out_dir, relative, data, settings, result.written)
+        files.append(relative)
+        if settings.gzip:
+            files.append(relative + ".gz")
+    return files
+
+
+def _write_site(
+    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: FileChanges
+) -> tuple[list[str], dict[str, str]]:
+    """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
+    kept as they are. Returns every page the package owns and each version's input key."""
+    settings, name = context.settings, job.name
+    previous_keys: dict[str, str] = job.previous.get("pages", {})
+    on_disk = {v: k for v, k in previous_keys.items() if (settings.out_dir / site.version_page_path(name, v)).is_file()}
+    rendered = site.render_package_site(
+        packument,
+        settings,
+        registry_names=context.registry_names,
+        tarball_sizes={version: record.tarball_size for version, record in job.releases.items()},
+        dependents=job.dependents,
+        extras=lambda version: version_extras(context.cache, job.releases[version], settings),
+        previous_keys=on_disk,
+    )
+    for relative, data in rendered.pages.items():
+        if write_if_changed(settings.out_dir / relative, data):
+            result.written.append(relative)
+    return [*rendered.pages, *rendered.kept], rendered.keys
+
+
+def listing_of(settings: Settings, summary: Mapping[str, Any]) -> ListingPlace:
+    """Where a package shows in the listing documents: only packages with versions that anyone
+    may read are listed (registry_gen.access); the API's search text covers every package."""
+    name = str(summary["name"])
+    people = [str(m.get("name", "")) for m in summary.get("maintainers", []) if isinstance(m, Mapping)]
+    keywords = [str(k).lower() for k in summary.get("keywords") or [] if isinstance(k, str)]
+    text = " ".join([name, str(summary.get("description") or ""), *keywords, *people]).lower()
+    listed = bool(summary["versions"]) and settings.packages.is_public(name)
+    return ListingPlace(
+        listed, str(summary.get("modified") or ""), site.name_key(name), text, tuple(site.search_keys(summary)), site.search_entry(summary)
+    )
+
+
+@dataclass(frozen=True)
+class PackageJob:
+    """Everything needed to write one package's files (sent to a worker process for big builds)."""
+
+    name: str
+    releases: dict[str, ArchiveRecord]
+    times: dict[str, str]
+    meta: PackageMeta
+    previous: dict[str, Any]
+    digest: str
+    dependents: tuple[str, ...] = ()  # present packages whose latest version depends on this one
+
+
+@dataclass
+class PackageOutcome:
+    name: str
+    record: dict[str, Any] | None  # None when writing failed: the previous tree stays
+    written: list[str]
+    removed: list[str]
+    error: str | None = None
+    fragments: tuple[bytes, bytes] = (b"", b"")  # the package's -/all and -/v1/search pieces
+    new: bool = False  # the package was not in the tree before
+    releases: dict[str, ArchiveRecord] = field(default_factory=dict)  # what it now serves
+    listing: ListingPlace | None = None  # where it shows in the listings (computed with its pieces, in the worker)
+
+
+@dataclass
+class _WriterContext:
+    settings: Settings
+    cache: Manifests
+    registry_names: AbstractSet[str]
+    signer: Signer | None = None
+
+
+_worker_context: _WriterContext | None = None  # set once per worker process by _init_writer
+
+
+def _init_writer(settings: Settings, names_file: str) -> None:
+    """`names_file`: the packages with a page after this build, one a line (write_names)."""
+    global _worker_context
+    cache = open_state(settings).manifests(readonly=True)
+    registry_names = set(Path(names_file).read_text(encoding="utf-8").split("\n")) - {""}
+    _worker_context = _WriterContext(settings, cache, registry_names, load_signer(settings))
+
+
+PRESENT_NAMES_FILE = "present-names.txt"  # in the state folder, while a build's workers run
+
+
+def write_names(folder: Path, names: Iterable[str]) -> Path:
+    """Package names one a line (a name holds no line break) in `folder`, as the worker processes
+    get them: written as they come from the state, never joined in the build's heap (at 100,000
+    packages the joined blob and its parts were ~10 MB, held while workers ran). One fixed name:
+    builds hold the build lock, and a build killed before removing it leaves one file, replaced next time."""
+    path = folder / PRESENT_NAMES_FILE
+    with open(path, "w", encoding="utf-8") as out:
+        for name in names:
+            out.write(name + "\n")
+    return path
+
+
+def _pooled_write(job: PackageJob) -> PackageOutcome:
+    assert _worker_context is not None, "worker started without _init_writer"
+    return write_package_job(_worker_context, job)
+
+
+def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcome:
+    local = FileChanges()
+    try:
+        packument, files, tarballs, page_keys = _write_package(context, job, local)
+    except RegistryError as exc:
+        return PackageOutcome(job.name, None, local.written, local.removed, str(exc), new=not job.previous)
+    summary = summarize(packument)
+    record = {
+        "digest": job.digest,
+        "summary": summary,
+        "files": files,
+        "tarballs": tarballs,
+        "links": site.linked_names(packument),
+        "pages": page_keys,
+    }
+    fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
+    return PackageOutcome(
+        job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous, releases=job.releases,
+        listing=listing_of(context.settings, summary),
+    )
+
+
+def write_packages(
+    settings: Settings,
+    cache: Manifests,
+    registry_names: AbstractSet[str],
+    jobs: Iterator[PackageJob],
+    at_most: int,
+    progress: ProgressCallback | None,
+    signer: Signer | None = None,
+) -> Iterator[PackageOutcome]:
+    """Runs the jobs (at most `at_most` of them) in order, in worker processes when many."""
+    workers = worker_count()
+    if at_most >= PARALLEL_PACKAGES and workers > 1:
+        names_file = write_names(settings.state_folder, registry_names)
+        try:
+            with worker_pool(workers, _init_writer, (settings, str(names_file))) as pool:
+                for index, outcome in enumerate(ordered_map(pool, _pooled_write, jobs, window=workers * 4)):
+                    if progress:
+                        progress("write", index + 1, at_most)
+                    yield outcome
+        finally:
+            names_file.unlink(missing_ok=True)
+    else:
+        context = _WriterContext(settings, cache, registry_names, signer)
+        for index, job in enumerate(jobs):
+            if progress:
+                progress("write", index + 1, at_most)
+            yield write_package_job(context, job)
+
+
+def remove_package(settings: Settings, name: str, previous: dict[str, Any]) -> FileChanges:
+    """Takes a package's files out of the tree (those its last write recorded, and its folders)."""
+    files = FileChanges()
+    for relative in previous["files"]:
+        if remove_tree(settings.out_dir, relative):
+            files.removed.append(relative)
+    remove_tree(settings.out_dir, package_dir(name))
+    remove_tree(settings.out_dir, f"-/package/{package_dir(name)}")
+    remove_tree(settings.out_dir, site.package_folder(name))
+    return files

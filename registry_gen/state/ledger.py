@@ -1,0 +1,118 @@
+"""The ledger's contract, and the pure rules of its change journal.
+
+The ledger holds what no build can redo from content/ (registry_gen.state, "two stores"). Beside
+the pins, first-seen times and keyring the build keeps there, it holds the change journal: every
+accepted write (a publish, an unpublish, a dist-tag, an owner change, an import...), each with a
+sequence number, a time, an actor and what changed, read by `Journal.since` (the webhooks, the
+`/-/changes` feed and the audit log read it).
+
+A write is journalled before it is acknowledged, in two steps around its change to content/:
+
+1. `begin_write` keeps its events as one *pending* write, with the digest each file of content/
+   it touches will have after it (`WriteFiles`), and commits, durably, before content/ changes;
+2. `finish_write` marks it *done* once the write is accepted, appending its events to the journal
+   with the next sequence numbers (or *aborted* when it is refused or rolled back: nothing is
+   appended). Readers see only done writes, in the order they became done: a reader that has
+   read up to a number never misses one that becomes done later.
+
+A process killed between the two leaves the write pending. Whoever next holds the write lock (the
+next build, a write service's first write, a server's start) resolves it by looking at content/
+(`landed`): every file as the write left it -> done, and the build takes those files; anything
+else -> aborted. So a write appears once, and only if it landed. On PostgreSQL the journal rows
+are in the same transaction as the write's own rows, and there is nothing to resolve.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from registry_gen.state.records import ArchiveRecord
+
+UNCHECKED: Final = "*"  # a file a write touches whose final bytes are not known in advance (an import's merged meta)
+# content key -> its digest after the write: sha256 hex, or an SRI `sha512-...` string (what an
+# import verified already); None: gone; UNCHECKED: not checked.
+WriteFiles = Mapping[str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """One thing a write did, as npm's hooks name it (`package:publish`, `package:dist-tag`...),
+    with the versions it concerns and a small detail (tags, owners, a deprecation message...;
+    never an email or other personal data that erasing an account must reach)."""
+
+    kind: str
+    package: str
+    versions: tuple[str, ...] = ()
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """A done write's event, as the journal hands it out."""
+
+    seq: int
+    time: str
+    actor: str
+    actor_id: str | None
+    kind: str
+    package: str
+    versions: tuple[str, ...]
+    detail: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """A write journalled but neither done nor aborted: what content/ should hold if it landed."""
+
+    id: int
+    files: WriteFiles
+
+
+def content_digest(data: bytes | None, like: str | None = None) -> str | None:
+    """The digest a journalled write records for a file's bytes (None: no file): sha256 hex, or
+    an SRI sha512 when `like` (the recorded one) is one."""
+    if data is None:
+        return None
+    if like is not None and like.startswith("sha512-"):
+        return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode("ascii")
+    return hashlib.sha256(data).hexdigest()
+
+
+def landed(files: WriteFiles, current: Mapping[str, str | None]) -> bool:
+    """Whether content/ holds what a pending write left: every file it touched as it left it
+    (`current`: the digest of each file now, None when absent)."""
+    return all(after == UNCHECKED or current.get(key) == after for key, after in files.items())
+
+
+class Journal(Protocol):
+    """The change journal (in the ledger). `begin_write` and `finish_write` are called with the
+    write lock held; `since` needs no lock."""
+
+    def begin_write(self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str) -> int: ...
+    def finish_write(self, write_id: int, *, done: bool) -> None: ...
+    def pending_writes(self) -> list[PendingWrite]: ...
+    def since(self, seq: int, limit: int = 100) -> list[JournalEntry]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Journal: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class Ledger(Protocol):
+    """What the ledger keeps for the build (the build session reaches it through these)."""
+
+    def pins(self, name: str) -> dict[str, ArchiveRecord]: ...
+    def has_pins(self) -> bool: ...
+    def pin(self, name: str, releases: Mapping[str, ArchiveRecord]) -> None: ...
+    def pinned_versions(self, name: str) -> frozenset[str]: ...
+    def unpin(self, name: str) -> None: ...
+    def first_seen(self, name: str) -> dict[str, str]: ...
+    def record_first_seen(self, name: str, stamps: Mapping[str, str]) -> None: ...
+    def forget_first_seen(self, name: str) -> None: ...
+    def signing_keys(self) -> str: ...
+    def record_signing_keys(self, public_keys: str) -> None: ...
+    def pending_writes(self) -> list[PendingWrite]: ...
+    def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None: ...

@@ -1,0 +1,178 @@
+"""What every PostgreSQL piece of the state shares: connections (pooled per process), the
+placeholder style, the errors, and the advisory lock keys.
+
+The SQL of the SQLite classes is kept portable (standard upserts, no SQLite-only functions in what
+the PostgreSQL classes inherit), so the two stores share one body of SQL: `PgDb` runs it with
+psycopg's `%s` placeholders in place of SQLite's `?`, and the PostgreSQL classes override only
+what differs (temporary tables, transactions, the pins' check, the journal's ordering lock).
+
+Advisory locks use PostgreSQL's two-int4 key space (kept apart from the one-bigint key space, which
+user_api's schema lock uses): the first key is a class below, the second an object in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Final
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from registry_gen.errors import StateUnavailable
+
+CONNECT_TIMEOUT_SECONDS: Final = 3  # PostgreSQL down: a write gets its 503 in this time, never a hang
+POOL_IDLE_AT_MOST: Final = 8  # idle connections kept per database in one process
+# Advisory lock classes (first key); their second key:
+LOCK_SCHEMA: Final = 0x52470001  # 0: the state's schema steps
+LOCK_PACKAGE: Final = 0x52470002  # package_key(name): one package's writes (exclusive)
+LOCK_REGISTRY: Final = 0x52470003  # TREE (shared by package writes, exclusive for a whole build),
+TREE: Final = 0  # LISTINGS (a build's listings and commit, one at a time),
+LISTINGS: Final = 1  # JOURNAL (appending to the journal: numbers follow the order of commits)
+JOURNAL: Final = 2
+_CURSORS = itertools.count()
+
+
+def package_key(name: str) -> int:
+    """The package lock's second key: the first 4 bytes of the name's sha256 as a signed int4
+    (two names sharing one only wait for each other, never corrupt anything)."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:4], "big", signed=True)
+
+
+def placeholders(sql: str) -> str:
+    """The SQLite classes' `?` placeholders as psycopg's `%s` (a literal % doubled)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+@contextmanager
+def reachable(url: str) -> Iterator[None]:
+    """PostgreSQL gone (refused, timed out, restarted mid-call) as StateUnavailable, a 503 to
+    clients; the idle connections to it are dropped (a restarted server left them all dead)."""
+    try:
+        yield
+    except psycopg.errors.LockNotAvailable:
+        raise  # a bounded lock wait ran out: the server is fine (postgres_locks says LockTimeout)
+    except psycopg.OperationalError as exc:
+        POOL.forget(url)
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        raise StateUnavailable(f"the state database cannot be reached ({lines[0]}); retry shortly") from exc
+
+
+class PgDb:
+    """One psycopg connection, in autocommit (transactions opened explicitly), speaking the SQLite
+    classes' dialect: `execute`/`executemany` with `?` placeholders, `in_transaction`."""
+
+    def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
+        self.conn = conn
+        self.url = url
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.info.transaction_status != TransactionStatus.IDLE
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        with reachable(self.url):
+            return self.conn.execute(placeholders(sql), params)  # type: ignore[arg-type]
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        batch = list(rows)
+        if batch:
+            with reachable(self.url), self.conn.cursor() as cursor:
+                cursor.executemany(placeholders(sql), batch)  # type: ignore[arg-type]
+
+    def script(self, script: str) -> None:
+        """Statements separated by `;` (no parameters), one round trip each, in order."""
+        for statement in (s.strip() for s in script.split(";")):
+            if statement:
+                self.execute(statement)
+
+    def copy_rows(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Rows appended to `table` by COPY: streamed, never all in the heap at once."""
+        with reachable(self.url), self.conn.cursor() as cursor, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def stream(self, sql: str, params: Sequence[Any], batch: int) -> Iterator[Any]:
+        """A query's first column through a server-side cursor, `batch` rows at a time (inside the
+        caller's transaction): a full build's lists never sit whole in the heap."""
+        with reachable(self.url), self.conn.cursor(name=f"stream_{next(_CURSORS)}") as cursor:
+            cursor.itersize = batch
+            cursor.execute(placeholders(sql), params)  # type: ignore[arg-type]
+            for row in cursor:
+                yield row[0]
+
+    def begin(self, *, durable: bool = True) -> None:
+        """`durable=False`: this transaction's commit does not wait for the disk (as on SQLite)."""
+        self.execute("BEGIN")
+        if not durable:
+            self.execute("SET LOCAL synchronous_commit = off")
+
+    def commit(self) -> None:
+        if self.in_transaction:
+            self.execute("COMMIT")
+
+    def rollback(self) -> None:
+        if self.in_transaction and not self.conn.closed:
+            try:
+                self.execute("ROLLBACK")
+            except StateUnavailable:
+                pass  # the connection is gone, and its transaction with it
+
+    def lock(self, first: int, second: int, *, shared: bool = False) -> None:
+        """A transaction-level advisory lock (released at commit or rollback)."""
+        verb = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        self.execute(f"SELECT {verb}(?, ?)", (first, second))  # verb: one of two names above
+
+    def close(self) -> None:
+        self.rollback()
+        POOL.give_back(self.conn, self.url)
+
+
+class _Pool:
+    """Idle connections per database URL, per process (a forked worker never uses its parent's):
+    a publish opens a session, a view and the journal, ~3 ms each to connect afresh."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[int, str], list[psycopg.Connection[Any]]] = {}
+
+    def connect(self, url: str) -> PgDb:
+        with self._lock:
+            idle = self._idle.get((os.getpid(), url), [])
+            conn = idle.pop() if idle else None
+        if conn is None or conn.closed:
+            with reachable(url):
+                conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+        return PgDb(conn, url)
+
+    def give_back(self, conn: psycopg.Connection[Any], url: str) -> None:
+        """Kept for reuse when healthy and idle (its temporary tables dropped), else closed."""
+        if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.close()
+            return
+        try:
+            conn.execute("DISCARD TEMP")
+        except psycopg.Error:
+            conn.close()
+            return
+        key = (os.getpid(), url)
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < POOL_IDLE_AT_MOST:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def forget(self, url: str) -> None:
+        """Closes the idle connections to `url` (a restarted server left them dead)."""
+        with self._lock:
+            idle = self._idle.pop((os.getpid(), url), [])
+        for conn in idle:
+            conn.close()
+
+
+POOL = _Pool()

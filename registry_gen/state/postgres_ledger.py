@@ -1,0 +1,90 @@
+"""The ledger on PostgreSQL: the tables of postgres_schema, read and written by the SQLite
+ledger's portable SQL (inherited), with what PostgreSQL does differently:
+
+- transactions: a build's ledger shares the build session's connection and transaction (the
+  ledger and the cache commit as one); the journal alone has a connection of its own;
+- the pins: `UNIQUE (name, version)` decides. A pin's record may be refreshed only for the same
+  bytes (shasum); an archive of a pinned version with other bytes is refused by the database,
+  whichever process tries, whatever it read before (VersionConflict, the build fails whole);
+- the journal's order: appending takes an advisory lock held to commit, so sequence numbers
+  become visible in order (a reader that read up to N never misses a later-committed M < N).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from registry_gen.errors import VersionConflict
+from registry_gen.state.ledger import PendingWrite
+from registry_gen.state.postgres_base import JOURNAL, LOCK_PACKAGE, LOCK_REGISTRY, PgDb, package_key
+from registry_gen.state.records import ArchiveRecord
+from registry_gen.state.sqlite_ledger import SqliteLedger
+
+
+class PgLedger(SqliteLedger):
+    """The ledger over one PgDb. `owned`: this ledger closes the connection (the journal's own);
+    else the build session owns it, and its transaction."""
+
+    def __init__(self, db: PgDb, *, owned: bool) -> None:  # noqa: D107 - no SQLite path here
+        self.db = db  # type: ignore[assignment]
+        self.owned = owned
+
+    def begin(self, *, durable: bool = True) -> None:
+        if self.owned:
+            self.db.begin(durable=durable)
+
+    def commit(self) -> None:
+        if self.owned:
+            self.db.commit()
+
+    def rollback(self) -> None:
+        if self.owned:
+            self.db.rollback()
+
+    def close(self) -> None:
+        if self.owned:
+            self.db.close()
+
+    def pin(self, name: str, releases: Mapping[str, ArchiveRecord]) -> None:
+        """Pins what `name` serves now (gone versions dropped, new ones added, a record refreshed
+        only for the same bytes), in one statement for the additions; refused by the database when a
+        version is pinned already with another shasum."""
+        before = dict(self.db.execute("SELECT version, record FROM pins WHERE name = ?", (name,)).fetchall())
+        now = {version: json.dumps(record.to_json(), separators=(",", ":")) for version, record in releases.items()}
+        gone = sorted(before.keys() - now.keys())
+        if gone:
+            self.db.execute("DELETE FROM pins WHERE name = ? AND version = ANY(?)", (name, gone))
+        changed = sorted(v for v, body in now.items() if before.get(v) != body)
+        if not changed:
+            return
+        rows = self.db.execute(
+            "INSERT INTO pins (name, version, shasum, record) SELECT ?, v, s, r FROM unnest(?::text[], ?::text[], ?::text[]) AS t (v, s, r)"
+            " ON CONFLICT (name, version) DO UPDATE SET record = excluded.record WHERE pins.shasum = excluded.shasum RETURNING version",
+            (name, changed, [releases[v].shasum or "" for v in changed], [now[v] for v in changed]),
+        ).fetchall()
+        refused = sorted(set(changed) - {version for (version,) in rows})
+        if refused:
+            raise VersionConflict(
+                f"{name}@{', '.join(refused)} was published already with other bytes (the ledger's pin refuses it); "
+                "a version number can be published only once"
+            )
+
+    def pending_writes(self) -> list[PendingWrite]:
+        """The pending writes whose writer is gone. Several processes write at once here: a write
+        still in progress holds its packages' locks (postgres_locks), and is not resolved under it.
+        In a build's transaction the locks taken stay held to its commit (a writer of those
+        packages then waits for the build that resolves its predecessor)."""
+        rows = self.db.execute("SELECT id, files, events FROM writes WHERE status = 'pending' ORDER BY id").fetchall()
+        return [PendingWrite(int(write_id), json.loads(files)) for write_id, files, events in rows if self._writer_gone(events)]
+
+    def _writer_gone(self, events: str) -> bool:
+        packages = sorted({event[1] for event in json.loads(events)})
+        return all(
+            self.db.execute("SELECT pg_try_advisory_xact_lock(?, ?)", (LOCK_PACKAGE, package_key(name))).fetchone()[0] for name in packages
+        )
+
+    def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None:
+        if done:  # the order lock is held to this transaction's end (commit or rollback)
+            self.db.lock(LOCK_REGISTRY, JOURNAL)
+        super().resolve_writes(done, aborted)

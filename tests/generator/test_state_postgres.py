@@ -1,0 +1,186 @@
+"""The state contract on PostgreSQL (issue 28): the same builds give the same tree, byte for byte,
+on the embedded default and on a real PostgreSQL; the database itself refuses a pinned version's
+other bytes; an embedded ledger is moved in losing nothing; the cache tables may be dropped, the
+ledger's never are."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from registry_gen.build import run_build
+from registry_gen.errors import LockTimeout, StateUnavailable, VersionConflict
+from registry_gen.publish import Actor
+from registry_gen.settings import Settings
+from registry_gen.state import JournalEvent, open_state
+from registry_gen.state.postgres_base import CONNECT_TIMEOUT_SECONDS
+from registry_gen.state.postgres import PREPARED
+from registry_gen.state.records import ArchiveRecord
+from registry_gen.writes import WriteService
+from tests.conftest import postgres_state_url
+from tests.registry_api.helpers import tarball
+from tests.support import make_tarball
+from tests.user_api.pg_server import PostgresServer
+
+ALICE = Actor("alice", account_id="acct-alice")
+
+
+def _tree(settings: Settings) -> dict[str, bytes]:
+    return {str(p.relative_to(settings.out_dir)): p.read_bytes() for p in sorted(settings.out_dir.rglob("*")) if p.is_file()}
+
+
+def _dropped_in(settings: Settings, name: str, version: str, when: int, **fields: object) -> Path:
+    """An archive dropped into content/ by hand, with a fixed mtime (its first-seen time)."""
+    archive = make_tarball(settings.content_dir, name, version, **fields)
+    os.utime(archive, (when, when))
+    return archive
+
+
+def _scenario(settings: Settings) -> list[dict[str, bytes]]:
+    """Full build, an incremental add into a cut shard, a removal, a full rebuild: the tree after each."""
+    trees = []
+    for i in range(11):
+        _dropped_in(settings, f"crowd-{i:02d}", "1.0.0", 1_600_000_000 + i, keywords=["shared-word"])
+    _dropped_in(settings, "@scope/gamma", "1.0.0", 1_600_000_100, dependencies={"crowd-01": "^1.0.0"})
+    assert not run_build(settings).errors
+    trees.append(_tree(settings))
+    added = [_dropped_in(settings, n, "1.0.0", 1_700_000_000, keywords=["shared-word"]) for n in ("crowd-00a", "crowd-00b", "crowd-00c")]
+    for archive in added:
+        assert not run_build(settings, changed=[archive]).errors
+    trees.append(_tree(settings))
+    for archive in sorted(settings.content_dir.glob("crowd-0[2-9]*.tgz")):
+        archive.unlink()
+    assert not run_build(dataclasses.replace(settings, prune=True)).errors
+    trees.append(_tree(settings))
+    assert not run_build(settings, full=True).errors
+    trees.append(_tree(settings))
+    return trees
+
+
+def test_the_same_builds_give_the_same_tree_on_sqlite_and_on_postgresql(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("registry_gen.build.indexes.SEARCH_LEAF_MAX", 4)  # leaves cut, split and joined
+    trees = {}
+    for store in ("sqlite", "postgres"):
+        (tmp_path / store / "content").mkdir(parents=True)
+        settings = Settings(content_dir=tmp_path / store / "content", out_dir=tmp_path / store / "public",
+                            data_dir=tmp_path / store / "data", base_url="http://127.0.0.1:9/",
+                            database_url=postgres_state_url(state_postgres) if store == "postgres" else None)  # fmt: skip
+        trees[store] = _scenario(settings)
+    assert len(trees["sqlite"][1]) > len(trees["sqlite"][0]) > 20  # the scenario wrote real trees
+    assert [sorted(t) for t in trees["postgres"]] == [sorted(t) for t in trees["sqlite"]]
+    assert trees["postgres"] == trees["sqlite"]
+
+
+def _pg(settings: Settings, sql: str) -> list[tuple[object, ...]]:
+    assert settings.database_url
+    with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        cursor = conn.execute(sql)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _postgres_settings(settings: Settings, server: PostgresServer) -> Settings:
+    return settings.with_updates(database_url=postgres_state_url(server))
+
+
+def test_the_database_refuses_a_pinned_version_with_other_bytes(settings: Settings, state_postgres: PostgresServer) -> None:
+    """Whatever a process read before, the pin's row decides: a second record of kept@1.0.0 with
+    another shasum is refused by the database, and nothing of that transaction stays."""
+    settings = _postgres_settings(settings, state_postgres)
+    WriteService(settings).land_archive("kept", tarball("kept", "1.0.0"), ALICE)
+    pinned = _pg(settings, "SELECT shasum, record FROM pins WHERE name = 'kept'")
+    session = open_state(settings).session()
+    try:
+        session.begin_build("any")
+        forged = ArchiveRecord("kept/kept-1.0.0.tgz", 1, 1, "kept", "1.0.0", shasum="0" * 40)
+        with pytest.raises(VersionConflict, match="kept@1.0.0 was published already with other bytes"):
+            session.pin("kept", {"1.0.0": forged})
+    finally:
+        session.close()
+    assert _pg(settings, "SELECT shasum, record FROM pins WHERE name = 'kept'") == pinned
+
+
+def test_an_embedded_ledger_moves_into_the_database_losing_nothing(settings: Settings, state_postgres: PostgresServer) -> None:
+    service = WriteService(settings)
+    service.land_archive("moved", tarball("moved", "1.0.0"), ALICE)
+    service.land_archive("moved", tarball("moved", "1.1.0"), ALICE)
+    with open_state(settings).journal() as journal:
+        before = journal.since(0)
+    tree = _tree(settings)
+    moved = _postgres_settings(settings, state_postgres)
+    assert not run_build(moved).errors  # the first open moves the ledger in; a full build refills the cache
+    with open_state(moved).journal() as journal:
+        assert journal.since(0) == before  # numbers, times, actors kept
+        write_id = journal.begin_write({}, [], "bob", None, "t")
+        journal.finish_write(write_id, done=True)
+    assert _tree(moved) == tree  # the same times (the pins' and first-seen rows came over)
+    WriteService(moved).land_archive("moved", tarball("moved", "1.2.0"), ALICE)
+    with open_state(moved).journal() as journal:
+        assert [e.seq for e in journal.since(0)] == [1, 2, 3]  # numbering goes on after the moved entries
+
+
+def test_the_cache_tables_may_be_dropped_and_the_ledger_never_is(settings: Settings, state_postgres: PostgresServer) -> None:
+    settings = _postgres_settings(settings, state_postgres)
+    WriteService(settings).land_archive("kept", tarball("kept", "1.0.0"), ALICE)
+    tree = _tree(settings)
+    ledger = {t: _pg(settings, f"SELECT * FROM {t} ORDER BY 1") for t in ("pins", "first_seen", "writes", "journal")}
+    _pg(settings, "UPDATE registry_cache_version SET version = 0")  # a cache schema this version does not know
+    PREPARED.clear()  # as a new process of a newer version would
+    assert not run_build(settings).errors
+    assert _pg(settings, "SELECT version FROM registry_cache_version") == [(1,)]
+    assert {t: _pg(settings, f"SELECT * FROM {t} ORDER BY 1") for t in ledger} == ledger
+    assert _tree(settings) == tree
+
+
+def test_an_unreachable_database_is_one_clear_error_at_once(settings: Settings) -> None:
+    settings = settings.with_updates(database_url="postgresql://postgres@127.0.0.1:9/none")  # nothing listens on port 9
+    with pytest.raises(StateUnavailable, match="the state database cannot be reached"):
+        run_build(settings)
+
+
+def test_a_package_lock_holds_only_its_package_and_a_wait_is_bounded(
+    settings: Settings, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holds package `held`: a write of `held` gets LockTimeout (HTTP 503) after
+    its bound, a write of `free` goes through meanwhile; the whole registry's lock stops both."""
+    monkeypatch.setattr("registry_gen.writes.LOCK_TIMEOUT_SECONDS", 1)
+    settings = _postgres_settings(settings, state_postgres)
+    other = open_state(settings).write_lock(settings.lock_file)  # as another api process would hold it
+    service = WriteService(settings)
+    with other.package("held", 5):
+        started = time.monotonic()
+        with pytest.raises(LockTimeout, match="another writer holds package held"):
+            service.land_archive("held", tarball("held", "1.0.0"), ALICE)
+        assert 0.9 <= time.monotonic() - started < 5
+        assert service.land_archive("free", tarball("free", "1.0.0"), ALICE) is not None
+    with other.whole(5), pytest.raises(LockTimeout, match="another writer holds package free"):
+        service.land_archive("free", tarball("free", "1.1.0"), ALICE)
+    assert service.land_archive("held", tarball("held", "1.0.0"), ALICE) is not None  # released: it goes through
+
+
+def test_a_build_leaves_alone_a_write_in_progress_in_another_process(settings: Settings, state_postgres: PostgresServer) -> None:
+    """A pending write whose writer still holds its package's lock is not resolved (aborted) by
+    another process's build: its writer finishes it, and the journal lists it once."""
+    settings = _postgres_settings(settings, state_postgres)
+    other = open_state(settings).write_lock(settings.lock_file)
+    with other.package("slow", 5), open_state(settings).journal() as journal:
+        write_id = journal.begin_write({"slow/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "slow")], "bob", None, "t")
+        WriteService(settings).land_archive("fast", tarball("fast", "1.0.0"), ALICE)  # its first write runs the recovery build
+        assert [w.id for w in journal.pending_writes()] == []  # held: not this process's to resolve
+        journal.finish_write(write_id, done=True)
+    with open_state(settings).journal() as journal:
+        assert [(e.package, e.kind) for e in journal.since(0)] == [("fast", "package:publish"), ("slow", "package:change")]
+
+
+def test_an_unreachable_database_answers_at_once(settings: Settings) -> None:
+    settings = settings.with_updates(database_url="postgresql://postgres@127.0.0.1:9/none")
+    started = time.monotonic()
+    with pytest.raises(StateUnavailable):
+        WriteService(settings).land_archive("any", tarball("any", "1.0.0"), ALICE)
+    assert time.monotonic() - started < CONNECT_TIMEOUT_SECONDS + 1
