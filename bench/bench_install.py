@@ -24,7 +24,7 @@ from bench.synthetic import CACHE_DIR, INSTALL_TREE, ensure_install_tree
 NPM = os.environ.get("NPM", "npm")
 
 
-def _npm_env(home: Path, registry: str) -> dict[str, str]:
+def npm_env(home: Path, registry: str) -> dict[str, str]:
     env = {
         **os.environ,
         "HOME": str(home),
@@ -55,7 +55,7 @@ def cold_install(registry: str, roots: list[str], scratch: Path, npmrc: str = ""
     proc = subprocess.run(
         [NPM, "install", "--ignore-scripts", "--no-audit", "--no-fund"],
         cwd=project,
-        env=_npm_env(home, registry),
+        env=npm_env(home, registry),
         capture_output=True,
         text=True,
         timeout=900,

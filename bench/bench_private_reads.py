@@ -16,8 +16,6 @@ import contextlib
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import urllib.error
 import urllib.request
@@ -61,24 +59,10 @@ def _registry(content: Path, work: Path, rules: bool, tokens: int) -> Iterator[t
     run_build(load_settings(config))
     issued = _tokens(config, tokens)
     user = "root" if os.geteuid() == 0 else None
-    runtime = work / "nginx"
-    runtime.mkdir()
     check = ReadCheck("read_cache") if rules else None
-    conf = runtime / "nginx.conf"
-    conf.write_text(nginx_config(work / "public", f"127.0.0.1:{port}", f"127.0.0.1:{api_port}", user=user, read_check=check))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    with open(work / "api.log", "wb") as log:
-        api = subprocess.Popen([sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1",
-                                "--port", str(api_port)], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
-    nginx = subprocess.Popen([servers.NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        servers.wait_for_port(api_port, api)
-        servers.wait_for_port(port, nginx)
-        yield f"http://127.0.0.1:{port}/", issued
-    finally:
-        servers.stop(nginx)
-        servers.stop(api)
+    conf = nginx_config(work / "public", f"127.0.0.1:{port}", f"127.0.0.1:{api_port}", user=user, read_check=check)
+    with servers.nginx_and_api(work, config, conf, port, api_port) as url:
+        yield url, issued
 
 
 def _anonymous_status(url: str) -> int:

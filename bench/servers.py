@@ -163,9 +163,34 @@ def registry_gen_serve(command: list[str], content: Path, workdir: Path, deadlin
         shutil.rmtree(workdir / "data", ignore_errors=True)
 
 
-def wrk(url: str, *, seconds: int, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None) -> dict[str, float]:
-    """Runs wrk (keep-alive) against one URL; requests/s, errors and latency percentiles."""
-    command = [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency"]
+@contextlib.contextmanager
+def nginx_and_api(work: Path, config: Path, nginx_conf: str, port: int, api_port: int) -> Iterator[str]:
+    """`registry-gen api` over `config` on `api_port`, and nginx with `nginx_conf` (the project's
+    `host-config nginx` output for `port`) in front of it; yields the URL nginx answers on."""
+    runtime = work / "nginx"
+    runtime.mkdir(exist_ok=True)
+    (runtime / "nginx.conf").write_text(nginx_conf)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    with open(work / "api.log", "wb") as log:
+        api = subprocess.Popen([sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1",
+                                "--port", str(api_port)], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    nginx = subprocess.Popen([NGINX, "-p", str(runtime), "-c", str(runtime / "nginx.conf"), "-g", "daemon off;"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_for_port(api_port, api)
+        wait_for_port(port, nginx)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop(nginx)
+        stop(api)
+
+
+def wrk(
+    url: str, *, seconds: int, connections: int = 32, threads: int = 2, headers: dict[str, str] | None = None, script: Path | None = None
+) -> dict[str, float]:
+    """Runs wrk (keep-alive) against one URL (or the paths a Lua `script` makes); requests/s,
+    errors and latency percentiles."""
+    command = [WRK, f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", *(["-s", str(script)] if script else [])]
     for key, value in (headers or {}).items():
         command += ["-H", f"{key}: {value}"]
     proc = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60)

@@ -3,11 +3,13 @@
     packages:
       '@internal/*': {read: authenticated}   # any logged-in account
       'secret-*':    {read: [group-a]}       # accounts in one of these groups (admins always)
-      '**':          {read: all}             # the default when no pattern matches
+      '**':          {read: all, proxy: npmjs}   # the default read when no pattern matches
 
 Patterns match the whole package name: `*` stands for any run of characters but `/`, `**` for
-any run at all; the first pattern that matches decides, in the order written. Writes keep the
-owner rules of the write API.
+any run at all; the first pattern that matches decides, in the order written, both who may read
+and whether a name is proxied to an uplink (`proxy:`, with the mirror's policy keys beside it:
+registry_gen.mirror.policy). A pattern without `read` reads as the default does (everyone).
+Writes keep the owner rules of the write API.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from registry_gen.errors import ConfigError
+from registry_gen.mirror.policy import POLICY_KEYS, MirrorPolicy, name_regex, parse_policy
 
 ALL = "all"
 AUTHENTICATED = "authenticated"
@@ -44,13 +47,13 @@ ANONYMOUS = Caller()
 class Rule:
     pattern: str
     read: str | frozenset[str]  # ALL, AUTHENTICATED, or the groups that may read
+    proxy: str | None = None  # the uplink names matching this pattern are mirrored from
+    policy: MirrorPolicy = field(default_factory=MirrorPolicy)
 
     @property
     def regex(self) -> str:
         """The pattern as an anchored regular expression (also used in the nginx config)."""
-        parts = re.split(r"(\*\*|\*)", self.pattern)
-        body = "".join(".*" if p == "**" else "[^/]*" if p == "*" else re.escape(p) for p in parts)
-        return f"^{body}$"
+        return name_regex(self.pattern)
 
     def matches(self, name: str) -> bool:
         return re.match(self.regex, name) is not None
@@ -76,6 +79,16 @@ class AccessRules:
 
     def rule_for(self, name: str) -> Rule | None:
         return next((rule for rule in self.rules if rule.matches(name)), None)
+
+    @property
+    def proxies(self) -> bool:
+        """Whether any pattern is proxied to an uplink (nothing is unless configured)."""
+        return any(rule.proxy for rule in self.rules)
+
+    def proxy_rule(self, name: str) -> Rule | None:
+        """The rule that proxies `name` to an uplink, or None (local only: the default)."""
+        rule = self.rule_for(name)
+        return rule if rule is not None and rule.proxy else None
 
     def is_public(self, name: str) -> bool:
         rule = self.rule_for(name)
@@ -117,20 +130,33 @@ def _read_value(pattern: str, value: Any) -> str | frozenset[str]:
     raise ConfigError(f"packages.{pattern!r}.read must be all, authenticated or a list of group names; got {value!r}")
 
 
+RULE_KEYS = ("read", "proxy", *POLICY_KEYS)
+
+
 def parse_rules(data: Any) -> AccessRules:
     """The `packages:` mapping of registry.yaml; ConfigError names the pattern and the field."""
     if data is None:
         return AccessRules()
     if not isinstance(data, Mapping):
-        raise ConfigError("packages must be a mapping of name patterns to {read: ...}")
+        raise ConfigError("packages must be a mapping of name patterns to {read: ..., proxy: ...}")
     rules = []
     for pattern, spec in data.items():
         if not isinstance(pattern, str) or not pattern or any(ch in pattern for ch in " \"'\\;{}$"):
             raise ConfigError(f"packages: {pattern!r} is not a package name pattern")
-        if not isinstance(spec, Mapping) or set(spec) - {"read"} or "read" not in spec:
-            raise ConfigError(f"packages.{pattern!r} must be a mapping with one key, read (writes keep the owner rules)")
-        rules.append(Rule(pattern, _read_value(pattern, spec["read"])))
+        rules.append(_rule(pattern, spec))
     return AccessRules(tuple(rules))
+
+
+def _rule(pattern: str, spec: Any) -> Rule:
+    if not isinstance(spec, Mapping) or not spec or set(spec) - set(RULE_KEYS):
+        raise ConfigError(f"packages.{pattern!r} must be a mapping of {', '.join(RULE_KEYS)} (writes keep the owner rules)")
+    proxy = spec.get("proxy")
+    if proxy is not None and (not isinstance(proxy, str) or not proxy):
+        raise ConfigError(f"packages.{pattern!r}.proxy must name one uplink; got {proxy!r}")
+    policy = parse_policy(pattern, spec)
+    if proxy is None and policy != MirrorPolicy():
+        raise ConfigError(f"packages.{pattern!r}: {', '.join(POLICY_KEYS)} apply to mirrored packages only: add proxy: UPLINK")
+    return Rule(pattern, _read_value(pattern, spec.get("read", ALL)), proxy, policy)
 
 
 # Request paths refused before any read is decided, searched in the path as the client sent it

@@ -28,6 +28,7 @@ from registry_gen.writer import atomic_write_bytes
 ADVISORY_FOLDER = "advisories"
 SEVERITIES = ("info", "low", "moderate", "high", "critical")
 _SEVERITY_ALIASES = {"medium": "moderate", "none": "info"}
+MALWARE_CWE = "CWE-506"  # Embedded Malicious Code
 _SAFE_ID = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -48,6 +49,9 @@ class Advisory:
     cwe: tuple[str, ...] = ()
     cvss_score: float | None = None
     cvss_vector: str | None = None
+    # Malware rather than a flaw: OSV's malicious-packages entries (`MAL-...`), GitHub's `type:
+    # malware`, or CWE-506 (embedded malicious code). The mirror's `block: [$malicious]` reads it.
+    malicious: bool = False
 
     @property
     def number(self) -> int:
@@ -127,7 +131,8 @@ def parse_osv(data: Mapping[str, Any], where: str) -> list[Advisory]:
         if not ranges:
             raise InvalidAdvisory(f"{where}: {name} lists no affected versions or ranges")
         text = _checked_range(" || ".join(dict.fromkeys(ranges)), where)
-        found.append(Advisory(source_id, name, title, url, severity, text, tuple(map(str, cwe))))
+        malicious = source_id.startswith("MAL-") or MALWARE_CWE in map(str, cwe)
+        found.append(Advisory(source_id, name, title, url, severity, text, tuple(map(str, cwe)), malicious=malicious))
     return found
 
 
@@ -148,8 +153,9 @@ def parse_github(data: Mapping[str, Any], where: str) -> list[Advisory]:
         name = validate_name(package.get("name"), legacy=True)
         # GitHub writes ">= 1.0.0, < 1.2.3"; node-semver reads the comma-free form.
         text = _checked_range(str(vulnerability.get("vulnerable_version_range") or "").replace(",", " "), where)
+        malicious = str(data.get("type") or "").lower() == "malware" or MALWARE_CWE in cwe
         found.append(Advisory(source_id, name, title, url, severity, " ".join(text.split()), cwe,
-                              cvss.get("score"), cvss.get("vector_string")))
+                              cvss.get("score"), cvss.get("vector_string"), malicious))
     return found
 
 

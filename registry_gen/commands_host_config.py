@@ -121,6 +121,8 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             "document_max_age": document_max_age,
             "max_body_size": default_max_body_size(settings),
         }
+        if settings.packages.proxies:
+            common["proxied"] = [(rule.regex, rule.proxy is not None) for rule in settings.packages.rules]
         if settings.packages.in_force:
             from registry_gen.nginx_access import ReadCheck
 

@@ -104,6 +104,7 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
     importing = typer.Typer(help="Move packages in, keeping times, tags, deprecations and owners.", no_args_is_help=True)
     exporting = typer.Typer(help="Move packages out, so nobody is locked in.", no_args_is_help=True)
     _add_verdaccio(importing, settings_from_options)
+    _add_verdaccio_config(importing)
     _add_registry_and_lockfile(importing, settings_from_options)
     _add_export(exporting, settings_from_options)
     app.add_typer(importing, name="import")
@@ -136,6 +137,27 @@ def _add_verdaccio(importing: typer.Typer, settings_from_options: Callable[..., 
             result = import_verdaccio(settings, storage, progress, verdaccio_config, accounts, merge_into or ())
             result.accounts, result.skipped = summary.accounts, summary.skipped + result.skipped
         print_summary(result)
+
+
+def _add_verdaccio_config(importing: typer.Typer) -> None:
+    @importing.command("verdaccio-config")
+    def verdaccio_config_command(
+        verdaccio_config: Annotated[Path, typer.Argument(help="Verdaccio's config.yaml.")],
+    ) -> None:
+        """Print the registry.yaml keys (uplinks:, packages:) that carry a Verdaccio config's intent over."""
+        import yaml
+
+        from registry_gen.importers.run import read_verdaccio_config
+        from registry_gen.importers.verdaccio import registry_config
+
+        with reported("Reading"):
+            if not verdaccio_config.is_file():
+                raise RegistryError(f"{verdaccio_config}: no such file")
+            keys, notes = registry_config(read_verdaccio_config(verdaccio_config))
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
+        typer.echo(f"# from {verdaccio_config} (registry-gen import verdaccio-config)")
+        typer.echo(yaml.safe_dump(keys, sort_keys=False, default_flow_style=False).rstrip())
 
 
 def _add_registry_and_lockfile(importing: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:

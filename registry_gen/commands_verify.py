@@ -25,7 +25,8 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         from registry_gen.verify import verify_tree
 
         settings = settings_from_options(config, out_dir=out_dir)
-        report = verify_tree(settings.out_dir, allow_external=allow_external, settings=settings)
+        proxied = (lambda name: settings.packages.proxy_rule(name) is not None) if settings.packages.proxies else None
+        report = verify_tree(settings.out_dir, allow_external=allow_external, settings=settings, proxied=proxied)
         for problem in report.problems:
             typer.echo(str(problem))
         for note in report.notes:

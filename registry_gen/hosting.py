@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -254,6 +254,7 @@ def nginx_site(
     document_max_age: int = 0,
     max_body_size: str = "300m",
     read_check: ReadCheck | None = None,
+    proxied: Sequence[tuple[str, bool]] = (),
 ) -> str:
     """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
 
@@ -262,6 +263,8 @@ def nginx_site(
     GET and HEAD, and the GET endpoints that depend on the caller, go there, so one URL serves
     reads and writes. Without it the tree is read-only and writes get a JSON 405.
     `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
+    `proxied`: the `packages:` patterns in order, as (anchored regex, whether it proxies): the
+    documents of proxied names go through the API (the mirror), and their missing tarballs.
     Every value reaching the template is checked here (no directive can be split or injected).
     """
     if read_check is not None and api_upstream is None:
@@ -272,6 +275,8 @@ def nginx_site(
     return _templates().get_template("nginx_site.conf.j2").render(
         root=root,
         root_literal=_quoted(str(root)),
+        root_alias=_quoted(str(root) + "/"),
+        proxied=_proxied_patterns(proxied, api_upstream),
         listen=_plain(listen, "listen"),
         server_name=_plain(server_name, "server_name"),
         max_body_size=_plain(max_body_size, "size"),
@@ -300,6 +305,17 @@ def nginx_site(
     )
 
 
+def _proxied_patterns(proxied: Sequence[tuple[str, bool]], api_upstream: str | None) -> list[tuple[str, bool]]:
+    """The patterns for the proxied-name map, checked (none when nothing is proxied)."""
+    if not any(proxies for _, proxies in proxied):
+        return []
+    if api_upstream is None:
+        raise ValueError("proxied packages (proxy: in packages:) need the API to fetch them: give the API address (--api-upstream)")
+    if any(ch in regex for regex, _ in proxied for ch in '"\';{}\n\r '):
+        raise ValueError(f"a packages: pattern cannot be written into an nginx config: {proxied!r}")
+    return list(proxied)
+
+
 def nginx_config(
     out_dir: Path | str,
     listen: str,
@@ -312,6 +328,7 @@ def nginx_config(
     user: str | None = None,
     access_log: bool = False,
     read_check: ReadCheck | None = None,
+    proxied: Sequence[tuple[str, bool]] = (),
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -322,7 +339,7 @@ def nginx_config(
     site = nginx_site(
         out_dir, listen, api_upstream,
         server_name=server_name, document_max_age=document_max_age, max_body_size=max_body_size,
-        read_check=read_check,
+        read_check=read_check, proxied=proxied,
     )
     return _templates().get_template("nginx.conf.j2").render(
         site=site,

@@ -1,7 +1,8 @@
 """What an archive cannot carry: the per-package `registry-meta.json` file in content/.
 
-It holds dist-tags, maintainers, deprecations, publish times and unpublished versions. The
-write API keeps one next to the package's archives; a person may write one by hand. The build
+It holds dist-tags, maintainers, deprecations, publish times and unpublished versions, and for a
+package mirrored from an uplink, what the mirror took from it (`mirror`, registry_gen.mirror.record).
+The write API keeps one next to the package's archives; a person may write one by hand. The build
 reads it, so content/ stays the single source of truth.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry_gen.errors import FieldProblem, InvalidManifest
+from registry_gen.mirror.record import MirrorRecord, parse_record
 from registry_gen.names import validate_name
 
 META_FILENAME = "registry-meta.json"
@@ -34,6 +36,7 @@ class PackageMeta:
     created: str | None = None
     modified: str | None = None
     revision: int = 0
+    mirror: MirrorRecord | None = None  # set: the package is mirrored from an uplink, not published here
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"name": self.name}
@@ -55,6 +58,8 @@ class PackageMeta:
             data["modified"] = self.modified
         if self.revision:
             data["revision"] = self.revision
+        if self.mirror is not None:
+            data["mirror"] = self.mirror.to_json()
         return data
 
 
@@ -94,6 +99,12 @@ def parse_meta(raw: bytes) -> PackageMeta:
     if not isinstance(revision, int):
         problems.append(FieldProblem("revision", "type", "revision must be an integer"))
         revision = 0
+    mirror = None
+    if data.get("mirror") is not None:
+        try:
+            mirror = parse_record(data["mirror"])
+        except ValueError as exc:
+            problems.append(FieldProblem("mirror", "type", str(exc)))
     meta = PackageMeta(
         name=str(name),
         dist_tags=_string_map(data, "dist-tags", problems),
@@ -105,6 +116,7 @@ def parse_meta(raw: bytes) -> PackageMeta:
         created=data.get("created") if isinstance(data.get("created"), str) else None,
         modified=data.get("modified") if isinstance(data.get("modified"), str) else None,
         revision=revision,
+        mirror=mirror,
     )
     if problems:
         raise InvalidManifest(problems)
@@ -112,4 +124,11 @@ def parse_meta(raw: bytes) -> PackageMeta:
 
 
 def dump_meta(meta: PackageMeta) -> bytes:
-    return (json.dumps(meta.to_json(), indent=2, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")
+    """Indented for people to read and edit; a mirrored package's `mirror` (the upstream's data,
+    megabytes for some packages) on one line: indenting it costs the pure-Python encoder 10x."""
+    data = meta.to_json()
+    mirror = data.pop("mirror", None)
+    text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False)
+    if mirror is not None:
+        text = text[: -len("\n}")] + ',\n  "mirror": ' + json.dumps(mirror, ensure_ascii=False, separators=(",", ":")) + "\n}"
+    return (text + "\n").encode("utf-8")

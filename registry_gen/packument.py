@@ -10,6 +10,8 @@ from typing import Any
 
 from registry_gen.manifest import has_install_script, keyword_list
 from registry_gen.meta import PackageMeta
+from registry_gen.mirror.policy import allowed_latest
+from registry_gen.mirror.record import MirrorRecord
 from registry_gen.names import tarball_path
 from registry_gen.signing import Signer
 from registry_gen.versions import choose_dist_tags, sort_versions
@@ -137,7 +139,10 @@ def build_packument(
     signer: Signer | None = None,
 ) -> dict[str, Any]:
     """The full package document for `name`. `releases` may be in any order; with a `signer`,
-    every version carries the registry's signature (see registry_gen.signing)."""
+    every version carries the registry's signature (see registry_gen.signing). A mirrored package's
+    document comes from its meta alone (`mirrored_packument`)."""
+    if meta.mirror is not None:
+        return mirrored_packument(name, meta, meta.mirror, base_url=base_url, signer=signer)
     by_version = {r.version: r for r in releases}
     order = sort_versions(by_version)
     tags = choose_dist_tags(order, meta.dist_tags)
@@ -169,6 +174,58 @@ def build_packument(
     if modified:
         doc["modified"] = modified
     doc["_rev"] = document_revision(meta, versions)
+    return doc
+
+
+def mirrored_packument(name: str, meta: PackageMeta, record: MirrorRecord, *, base_url: str, signer: Signer | None) -> dict[str, Any]:
+    """The document of a package mirrored from an uplink: the upstream's versions the policy allows,
+    with tarball URLs on this registry and the upstream's digests (what the mirror checks a tarball
+    against when it fetches it), whether the tarball is held here yet or not. Versions held back
+    are absent, `latest` moves to the newest allowed one; `_mirror` says where it comes from (the
+    site reads it; clients ignore `_` fields)."""
+    order = sort_versions(record.allowed)
+    tags = {tag: v for tag, v in record.tags.items() if v in order and tag != "latest"}
+    latest_version = allowed_latest(order, record.tags.get("latest"))
+    if latest_version is None and order:
+        latest_version = choose_dist_tags(order)["latest"]
+    if latest_version is not None:
+        tags["latest"] = latest_version
+    latest = record.versions[latest_version] if latest_version else {}
+    time_doc = {key: record.times[key] for key in ("created", "modified") if record.times.get(key)}
+    time_doc.update({v: stamp for v in order if (stamp := _mirrored_time(record, v))})
+    doc: dict[str, Any] = {"_id": name, "name": name}
+    doc.update({field: latest[field] for field in HOISTED_FIELDS if field in latest})
+    doc["dist-tags"] = dict(sorted(tags.items()))
+    doc["versions"] = {v: mirrored_version_document(record.versions[v], name, v, base_url, signer) for v in order}
+    doc["time"] = time_doc
+    doc["maintainers"] = [dict(m) for m in record.maintainers]
+    doc["readme"] = record.readme
+    if record.readme_filename:
+        doc["readmeFilename"] = record.readme_filename
+    if time_doc.get("modified"):
+        doc["modified"] = time_doc["modified"]
+    doc["_mirror"] = {"uplink": record.uplink, "url": record.url, "refreshed": record.refreshed, "held": dict(sorted(record.held.items()))}
+    doc["_rev"] = document_revision(meta, order)
+    return doc
+
+
+def _mirrored_time(record: MirrorRecord, version: str) -> str | None:
+    """The time a mirrored version shows: the upstream's, or first seen here for an untrusted
+    uplink (so a client's own release-age check sees the same age as this registry's)."""
+    return record.first_seen.get(version) if record.untrusted else record.times.get(version) or record.first_seen.get(version)
+
+
+def mirrored_version_document(manifest: Mapping[str, Any], name: str, version: str, base_url: str, signer: Signer | None) -> dict[str, Any]:
+    doc = dict(manifest)
+    doc["name"] = name
+    doc["version"] = version
+    doc["_id"] = f"{name}@{version}"
+    upstream = manifest.get("dist") if isinstance(manifest.get("dist"), Mapping) else {}
+    dist = {"tarball": base_url + tarball_path(name, version)}
+    dist.update({key: upstream[key] for key in ("shasum", "integrity", "fileCount", "unpackedSize") if key in upstream})
+    if signer is not None and dist.get("integrity"):
+        dist["signatures"] = [signer.signature(name, version, str(dist["integrity"]))]
+    doc["dist"] = dist
     return doc
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
+from registry_gen.mirror.config import Uplink, parse_uplinks
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
@@ -100,6 +101,7 @@ class Settings:
     signing_key_pem: str | None = field(default=None, repr=False)  # the same, from $REGISTRY_GEN_SIGNING_KEY
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
     audit_keep_days: int | None = None  # the audit log's retention (`registry-gen audit-prune`); None: kept for good
+    uplinks: tuple[Uplink, ...] = ()  # the registries `packages:` patterns may proxy (registry_gen.mirror)
     # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
     # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
     storage: str | None = None
@@ -134,7 +136,18 @@ class Settings:
         if not isinstance(ignore, (list, tuple)) or not all(isinstance(rule, str) for rule in ignore):
             raise ConfigError(f"check_ignore must be a list of rule ids; got {self.check_ignore!r}")
         object.__setattr__(self, "check_ignore", tuple(ignore))
+        self._check_proxies()
         self._check_storage()
+
+    def _check_proxies(self) -> None:
+        known = {uplink.name for uplink in self.uplinks}
+        for rule in self.packages.rules:
+            if rule.proxy is not None and rule.proxy not in known:
+                defined = ", ".join(sorted(known)) or "none"
+                raise ConfigError(f"packages.{rule.pattern!r}.proxy names the uplink {rule.proxy!r}, which uplinks: does not define (defined: {defined})")
+
+    def uplink(self, name: str) -> Uplink:
+        return next(uplink for uplink in self.uplinks if uplink.name == name)
 
     def _check_storage(self) -> None:
         from registry_gen.storage.location import parse_s3_url
@@ -323,6 +336,8 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
         return _auth_limits_from(value)
     if key == "packages":
         return parse_rules(value)
+    if key == "uplinks":
+        return tuple(parse_uplinks(value).values())
     if key == "hooks":
         return _hooks_from(value)
     if value is None and key in _NULLABLE_KEYS:
@@ -335,7 +350,7 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "hooks"}
+    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "uplinks", "hooks"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:

@@ -474,6 +474,28 @@ def _tags_by_version(packument: Mapping[str, Any]) -> dict[str, list[str]]:
     return tags
 
 
+def has_pages(packument: Mapping[str, Any], version: str, tarball_sizes: Mapping[str, int]) -> bool:
+    """Whether a version has its own pages: every version does, but in a mirrored package only
+    those whose tarball this registry holds (their files are known; the rest are fetched from
+    the upstream when first asked for)."""
+    return "_mirror" not in packument or version in tarball_sizes
+
+
+def mirror_context(packument: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Where a mirrored package comes from, when it was last refreshed, and the versions the
+    registry's policy holds back with the reason for each (none of them is in the document)."""
+    marker = packument.get("_mirror")
+    if not isinstance(marker, Mapping):
+        return None
+    held = marker.get("held") if isinstance(marker.get("held"), Mapping) else {}
+    return {
+        "uplink": str(marker.get("uplink", "")),
+        "url": http_url(marker.get("url")),
+        "refreshed": str(marker.get("refreshed", "")),
+        "held": [(version, str(reason)) for version, reason in held.items()],
+    }
+
+
 def _versions(packument: Mapping[str, Any], root: str, tree_root: str, tarball_sizes: Mapping[str, int]) -> list[dict[str, Any]]:
     tags_by_version = _tags_by_version(packument)
     times = packument.get("time", {})
@@ -484,7 +506,7 @@ def _versions(packument: Mapping[str, Any], root: str, tree_root: str, tarball_s
         rows.append(
             {
                 "version": version,
-                "href": version_href(root, packument["name"], version),
+                "href": version_href(root, packument["name"], version) if has_pages(packument, version, tarball_sizes) else None,
                 "tags": tags_by_version.get(version, []),
                 "time": times.get(version, ""),
                 "deprecated": doc.get("deprecated") if isinstance(doc.get("deprecated"), str) else None,
@@ -593,6 +615,7 @@ def package_context(
         "maintainers": [m for m in packument.get("maintainers", []) if isinstance(m, Mapping) and m.get("name")],
         "created": packument.get("time", {}).get("created", ""),
         "modified": packument.get("time", {}).get("modified", ""),
+        "mirror": mirror_context(packument),
     }
 
 
@@ -718,12 +741,13 @@ def render_package_site(
     previous = previous_keys or {}
     name = packument["name"]
     latest_version = packument.get("dist-tags", {}).get("latest")
-    latest_extras = load(latest_version) if latest_version in packument.get("versions", {}) else VersionExtras()
+    own_pages = [v for v in sort_versions(packument.get("versions", {})) if has_pages(packument, v, sizes)]
+    latest_extras = load(latest_version) if latest_version in own_pages else VersionExtras()
     main = package_page(
         packument, settings, registry_names=registry_names, tarball_sizes=sizes, dependents=dependents, latest_files=latest_extras.files
     )
     result = PackageSite(main, [], {})
-    for version in sort_versions(packument.get("versions", {})):
+    for version in own_pages:
         key = version_page_key(packument, version, settings, registry_names, sizes.get(version))
         result.keys[version] = key
         if previous.get(version) == key:

@@ -32,7 +32,8 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,30 +90,40 @@ class VerifyReport:
         )
 
 
-def verify_tree(out_dir: Path, *, allow_external: bool = False, settings: Settings | None = None) -> VerifyReport:
+def verify_tree(
+    out_dir: Path, *, allow_external: bool = False, settings: Settings | None = None, proxied: Callable[[str], bool] | None = None
+) -> VerifyReport:
     """Every problem of the tree at out_dir, sorted by path. `settings`: where the build's state is
-    (default: beside the tree), asked whether a server's refresh of -/all is still pending."""
+    (default: beside the tree), asked whether a server's refresh of -/all is still pending.
+    `proxied`: the names the mirror fetches from an uplink when asked (a dependency on one is no
+    problem)."""
     report = VerifyReport()
     if not out_dir.is_dir():
         report.problems.append(TreeProblem(str(out_dir), "tree-missing", "no such folder"))
         return report
     names = sorted(find_package_names(out_dir))
+    mirrored = set()
     for name in names:
         problems, tarballs = check_package(out_dir, name)
         report.problems += problems
         report.tarballs += tarballs
+        note = mirror_note(out_dir, name)
+        if note is not None:
+            mirrored.add(name)
+            report.notes.append(note)
     report.packages = len(names)
-    # Open entries (version-less on purpose) have no page and are not listed in the indexes.
-    listed = [name for name in names if not is_open_entry_document(out_dir, name)]
+    # Open entries (version-less on purpose) have no page and are not listed in the indexes; a
+    # mirrored package is listed once a tarball of it is held here (the build's own count).
+    listed = [name for name in names if not is_open_entry_document(out_dir, name) and name not in mirrored]
     state = open_state(settings or Settings(out_dir=out_dir))
-    for problem in check_indexes(out_dir, listed):
+    for problem in check_indexes(out_dir, listed, ignored=mirrored):
         if problem.rule == "index-mismatch" and state.whole_documents_stale():
             pending = f"{problem.message}; a write left it to its server's refresh (index_refresh_seconds)"
             report.notes.append(TreeProblem(problem.path, "index-refresh-pending", pending + "; `registry-gen build` rewrites it now"))
         else:
             report.problems.append(problem)
     report.problems += check_gzip_siblings(out_dir)
-    closure = check_dependency_closure(out_dir, names, allow_external=allow_external)
+    closure = check_dependency_closure(out_dir, names, allow_external=allow_external, proxied=proxied)
     report.problems += closure.problems
     report.notes += closure.notes
     report.external += closure.external
@@ -154,14 +165,35 @@ def check_package(out_dir: Path, name: str) -> tuple[list[TreeProblem], int]:
         problems.append(TreeProblem(base, "packument-name", f"document is for {document.get('name')!r}, folder is {name!r}"))
     versions: dict[str, Any] = document["versions"]
     problems += _check_dist_tags(base, document)
+    mirrored = isinstance(document.get("_mirror"), dict)
     for version, manifest in sorted(versions.items()):
+        if mirrored and not (out_dir / tarball_path(name, version)).is_file():
+            continue  # the mirror fetches it from its uplink on its first request (mirror_note counts them)
         problems += _check_tarball(out_dir, name, version, manifest)
     problems += _check_orphans(out_dir, name, versions)
     problems += _check_twins(out_dir, name, document)
     problems += _check_spellings(out_dir, name)
-    if versions and not (out_dir / package_folder(name) / "index.html").is_file():
+    held = [v for v in versions if not mirrored or (out_dir / tarball_path(name, v)).is_file()]
+    if held and not (out_dir / package_folder(name) / "index.html").is_file():
         problems.append(TreeProblem(f"{package_folder(name)}/index.html", "web-page-missing", "no HTML page for the package"))
     return problems, len(versions)
+
+
+def mirror_note(out_dir: Path, name: str) -> TreeProblem | None:
+    """What a mirrored package's document says of its upstream, as a note (None: not mirrored)."""
+    document, problem = _load_json(out_dir, f"{name}/{PACKUMENT_FILE}", "packument")
+    marker = document.get("_mirror") if problem is None and isinstance(document, dict) else None
+    if not isinstance(marker, dict) or not isinstance(document.get("versions"), dict):
+        return None
+    versions = document["versions"]
+    held = sum(1 for version in versions if (out_dir / tarball_path(name, version)).is_file())
+    back = len(marker.get("held") or {})
+    return TreeProblem(
+        f"{name}/{PACKUMENT_FILE}", "mirrored",
+        f"mirrored from the uplink {marker.get('uplink')} ({marker.get('url')}), last refreshed {marker.get('refreshed')}: "
+        f"{held} of {len(versions)} served versions' tarballs held here (the rest are fetched on first request), "
+        f"{back} held back by the policy",
+    )  # fmt: skip
 
 
 def _check_dist_tags(base: str, document: dict[str, Any]) -> list[TreeProblem]:
@@ -302,8 +334,11 @@ def load_published(out_dir: Path, names: list[str]) -> dict[str, PublishedPackag
     return published
 
 
-def check_dependency_closure(out_dir: Path, names: list[str], *, allow_external: bool = False) -> VerifyReport:
-    """problems, notes and external dependencies of every package's `latest` version."""
+def check_dependency_closure(
+    out_dir: Path, names: list[str], *, allow_external: bool = False, proxied: Callable[[str], bool] | None = None
+) -> VerifyReport:
+    """problems, notes and external dependencies of every package's `latest` version; a missing
+    dependency the mirror proxies (`proxied`) is external: it is fetched when first asked for."""
     report = VerifyReport()
     published = load_published(out_dir, names)
     for name, package in sorted(published.items()):
@@ -324,6 +359,8 @@ def check_dependency_closure(out_dir: Path, names: list[str], *, allow_external:
             if spec.kind == INVALID:
                 reason = "not a range, tag, alias, git, URL or file spec npm can read"
             kind = _miss_kind(package.latest, field_name, dependency, target, allow_external and spec.kind != INVALID)
+            if kind == "problem" and target is None and proxied is not None and proxied(spec.name):
+                kind = "mirror"
             _record_miss(report, where, f"{wanted} ({field_name}): {reason}", kind)
     return report
 
@@ -370,6 +407,8 @@ def _record_miss(report: VerifyReport, where: str, message: str, kind: str) -> N
         report.problems.append(TreeProblem(where, "dependency-missing", message))
     elif kind == "note":
         report.notes.append(TreeProblem(where, "dependency-optional-missing", f"{message}; optional, clients install without it"))
+    elif kind == "mirror":
+        report.external.append(TreeProblem(where, "dependency-mirrored", f"{message}; proxied: the mirror fetches it from its uplink when asked"))
     else:
         report.external.append(TreeProblem(where, "dependency-external", f"{message}; allowed by --allow-external"))
 
@@ -383,15 +422,15 @@ def is_open_entry_document(out_dir: Path, name: str) -> bool:
     return problem is None and isinstance(document, dict) and document.get("versions") == {} and not document.get("dist-tags")
 
 
-def check_indexes(out_dir: Path, names: list[str]) -> list[TreeProblem]:
+def check_indexes(out_dir: Path, names: list[str], ignored: AbstractSet[str] = frozenset()) -> list[TreeProblem]:
     problems = []
     if not (out_dir / "-/ping").is_file():
         problems.append(TreeProblem("-/ping", "index-missing", "no ping file"))
     everything, problem = _load_json(out_dir, ALL_DOCUMENT, "index")
     if problem:
         problems.append(problem)
-    elif not isinstance(everything, dict) or sorted(k for k in everything if k != "_updated") != names:
-        listed = sorted(k for k in everything if k != "_updated") if isinstance(everything, dict) else []
+    elif not isinstance(everything, dict) or sorted(k for k in everything if k != "_updated" and k not in ignored) != names:
+        listed = sorted(k for k in everything if k != "_updated" and k not in ignored) if isinstance(everything, dict) else []
         missing = sorted(set(names) - set(listed))
         extra = sorted(set(listed) - set(names))
         problems.append(TreeProblem(ALL_DOCUMENT, "index-mismatch", f"missing {missing}, extra {extra}"))

@@ -14,6 +14,7 @@ Public API (what the web layer and the importers call):
     service.land_archive(name, data, actor, published_at=..., tags=...)   # raw tarball bytes (imports)
     service.apply(name, rule)                          # any rule: PackageState -> Change
     service.store_batch(write)                         # a bulk write (an import), rebuilt later
+    service.land(write, journal)                       # a write rebuilt at once (the mirror's landings)
     service.reader.current(name).state                 # the package as the registry holds it
 
 Errors are `registry_gen.errors.RegistryError`s: VersionConflict, Forbidden, NotFound, BadRequest,
@@ -34,7 +35,7 @@ from typing import Final
 from registry_gen import publish
 from registry_gen.audit import Who
 from registry_gen.build import BuildResult, build_locked
-from registry_gen.errors import LockTimeout, RegistryError, VersionConflict
+from registry_gen.errors import Forbidden, LockTimeout, RegistryError, VersionConflict
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
@@ -158,6 +159,7 @@ class WriteService:
         with self.locked(name):
             self._recover()
             current = self._current(name)
+            _refuse_mirrored(current)
             change = rule(current.state)
             if change.is_empty:
                 return None
@@ -181,19 +183,35 @@ class WriteService:
         build that serves it comes later, for the whole batch)."""
         with self.locked():
             self._recover()
-            if journal is None:
-                return write(self.storage)
-            entries = self._opened_journal()
-            write_id = entries.begin_write(
-                journal.files, journal.events, journal.actor, None, publish.now_iso(), journal.who.to_json()
-            )
-            try:
-                written = write(self.storage)
-            except BaseException:
-                entries.finish_write(write_id, done=False)
-                raise
-            entries.finish_write(write_id, done=bool(written))
-            return written
+            return self._journalled(write, journal)
+
+    def land(self, write: Callable[[ContentStorage], list[str]], journal: BatchJournal | None = None) -> BuildResult | None:
+        """Runs `write` on content/ under the lock and rebuilds what it wrote before returning.
+
+        The mirror lands through here (registry_gen.mirror.service): an upstream's document or
+        tarball, or several of them at once (it groups the landings that wait), then one build.
+        Its landings are not journalled (ARCHITECTURE.md, "The journal": upstream churn is no write
+        of this registry); an administrator's `mirror make-local` is, through `journal`."""
+        with self.locked():
+            self._recover()
+            written = self._journalled(write, journal)
+            return self._build(written) if written else None
+
+    def _journalled(self, write: Callable[[ContentStorage], list[str]], journal: BatchJournal | None) -> list[str]:
+        """`write` on content/, journalled pending first and done once it wrote something."""
+        if journal is None:
+            return write(self.storage)
+        entries = self._opened_journal()
+        write_id = entries.begin_write(
+            journal.files, journal.events, journal.actor, None, publish.now_iso(), journal.who.to_json()
+        )
+        try:
+            written = write(self.storage)
+        except BaseException:
+            entries.finish_write(write_id, done=False)
+            raise
+        entries.finish_write(write_id, done=bool(written))
+        return written
 
     @contextmanager
     def locked(self, name: str | None = None) -> Iterator[None]:
@@ -323,3 +341,14 @@ class WriteService:
                 self.storage.remove(current.meta_key)
             else:
                 self.storage.replace(current.meta_key, current.meta_bytes)
+
+
+def _refuse_mirrored(current: CurrentPackage) -> None:
+    """A mirrored package takes no local writes: its versions are the upstream's (and a publish
+    here would mix two origins under one name). An administrator makes it local first."""
+    record = current.state.meta.mirror
+    if record is not None:
+        raise Forbidden(
+            f"{current.state.name} is mirrored from the uplink {record.uplink}: it takes no writes here; an administrator "
+            f"can make it a local package with `registry-gen mirror make-local {current.state.name}`"
+        )

@@ -36,11 +36,13 @@ from registry_gen.refresher import IndexRefresher
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
+from user_api.mirror_gate import MirrorGate
 from user_api.negotiation import parse_accept
 from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
+from user_api.registry_context import CONTEXT_KEY
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
-from user_api.web import etag_matches
+from user_api.web import etag_matches, wsgi_path
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -69,15 +71,6 @@ def _json_reply(start_response: StartResponse, status: str, data: Any, head: boo
         ("Content-Type", JSON_TYPE), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
     ])
     return [] if head else [body]
-
-
-def _wsgi_path(environ: dict[str, Any]) -> str:
-    """PATH_INFO arrives as latin-1-decoded bytes (PEP 3333); names are UTF-8."""
-    raw = str(environ.get("PATH_INFO") or "/")
-    try:
-        return raw.encode("latin-1").decode("utf-8")
-    except (UnicodeEncodeError, UnicodeDecodeError):
-        return raw
 
 
 def _wants_abbreviated(accept: str) -> bool:
@@ -125,9 +118,17 @@ class StaticTree:
             return target, _guessed_type(name), False, False
         return target, (ABBREVIATED_TYPE if name == ABBREVIATED_FILE else JSON_TYPE), False, False
 
+    def locate(self, path: str, environ: dict[str, Any]) -> str | None:
+        """The file a GET of `path` (decoded) would send, relative to the tree; None: none."""
+        segments = self._locate(path)
+        picked = None if segments is None else self._pick(segments, environ)
+        if picked is None:
+            return None
+        return picked[0][len(self.root) :].lstrip("/")
+
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         head = environ.get("REQUEST_METHOD") == "HEAD"
-        path = _wsgi_path(environ)
+        path = wsgi_path(environ)
         if path == "/":
             start_response("302 Found", [("Location", "/-/web/"), ("Content-Length", "0")])
             return []
@@ -247,15 +248,18 @@ def create_server_app(
     deliverer: the reply is made already, so the write never waits on a delivery)."""
     user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store, refresher=refresher)
-    tree: WsgiApp | None = StaticTree(settings.out_dir) if static else None
+    plain_tree = StaticTree(settings.out_dir)
+    tree: WsgiApp | None = plain_tree if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
     guard = ReadGuard(settings, store) if settings.packages.in_force else None
     if tree is not None and guard is not None:
         tree = guard.protect(tree)
     read_check = guard.decision if guard is not None else allow_all
+    # Proxied names (`proxy:` in `packages:`): their reads go through the mirror first.
+    mirror = MirrorGate(settings, registry_app.config[CONTEXT_KEY].writes, plain_tree, guard) if settings.packages.proxies else None
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = _wsgi_path(environ)
+        path = wsgi_path(environ)
         if is_user_app_path(path):
             return user_app(environ, start_response)  # type: ignore[no-any-return]
         if path == READ_CHECK_PATH:
@@ -263,6 +267,8 @@ def create_server_app(
         if guard is not None and path == SEARCH_PATH:
             return guard.search(environ, start_response)  # each caller sees what they may read
         method = environ.get("REQUEST_METHOD")
+        if mirror is not None and method in ("GET", "HEAD") and mirror.claims(path):
+            return mirror(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):
             return tree(environ, start_response)
         reply = registry_app(environ, start_response)

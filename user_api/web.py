@@ -174,6 +174,15 @@ def note_user(environ: dict[str, Any], username: str) -> None:
     environ[ACCESS_USER_KEY] = username
 
 
+def wsgi_path(environ: dict[str, Any]) -> str:
+    """PATH_INFO arrives as latin-1-decoded bytes (PEP 3333); names are UTF-8."""
+    raw = str(environ.get("PATH_INFO") or "/")
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return raw
+
+
 def loggable_path(path: object) -> str:
     """The request path for the log, with the token of an npm logout blanked out."""
     text = str(path or "")

@@ -32,6 +32,7 @@ NOT_IN_FILE = {
 }
 # The rules a `packages:` entry holds (registry_gen.access.parse_rules reads them).
 RULE_KEY = "packages.<pattern>.read"
+RULE_PREFIX, UPLINK_PREFIX = "packages.<pattern>.", "uplinks.<name>."
 TYPE_NAMES = {
     "str": "string",
     "int": "integer",
@@ -43,10 +44,11 @@ TYPE_NAMES = {
     "AuthLimits": "mapping (the `auth_limits.*` keys below)",
     "HookSettings": "mapping (the `hooks.*` keys below)",
     "AccessRules": "mapping of package-name patterns to rules (below)",
+    "tuple[Uplink, ...]": "mapping of uplink names to the `uplinks.<name>.*` keys below",
 }
 # Keys whose null means something a reader would not guess from the type.
 SHOWN_TYPES = {"storage_conditional_writes": "`auto`, `true` or `false`"}
-SHOWN_DEFAULTS = {"storage_conditional_writes": "auto"}
+SHOWN_DEFAULTS = {"storage_conditional_writes": "auto", "uplinks": "{}"}  # uplinks: a mapping, held as a tuple
 
 
 @dataclass(frozen=True)
@@ -141,25 +143,69 @@ def raw_keys() -> list[tuple[str, str, Any, str | None]]:
     return keys
 
 
+def entry_keys() -> list[tuple[str, str, str, str | None]]:
+    """(key, type, default, description in the code) of the keys inside one `packages:` entry
+    and inside one uplink of `uplinks:` (their loaders: access.parse_rules, mirror.config)."""
+    from registry_gen.mirror import config as uplinks
+    from registry_gen.mirror.config import Uplink, format_duration
+    from registry_gen.mirror.policy import POLICY_KEYS
+
+    from registry_gen.advisories import SEVERITIES
+
+    durations = {"timeout", "maxage", "fail_timeout"}
+    severities = ", ".join(code(level) for level in SEVERITIES)
+    rule_types = {"proxy": ("uplink name, or `null`", "null"), "min_release_age": ("duration (`3d`, `12h`...), or `null`", "null"),
+                  "block": ("list of strings", "[]"), "hide_severity": (f"one of {severities}, or `null`", "null")}  # fmt: skip
+    keys = [(RULE_PREFIX + key, *rule_types[key], None) for key in ("proxy", *POLICY_KEYS)]
+    comments = docstring_comments(uplinks.__doc__ or "")
+    defaults = {f.name: f.default for f in dataclasses.fields(Uplink)}
+    shapes = {"url": ("http(s) URL", "(required)"), "auth": ("mapping `{type: bearer or basic, token or token_env}`, or `null`", "null"),
+              "headers": ("mapping of header names to strings", "{}"), "cache": ("`true`", "true")}  # fmt: skip
+    for key in uplinks.KNOWN_KEYS:
+        if key in shapes:
+            type_, default = shapes[key]
+        else:
+            value = defaults[key]
+            type_ = "duration (`30s`, `2m`, `1h 30m`...)" if key in durations else TYPE_NAMES[type(value).__name__]
+            default = format_duration(value) if key in durations else yaml_value(value)
+        keys.append((UPLINK_PREFIX + key, type_, default, comments.get(key)))
+    return keys
+
+
+def docstring_comments(doc: str) -> dict[str, str]:
+    """The comment beside each key of the YAML example in a module's docstring."""
+    found = {}
+    for line in doc.splitlines():
+        match = re.match(r"^\s+(?P<key>[a-z_]+):.*?\s#\s*(?P<comment>.*)$", line)
+        if match:
+            found[match["key"]] = match["comment"].strip(" .")
+    return found
+
+
+def described(name: str, in_code: str | None, notes: dict[str, str], missing: list[str]) -> str:
+    """`name`'s one description: the code's, else config_descriptions.yaml's (both, or none: missing)."""
+    if in_code and name in notes:
+        missing.append(f"{name} (described in the code: remove it from {DESCRIPTIONS_FILE.name})")
+    description = in_code or notes.get(name, "")
+    if not description:
+        missing.append(name)
+    return description
+
+
 def config_keys() -> list[Key]:
     """Every key of registry.yaml with its type, default and description; MissingDescription
     (naming them all) when one has none, or has two."""
     raw = raw_keys()
     from_template = template_comments(name for name, *_ in raw)
     notes = hand_written()
-    keys, missing = [], []
+    keys: list[Key] = []
+    missing: list[str] = []
     for name, annotation, default, doc in raw:
-        in_code = doc or from_template.get(name)
-        if in_code and name in notes:
-            missing.append(f"{name} (described in the code: remove it from {DESCRIPTIONS_FILE.name})")
-        description = in_code or notes.get(name, "")
-        if not description:
-            missing.append(name)
+        description = described(name, doc or from_template.get(name), notes, missing)
         shown = SHOWN_DEFAULTS.get(name) or yaml_value(default)
         keys.append(Key(name, type_name(name, annotation), shown, description))
-    keys.append(Key(RULE_KEY, "`all`, `authenticated`, or a list of group names", "all", notes.get(RULE_KEY, "")))
-    if not keys[-1].description:
-        missing.append(RULE_KEY)
+    keys.append(Key(RULE_KEY, "`all`, `authenticated`, or a list of group names", "all", described(RULE_KEY, None, notes, missing)))
+    keys += [Key(name, type_, default, described(name, doc, notes, missing)) for name, type_, default, doc in entry_keys()]
     stale = sorted(set(notes) - {key.name for key in keys})
     missing += [f"{name} (no such key: remove it from {DESCRIPTIONS_FILE.name})" for name in stale]
     if missing:
@@ -197,6 +243,8 @@ def config_reference() -> str:
     groups += [(f"`{prefix}:`", [k for k in keys if k.name.startswith(f"{prefix}.")]) for prefix in mapping_keys()]
     parts = [f"## {title}\n\n{key_table(group)}" for title, group in groups]
     rules = (inspect.getdoc(access) or "").partition("\n\n")[2]  # past its one-line summary
-    parts.append(f"## `packages:`\n\n{key_table(k for k in keys if k.name == RULE_KEY)}\n\n{rules}")
+    in_rules = key_table(k for k in keys if k.name.startswith(RULE_PREFIX))
+    parts.append(f"## `packages:`\n\n{in_rules}\n\n{rules}")
+    parts.append(f"## `uplinks:`\n\n{key_table(k for k in keys if k.name.startswith(UPLINK_PREFIX))}")
     parts.append(f"## Environment variables\n\n{environment_table()}")
     return "\n\n".join(parts) + "\n"

@@ -41,6 +41,24 @@ class DownloadRefused(ImportProblem):
     """A request that retrying cannot mend: over the cap, past the deadline, a refused redirect."""
 
 
+class StatusProblem(ImportProblem):
+    """The registry answered with an HTTP error status (`status`: 404 says it has no such thing)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A conditional document request's outcome: the document (None: not modified since the
+    validators sent), and the validators to send next time."""
+
+    document: dict[str, Any] | None
+    etag: str | None = None
+    last_modified: str | None = None
+
+
 class Transfer:
     """One request's deadline: at `seconds`, the socket in use is shut, which ends any read."""
 
@@ -157,13 +175,32 @@ class RegistryClient:
     timeout: float = 60.0  # seconds one read may wait
     deadline: float = DEFAULT_DEADLINE  # seconds one whole request may take
     max_document_bytes: int = MAX_DOCUMENT_BYTES
+    auth_scheme: str = "Bearer"
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every request (an uplink's `headers:`)
 
     def document(self, name: str) -> dict[str, Any]:
         """The full package document (times included: the abbreviated form lacks them)."""
+        answer = self.document_if_changed(name)
+        assert answer.document is not None  # no validators sent: never "not modified"
+        return answer.document
+
+    def document_if_changed(self, name: str, etag: str | None = None, last_modified: str | None = None) -> Answer:
+        """The full document unless it is unchanged since `etag`/`last_modified` (a 304)."""
         sink = io.BytesIO()
-        self.fetch(document_url(self.registry, name), name, lambda: _rewound(sink), self.max_document_bytes, "application/json")
+        conditions = {"If-None-Match": etag, "If-Modified-Since": last_modified}
+        seen: dict[str, str] = {}
         try:
-            doc = json.loads(sink.getvalue().decode("utf-8"))
+            self.fetch(document_url(self.registry, name), name, lambda: _rewound(sink), self.max_document_bytes,
+                       "application/json", {k: v for k, v in conditions.items() if v}, seen)  # fmt: skip
+        except StatusProblem as exc:
+            if exc.status == 304:
+                return Answer(None, etag, last_modified)
+            raise
+        return Answer(self._parsed(name, sink.getvalue()), seen.get("etag"), seen.get("last-modified"))
+
+    def _parsed(self, name: str, body: bytes) -> dict[str, Any]:
+        try:
+            doc = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ImportProblem(f"{name}: the registry's answer is not JSON ({exc})") from exc
         if not isinstance(doc, dict) or not isinstance(doc.get("versions"), dict):
@@ -175,18 +212,22 @@ class RegistryClient:
         with open(target, "wb") as sink:
             self.fetch(url, entry, lambda: _rewound(sink), max_bytes)
 
-    def fetch(self, url: str, entry: str, sink: Callable[[], IO[bytes]], cap: int, accept: str = "*/*") -> None:
-        """Writes the body of `url` into a fresh `sink()` per attempt; retries what may mend."""
-        headers = {"User-Agent": USER_AGENT, "Accept": accept}
+    def fetch(
+        self, url: str, entry: str, sink: Callable[[], IO[bytes]], cap: int, accept: str = "*/*",
+        extra: dict[str, str] | None = None, seen: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        """Writes the body of `url` into a fresh `sink()` per attempt; retries what may mend.
+        `extra`: more request headers; `seen` receives the answer's ETag and Last-Modified."""
+        headers = {"User-Agent": USER_AGENT, "Accept": accept, **dict(self.headers), **(extra or {})}
         if self.token and same_origin(url, self.token_origin or self.registry):
-            headers["Authorization"] = f"Bearer {self.token}"
+            headers["Authorization"] = f"{self.auth_scheme} {self.token}"
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
             try:
-                return self._attempt(urllib.request.Request(url, headers=headers), entry, sink(), cap)
+                return self._attempt(urllib.request.Request(url, headers=headers), entry, sink(), cap, seen)
             except urllib.error.HTTPError as error:
                 if error.code not in RETRIED_STATUSES or attempt == self.attempts:
-                    raise ImportProblem(f"{entry}: {url} answered {error.code}{_hint(error.code)}") from None
+                    raise StatusProblem(f"{entry}: {url} answered {error.code}{_hint(error.code)}", error.code) from None
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:
                 if attempt == self.attempts:
                     reason = getattr(error, "reason", error)
@@ -195,13 +236,15 @@ class RegistryClient:
             delay *= 2
         raise AssertionError("unreachable")
 
-    def _attempt(self, request: urllib.request.Request, entry: str, sink: IO[bytes], cap: int) -> None:
+    def _attempt(self, request: urllib.request.Request, entry: str, sink: IO[bytes], cap: int, seen: dict[str, str] | None = None) -> None:
         with Transfer(self.deadline) as transfer:
             opener = urllib.request.build_opener(
                 TrackedHTTPHandler(transfer), TrackedHTTPSHandler(transfer), OriginRedirects(self.token_origin or self.registry)
             )
             try:
                 with opener.open(request, timeout=self.timeout) as reply:
+                    if seen is not None:
+                        seen.update({k: reply.headers[k] for k in ("etag", "last-modified") if reply.headers.get(k)})
                     _stream(reply, sink, cap, f"{entry}: {reply.url}")
             except DownloadRefused:
                 raise

@@ -53,8 +53,12 @@ def _export_package(tree: Path, packument: dict[str, Any], staging: Path) -> str
     name = str(packument["name"])
     folder = staging / verdaccio.storage_folder(name)
     folder.mkdir(parents=True, exist_ok=True)
+    held = []
     for version in packument.get("versions") or {}:
+        if "_mirror" in packument and not (tree / tarball_path(name, version)).is_file():
+            continue  # mirrored, not fetched yet: Verdaccio's own `_distfiles` entry says where it is
         shutil.copyfile(tree / tarball_path(name, version), folder / tarball_filename(name, version))
-    document = verdaccio.storage_document(packument)
+        held.append(version)
+    document = verdaccio.storage_document(packument, held)
     atomic_write_bytes(folder / verdaccio.DOCUMENT, json.dumps(document, indent=2, ensure_ascii=False).encode())
     return name

@@ -35,6 +35,8 @@ def manifest_problem(manifest: Mapping[str, Any], name: str, version: str, what:
 
 def _same_version(found: object, wanted: str) -> bool:
     """Equal as the build reads them (node-semver's loose clean: `v1.0.0` is `1.0.0`)."""
+    if found == wanted:
+        return True  # the usual case, without parsing either
     try:
         return clean_version(found) == clean_version(wanted)
     except InvalidVersion:

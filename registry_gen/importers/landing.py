@@ -60,24 +60,33 @@ def land_package(
     Runs under `WriteService.store_batch` (the write lock). The ledger first (what this import is
     about to write, so a crash leaves archives a re-run recognises as its own), then archives (a
     crash before the meta leaves archives a re-run finds present and whose meta it then writes),
-    then the meta, then the ledger again with the files' times. `adopted`: an administrator merged
-    this import into a package owned here (`--merge-into`): what it held now follows the origin."""
+    then the meta. `adopted`: an administrator merged this import into a package owned here
+    (`--merge-into`): what it held now follows the origin."""
     previous = ledger.read(record.name)
     files = dict(previous.files) if previous is not None and previous.origin == record.origin else {}
     if adopted:
         files |= {key: ledger.mark(key) for key in ledger.held(record.name)[0]}
-    new = {archive_key(record.name, version): verified for version, verified in archives.items()}
-    files |= {key: FileMark(verified.path.stat().st_size, verified.sha512) for key, verified in new.items()}
-    ledger.write(OriginRecord(record.name, record.origin, files))
-    written = [key for key, verified in new.items() if _store_archive(storage, key, verified)]
+    written = land_archives(storage, ledger, OriginRecord(record.name, record.origin, files), archives)
     key = meta_key(record.name)
     before = read_meta(storage, key)
     merged = merge_meta(before, record, set(held) | set(archives), take_maintainers=not adopted)
     if _differs(before, merged):
         write_meta(storage, key, merged)
         written.append(key)
+    return written
+
+
+def land_archives(storage: ContentStorage, ledger: OriginLedger, known: OriginRecord, archives: Mapping[str, Verified]) -> list[str]:
+    """Stores `archives` (version -> verified file) for `known.name`, recorded in the ledger as
+    `known.origin`'s (with what `known.files` already says); returns the keys written. The ledger
+    is written first (what is about to land), then the archives, then the ledger again with the
+    files' times, so a crash anywhere leaves nothing a re-run would take for another origin's."""
+    new = {archive_key(known.name, version): verified for version, verified in archives.items()}
+    files = {**known.files, **{key: FileMark(verified.path.stat().st_size, verified.sha512) for key, verified in new.items()}}
+    ledger.write(OriginRecord(known.name, known.origin, files))
+    written = [key for key, verified in new.items() if _store_archive(storage, key, verified)]
     if new:
-        ledger.write(OriginRecord(record.name, record.origin, files | {k: ledger.mark(k, v.sha512) for k, v in new.items()}))
+        ledger.write(OriginRecord(known.name, known.origin, files | {k: ledger.mark(k, v.sha512) for k, v in new.items()}))
     return written
 
 

@@ -108,6 +108,10 @@ class OriginLedger:
         data = {"name": record.name, "origin": record.origin, "files": files}
         atomic_write_bytes(self.path(record.name), (json.dumps(data, indent=2) + "\n").encode())
 
+    def forget(self, name: str) -> None:
+        """Drops the package's record: whatever content/ holds for it is then this registry's own."""
+        self.path(name).unlink(missing_ok=True)
+
     def held(self, name: str) -> tuple[list[str], bool]:
         """(the archive keys content/ holds for `name`, whether it has a registry-meta.json).
 

@@ -34,7 +34,7 @@ from registry_gen.importers.origins import OriginLedger, storage_origin
 from registry_gen.importers.upstream import dependency_specs
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir, tarball_filename
-from registry_gen.settings import Settings
+from registry_gen.settings import Limits, Settings
 from registry_gen.state import JournalEvent
 from registry_gen.state.ledger import UNCHECKED
 from registry_gen.storage import ContentStorage, archive_key, meta_key, read_meta
@@ -207,14 +207,7 @@ class Importer:
         problem, sha512 = file_integrity_problem(path, source.integrity, source.shasum)
         if problem is not None:
             return problem, sha512
-        try:
-            with open(path, "rb") as archive:
-                manifest = read_archive(archive, self.settings.limits).manifest
-        except InvalidArchive as exc:
-            return f"the tarball cannot be served ({exc})", sha512
-        if not isinstance(manifest, dict):
-            return "the tarball's package.json is not an object", sha512
-        return manifest_problem(manifest, source.name, source.version, "tarball's package.json"), sha512
+        return archive_problem(path, source.name, source.version, self.settings.limits)[0], sha512
 
     def land(self, fetched: Fetched) -> None:
         self.summary.present += fetched.present
@@ -286,6 +279,19 @@ class Importer:
         self.downloads = None
 
 
+def archive_problem(path: Path, name: str, version: str, limits: Limits) -> tuple[str | None, str | None]:
+    """(why the file at `path` cannot be served as name@version, or None; the archive rule it
+    breaks, None when it reads as an archive but names another package or version)."""
+    try:
+        with open(path, "rb") as archive:
+            manifest = read_archive(archive, limits).manifest
+    except InvalidArchive as exc:
+        return f"the tarball cannot be served ({exc})", exc.rule
+    if not isinstance(manifest, dict):
+        return "the tarball's package.json is not an object", "manifest-json"
+    return manifest_problem(manifest, name, version, "tarball's package.json"), None
+
+
 def _prune_empty(root: Path) -> None:
     """Drops staging folders left empty; staged files of failed versions stay for the next run."""
     if not root.is_dir():
@@ -310,7 +316,7 @@ def _storage_listing(root: Path) -> dict[str, list[str]]:
     return listing
 
 
-def _verdaccio_config(path: Path | None) -> dict:
+def read_verdaccio_config(path: Path | None) -> dict:
     """Verdaccio's config.yaml (its `packages:` rules say who publishes what), when there is one."""
     if path is None or not path.is_file():
         return {}
@@ -329,7 +335,7 @@ def import_verdaccio(
     `accounts` ({username: account id}, the ones this import created) bind the maintainers of the
     packages this import creates (never of one that was here before)."""
     importer = Importer(settings, progress or SilentProgress(), merge_into=frozenset(merge_into))
-    rules = _verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
+    rules = read_verdaccio_config(config or storage_dir.parent / verdaccio.CONFIG)
     folders = verdaccio.package_folders(_storage_listing(storage_dir))
     importer.progress.start(len(folders))
 

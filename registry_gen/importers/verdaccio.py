@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from datetime import datetime
 from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 from typing import Any
 
 from registry_gen.importers.identity import manifest_problem
 from registry_gen.importers.model import ImportProblem, PackageRecord, Skipped, VersionSource, iso_time
-from registry_gen.names import split_name, tarball_filename
+from registry_gen.names import split_name, tarball_filename, tarball_path
 
 DOCUMENT = "package.json"
 DATABASE = ".verdaccio-db.json"
@@ -139,14 +140,19 @@ def _files_under(folder: str, name: str) -> bool:
 # ---------------------------------------------------------------- export
 
 
-def storage_document(packument: Mapping[str, Any]) -> dict[str, Any]:
-    """The `package.json` Verdaccio 6 keeps for a package it hosts, from our package document."""
+def storage_document(packument: Mapping[str, Any], held: Iterable[str] | None = None) -> dict[str, Any]:
+    """The `package.json` Verdaccio 6 keeps for a package it hosts, from our package document.
+
+    A mirrored package (`_mirror`) is written the way Verdaccio keeps one it proxies: its uplink in
+    `_uplinks`, and the tarballs not `held` here in `_distfiles` (their upstream URLs), so a
+    Verdaccio configured with an uplink of that name fetches them as this mirror would."""
     name = str(packument["name"])
     versions = dict(packument.get("versions") or {})
+    kept = set(versions) if held is None else set(held)
     attachments = {
         tarball_filename(name, version): {"shasum": (manifest.get("dist") or {}).get("shasum"), "version": version}
-        for version, manifest in versions.items()
-    }
+        for version, manifest in versions.items() if version in kept
+    }  # fmt: skip
     doc = {
         "name": name,
         "versions": versions,
@@ -160,11 +166,101 @@ def storage_document(packument: Mapping[str, Any]) -> dict[str, Any]:
         "_id": name,
         "readme": str(packument.get("readme") or ""),
     }
+    marker = packument.get("_mirror")
+    if isinstance(marker, Mapping):
+        doc.update(_proxied(name, versions, kept, marker))
     if packument.get("maintainers"):
         doc["maintainers"] = packument["maintainers"]
     return doc
 
 
+def _proxied(name: str, versions: Mapping[str, Any], kept: set[str], marker: Mapping[str, Any]) -> dict[str, Any]:
+    uplink, url = str(marker.get("uplink")), str(marker.get("url") or "")
+    fetched = iso_time(marker.get("refreshed"))
+    distfiles = {
+        tarball_filename(name, version): {
+            "url": url.rstrip("/") + "/" + tarball_path(name, version),
+            "sha": (manifest.get("dist") or {}).get("shasum"),
+            "registry": uplink,
+        }
+        for version, manifest in versions.items() if version not in kept
+    }  # fmt: skip
+    stamp = int(datetime.fromisoformat(fetched.replace("Z", "+00:00")).timestamp() * 1000) if fetched else 0
+    return {"_uplinks": {uplink: {"etag": "", "fetched": stamp}}, "_distfiles": distfiles}
+
+
 def storage_folder(name: str) -> str:
     scope, bare = split_name(name)
     return f"{scope}/{bare}" if scope else bare
+
+
+# ---------------------------------------------------------------- config.yaml -> registry.yaml
+
+_UPLINK_KEYS = ("url", "timeout", "maxage", "max_fails", "fail_timeout", "retry", "auth", "headers")
+_READ = {"$all": "all", "$anonymous": "all", "$authenticated": "authenticated", "@all": "all", "@authenticated": "authenticated"}
+PACKAGE_FILTER = "@verdaccio/package-filter"
+
+
+def registry_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The registry.yaml keys (`uplinks:`, `packages:`) that carry a Verdaccio config.yaml's intent,
+    and a note for each thing that does not carry over (pure)."""
+    notes: list[str] = []
+    uplinks = {}
+    for name, spec in (config.get("uplinks") or {}).items():
+        if not isinstance(spec, Mapping):
+            continue
+        uplinks[str(name)] = {key: spec[key] for key in _UPLINK_KEYS if key in spec}
+        dropped = sorted(set(spec) - set(_UPLINK_KEYS))
+        if dropped:
+            notes.append(f"uplinks.{name}: {', '.join(dropped)} not carried over (registry-gen keeps every tarball and has no proxy settings)")
+    policy = _filter_policy(config, notes)
+    packages = {str(pattern): _package_rule(str(pattern), rule, policy, notes) for pattern, rule in (config.get("packages") or {}).items()
+                if isinstance(rule, Mapping)}  # fmt: skip
+    return {"uplinks": uplinks, "packages": packages}, notes
+
+
+def _package_rule(pattern: str, rule: Mapping[str, Any], policy: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    access = rule.get("access", "$all")
+    people = access.split() if isinstance(access, str) else [str(a) for a in access or []]
+    readers = {_READ.get(person, person) for person in people}
+    if readers & {"all"} or not people:
+        out["read"] = "all"
+    elif readers == {"authenticated"}:
+        out["read"] = "authenticated"
+    else:
+        out["read"] = sorted(readers - {"authenticated"})
+        notes.append(f"packages.{pattern!r}: access {access!r} becomes read by the groups {out['read']} (give the users those groups)")
+    proxies = rule.get("proxy", "")
+    proxies = proxies.split() if isinstance(proxies, str) else [str(p) for p in proxies]
+    if proxies:
+        out["proxy"] = proxies[0]
+        out.update(policy)
+        if len(proxies) > 1:
+            notes.append(f"packages.{pattern!r}: proxied to {proxies[0]} only (registry-gen mirrors each pattern from one uplink)")
+    if any(key in rule for key in ("publish", "unpublish")):
+        notes.append(f"packages.{pattern!r}: publish/unpublish not carried over (writes keep the owner rules: the first publisher owns a name)")
+    return out
+
+
+def _filter_policy(config: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """Verdaccio's package-filter plugin (minAgeDays, block) as the mirror's policy keys."""
+    found = (config.get("filters") or {}).get(PACKAGE_FILTER) if isinstance(config.get("filters"), Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    policy: dict[str, Any] = {}
+    if isinstance(found.get("minAgeDays"), (int, float)):
+        policy["min_release_age"] = f"{found['minAgeDays']}d"
+    block = []
+    for entry in found.get("block") or []:
+        if isinstance(entry, Mapping) and entry.get("scope"):
+            block.append(str(entry["scope"]))
+        elif isinstance(entry, Mapping) and entry.get("package"):
+            versions = entry.get("versions")
+            block.append(f"{entry['package']}@{versions}" if versions else str(entry["package"]))
+    if block:
+        policy["block"] = block
+    dropped = sorted(set(found) - {"minAgeDays", "block"})
+    if dropped:
+        notes.append(f"filters.{PACKAGE_FILTER}: {', '.join(dropped)} not carried over")
+    return policy

@@ -41,11 +41,25 @@ def nested_known_keys(tmp_path: Path, key: str) -> set[str]:
     return set()
 
 
+def entry_known_keys(tmp_path: Path) -> set[str]:
+    """The keys the loader knows inside one `packages:` entry and inside one uplink."""
+    config = tmp_path / "registry.yaml"
+    config.write_text(yaml.safe_dump({"packages": {"x": {"no_such_key": 1}}}), encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_settings(config)
+    in_rule = re.search(r"must be a mapping of ([^(]*) \(", str(raised.value))
+    assert in_rule is not None, str(raised.value)
+    in_uplink = loader_known_keys(tmp_path, {"uplinks": {"u": {"url": "https://up.example/", "no_such_key": 1}}})
+    return {reference.RULE_PREFIX + key for key in in_rule.group(1).split(", ")} | {reference.UPLINK_PREFIX + key for key in in_uplink}
+
+
 def every_key(tmp_path: Path) -> set[str]:
     top = loader_known_keys(tmp_path, {"no_such_key": 1})
     nested = {f"{group}.{key}" for group in sorted(top) for key in nested_known_keys(tmp_path, group)}
-    assert {"base_url", "limits", "packages", "storage"} <= top and "limits.max_members" in nested
-    return top | nested
+    entries = entry_known_keys(tmp_path)
+    assert {"base_url", "limits", "packages", "storage", "uplinks"} <= top and "limits.max_members" in nested
+    assert {reference.RULE_KEY, "packages.<pattern>.proxy", "uplinks.<name>.maxage"} <= entries
+    return top | nested | entries
 
 
 def rows(page: str) -> dict[str, list[str]]:
@@ -61,7 +75,7 @@ def rows(page: str) -> dict[str, list[str]]:
 def test_every_key_the_loader_accepts_has_an_entry_with_type_default_and_description(tmp_path: Path) -> None:
     page = reference.config_reference()
     entries = rows(page)
-    assert every_key(tmp_path) | {reference.RULE_KEY} == set(entries)
+    assert every_key(tmp_path) == set(entries)
     for key, (type_name, default, description) in entries.items():
         assert type_name and default.startswith("`") and len(description) > 10, key
 
@@ -77,8 +91,8 @@ def test_each_default_shown_is_the_default_the_loader_uses(tmp_path: Path) -> No
     defaults = Settings()
     config = tmp_path / "registry.yaml"
     for key in reference.config_keys():
-        if key.name == reference.RULE_KEY:
-            continue
+        if key.name.startswith((reference.RULE_PREFIX, reference.UPLINK_PREFIX)):
+            continue  # one entry's keys: test_each_default_shown_inside_an_entry_changes_nothing
         group, _, name = key.name.rpartition(".")
         value = yaml.safe_load(key.default)
         config.write_text(yaml.safe_dump({group: {name: value}} if group else {name: value}), encoding="utf-8")
@@ -91,6 +105,29 @@ def test_each_default_shown_is_the_default_the_loader_uses(tmp_path: Path) -> No
     assert {k.name: k.default for k in reference.config_keys()}["auth_limits.signup_burst"] == str(AuthLimits().signup_burst)
 
 
+def test_each_default_shown_inside_an_entry_changes_nothing(tmp_path: Path) -> None:
+    """A `packages:` entry or an uplink with a key written at its shown default loads as one without it."""
+    config = tmp_path / "registry.yaml"
+
+    def loaded(rule: dict[str, Any], uplink: dict[str, Any]) -> tuple[Any, Any]:
+        document = {"uplinks": {"up": {"url": "https://up.example/", **uplink}}, "packages": {"**": {"read": "all", **rule}}}
+        config.write_text(yaml.safe_dump(document), encoding="utf-8")
+        settings = load_settings(config)
+        return settings.packages.rules, settings.uplinks
+
+    plain = loaded({}, {})
+    shown = [key for key in reference.config_keys() if key.name.startswith((reference.RULE_PREFIX, reference.UPLINK_PREFIX))]
+    assert len(shown) == 15
+    for key in shown:
+        if key.default == "(required)":
+            continue
+        group, _, name = key.name.rpartition(".")
+        value = yaml.safe_load(key.default)
+        written = loaded({name: value}, {}) if group + "." == reference.RULE_PREFIX else loaded({}, {name: value})
+        assert written == plain, key.name
+    assert {k.name: k.default for k in shown}["uplinks.<name>.maxage"] == "2m"
+
+
 def test_descriptions_come_from_the_code_where_it_has_them() -> None:
     described = {key.name: key.description for key in reference.config_keys()}
     # The comment beside the key in init's registry.yaml, the comment block above base_url, the
@@ -99,6 +136,7 @@ def test_descriptions_come_from_the_code_where_it_has_them() -> None:
     assert described["base_url"].startswith("The public URL clients use")
     assert described["limits"].startswith("Caps on what an archive may hold")
     assert described["state_dir"].startswith("the build's state beside the tree")
+    assert described["uplinks.<name>.maxage"].startswith("a fetched document is fresh this long")  # mirror.config's example
 
 
 @pytest.mark.parametrize(

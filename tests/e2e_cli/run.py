@@ -85,13 +85,27 @@ def plugin_registry(root: Path) -> Iterator[str]:
         yield base
 
 
+def battery_config(suite: Path, uplink_port: int) -> str:
+    """registry.yaml for the battery: open sign-up, and the uplink and proxied patterns of the
+    config the suite recommends (`--print-config`, for the mock uplink on `uplink_port`), as
+    `registry-gen import verdaccio-config` translates them."""
+    printed = subprocess.run(["node", str(suite), "--uplink-port", str(uplink_port), "--print-config"],
+                             capture_output=True, text=True, check=True, timeout=120, env=clean_env())  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="e2e-config-") as scratch:
+        config = Path(scratch) / "config.yaml"
+        config.write_text(printed.stdout)
+        translated = subprocess.run([sys.executable, "-m", "registry_gen", "import", "verdaccio-config", str(config)],
+                                    capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    return "signup: open\n" + translated.stdout
+
+
 @contextlib.contextmanager
-def serve_registry(root: Path) -> Iterator[str]:
+def serve_registry(root: Path, config: str = "signup: open\n") -> Iterator[str]:
     """`registry-gen serve` with open sign-up, spelled http://localhost:PORT/ as the suite wants."""
     port = free_port()
     base = f"http://localhost:{port}/"
     (root / "content").mkdir(parents=True)
-    (root / "registry.yaml").write_text("signup: open\n")
+    (root / "registry.yaml").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     with open(root / "serve.log", "w") as log:
         process = subprocess.Popen(
@@ -106,9 +120,12 @@ def serve_registry(root: Path) -> Iterator[str]:
             stop_process(process)
 
 
-def suite_env(workdir: Path, *, plugins: str | None) -> dict[str, str]:
-    """The suite's processes get their own HOME, temp folder and npm cache (nothing of the caller's)."""
+def suite_env(workdir: Path, *, plugins: str | None, uplink_port: int | None = None) -> dict[str, str]:
+    """The suite's processes get their own HOME, temp folder and npm cache (nothing of the caller's);
+    `uplink_port`: where the uplink scenarios start their mock uplink (the registry proxies to it)."""
     env = clean_env()
+    if uplink_port is not None:
+        env["E2E_UPLINK_PORT"] = str(uplink_port)
     for name in ("home", "tmp", "npm-cache"):
         (workdir / name).mkdir(parents=True, exist_ok=True)
     env.update(HOME=str(workdir / "home"), TMPDIR=str(workdir / "tmp"), npm_config_cache=str(workdir / "npm-cache"),
@@ -126,11 +143,12 @@ def run_client(client: str, suite: Path, workdir: Path) -> tuple[int, str]:
     args = ["node", str(suite), "--pm", f"{SUITE_NAMES[client]}={binary}"]
     for name in NOT_APPLICABLE:
         args += ["--skip-test", name]
+    uplink_port = free_port()
     with contextlib.ExitStack() as stack:
         plugins = stack.enter_context(plugin_registry(workdir / "plugins")) if client == "yarn4" else None
-        registry = stack.enter_context(serve_registry(workdir / "registry"))
+        registry = stack.enter_context(serve_registry(workdir / "registry", battery_config(suite, uplink_port)))
         proc = subprocess.run(
-            [*args, "--registry", registry], cwd=workdir, env=suite_env(workdir, plugins=plugins),
+            [*args, "--registry", registry], cwd=workdir, env=suite_env(workdir, plugins=plugins, uplink_port=uplink_port),
             capture_output=True, text=True, timeout=SUITE_TIMEOUT,
         )  # fmt: skip
     return proc.returncode, _ANSI.sub("", proc.stdout + proc.stderr)

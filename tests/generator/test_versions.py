@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from registry_gen.errors import InvalidVersion
 from registry_gen.versions import choose_dist_tags, highest_stable, is_prerelease, sort_versions, validate_version
@@ -85,3 +87,24 @@ def test_tags_are_sorted_for_stable_output() -> None:
         "latest",
         "zeta",
     ]
+
+
+_IDENTIFIER = st.one_of(st.integers(0, 30).map(str), st.sampled_from(["alpha", "beta", "rc", "a1", "0a", "x-y", "A", "Z"]))
+_VERSION = st.builds(
+    lambda core, pre, build: "%d.%d.%d" % core + (("-" + ".".join(pre)) if pre else "") + (("+" + build) if build else ""),
+    st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 12)),
+    st.lists(_IDENTIFIER, max_size=3),
+    st.sampled_from(["", "build.1", "sha.abc"]),
+)
+
+
+@given(st.lists(_VERSION, min_size=2, max_size=40))
+def test_sorting_by_the_order_key_is_semver_precedence(versions: list[str]) -> None:
+    """sort_versions sorts by a plain tuple (30x faster on big packages); it must order exactly as
+    python-semver's precedence does, prereleases, numeric and alphanumeric identifiers included."""
+    import functools
+
+    import semver
+
+    expected = sorted(versions, key=functools.cmp_to_key(lambda a, b: semver.Version.parse(a).compare(b)))
+    assert [semver.Version.parse(v).compare(w) for v, w in zip(sort_versions(versions), expected, strict=True)] == [0] * len(versions)

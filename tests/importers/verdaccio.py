@@ -44,31 +44,38 @@ def install_verdaccio() -> Path:
     return entry
 
 
-def write_config(root: Path, storage: Path, htpasswd: Path, publishers: dict[str, str] | None = None) -> Path:
-    """No uplinks: everything Verdaccio serves is what the test put into its storage.
-    `publishers`: {package pattern: space-separated users} allowed to publish (the rest: $authenticated)."""
+def write_config(
+    root: Path, storage: Path, htpasswd: Path, publishers: dict[str, str] | None = None, proxy: str | None = None
+) -> Path:
+    """No uplinks (unless `proxy`): everything Verdaccio serves is what the test put into its storage.
+    `publishers`: {package pattern: space-separated users} allowed to publish (the rest: $authenticated).
+    `proxy`: an upstream registry URL every package is proxied to (Verdaccio then fills its storage)."""
     config = root / "config.yaml"
     rules = "".join(
         f"  '{pattern}':\n    access: $all\n    publish: {users}\n    unpublish: {users}\n"
         for pattern, users in (publishers or {}).items()
     )
+    uplinks = f"uplinks:\n  upstream:\n    url: {proxy}\n    timeout: 60s\n" if proxy else "uplinks: {}\n"
+    proxied = "    proxy: upstream\n" if proxy else ""
     config.write_text(
         f"storage: {storage}\n"
         "auth:\n"
         "  htpasswd:\n"
         f"    file: {htpasswd}\n"
         "    max_users: 100\n"
-        "uplinks: {}\n"
+        f"{uplinks}"
         "packages:\n"
         f"{rules}"
         "  '@*/*':\n"
         "    access: $all\n"
         "    publish: $authenticated\n"
         "    unpublish: $authenticated\n"
+        f"{proxied}"
         "  '**':\n"
         "    access: $all\n"
         "    publish: $authenticated\n"
         "    unpublish: $authenticated\n"
+        f"{proxied}"
         "server:\n"
         "  keepAliveTimeout: 5\n"
         "security:\n"
@@ -81,16 +88,18 @@ def write_config(root: Path, storage: Path, htpasswd: Path, publishers: dict[str
 
 @contextmanager
 def verdaccio_server(
-    root: Path, storage: Path | None = None, htpasswd: Path | None = None, publishers: dict[str, str] | None = None
+    root: Path, storage: Path | None = None, htpasswd: Path | None = None, publishers: dict[str, str] | None = None,
+    *, proxy: str | None = None, port: int | None = None,
 ) -> Iterator[str]:
-    """Verdaccio serving `storage` (default root/storage); yields its base URL (trailing slash)."""
+    """Verdaccio serving `storage` (default root/storage); yields its base URL (trailing slash).
+    `port`: listen there (a restart on the same address); default: a free one."""
     entry = install_verdaccio()
     storage = storage or root / "storage"
     htpasswd = htpasswd or root / "htpasswd"
     root.mkdir(parents=True, exist_ok=True)
     storage.mkdir(parents=True, exist_ok=True)
-    config = write_config(root, storage, htpasswd, publishers)
-    port = free_port()
+    config = write_config(root, storage, htpasswd, publishers, proxy)
+    port = port or free_port()
     log = open(root / "verdaccio.log", "w")  # noqa: SIM115 - closed after the process
     env = clean_env()
     env["HOME"] = str(root)
