@@ -116,18 +116,8 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
                 f"note: base_url {settings.base_url} has a path; this config serves the tree at /, so put it behind a proxy that strips the path",
                 err=True,
             )
-        common: dict[str, Any] = {
-            "server_name": server_name,
-            "document_max_age": document_max_age,
-            "max_body_size": default_max_body_size(settings),
-        }
-        if settings.packages.proxies:
-            common["proxied"] = [(rule.regex, rule.proxy is not None) for rule in settings.packages.rules]
-        if settings.packages.in_force:
-            from registry_gen.nginx_access import ReadCheck
-
-            default_path = "read_cache" if standalone else "/var/cache/nginx/registry-gen-read"
-            common["read_check"] = ReadCheck(read_cache_path or default_path, read_cache_seconds)
+        read_cache = (read_cache_path or ("read_cache" if standalone else "/var/cache/nginx/registry-gen-read"), read_cache_seconds)
+        common = _nginx_common(settings, server_name, document_max_age, read_cache)
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -139,6 +129,22 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         _write_text(text, out)
+
+
+def _nginx_common(settings: Settings, server_name: str, document_max_age: int, read_cache: tuple[str, int]) -> dict[str, Any]:
+    """The nginx config's arguments that a snippet and a standalone config share."""
+    common: dict[str, Any] = {
+        "server_name": server_name,
+        "document_max_age": document_max_age,
+        "max_body_size": default_max_body_size(settings),
+    }
+    if settings.packages.proxies:
+        common["proxied"] = [(rule.regex, rule.proxy is not None) for rule in settings.packages.rules]
+    if settings.packages.in_force:
+        from registry_gen.nginx_access import ReadCheck
+
+        common["read_check"] = ReadCheck(*read_cache)
+    return common
 
 
 def _register_object_store(host: typer.Typer, settings_from_options: SettingsFactory) -> None:
