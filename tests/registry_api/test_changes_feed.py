@@ -5,8 +5,7 @@ only to callers who may read it; a bad parameter is a 400 naming it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -18,13 +17,22 @@ pytestmark = pytest.mark.slow
 RULES = "content_dir: content\nout_dir: public\ndata_dir: data\nsignup: open\npackages:\n  'secret-*': {read: [insiders]}\n  '**': {read: all}\n"
 
 
+class Written(NamedTuple):
+    server: RegistryProcess
+    alice: str  # the writer's token
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryProcess]:
+def written(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Written]:
+    """A server whose feed was empty, after `_writes` (each test may add writes of its own)."""
     root = tmp_path_factory.mktemp("changes")
     (root / "registry.yaml").write_text(RULES)
     process = RegistryProcess(root).start()
     try:
-        yield process
+        assert _feed(process) == {"results": [], "last_seq": 0}
+        alice = add_user(process.base, "alice", "alice-password-1")
+        _writes(process, alice)
+        yield Written(process, alice)
     finally:
         process.stop()
 
@@ -66,12 +74,9 @@ PUBLIC_WRITES = [
 PRIVATE_WRITE = ("package:publish", "secret-feed", ["1.0.0"])
 
 
-def test_feed_lists_writes_in_order_and_hides_private_packages(server: RegistryProcess, tmp_path: Path) -> None:
-    alice = add_user(server.base, "alice", "alice-password-1")
+def test_feed_lists_writes_in_order_and_hides_private_packages(written: Written) -> None:
+    server, alice = written
     bob = add_user(server.base, "bob", "bob-password-1")
-    assert _feed(server) == {"results": [], "last_seq": 0}
-    _writes(server, alice)
-
     anonymous = _feed(server)
     assert _seen(anonymous) == PUBLIC_WRITES
     outsider = _feed(server, token=bob)  # logged in, not in the group the rule names
@@ -102,7 +107,8 @@ def _insider(server: RegistryProcess) -> str:
     return token
 
 
-def test_feed_pages_by_since_and_limit(server: RegistryProcess) -> None:
+def test_feed_pages_by_since_and_limit(written: Written) -> None:
+    server = written.server
     everything = _feed(server, "?limit=1000")
     assert len(everything["results"]) >= 2
     paged, since = [], 0
@@ -120,7 +126,7 @@ def test_feed_pages_by_since_and_limit(server: RegistryProcess) -> None:
 
 
 @pytest.mark.parametrize("query", ["?since=abc", "?since=-1", "?since=1.5", "?limit=0", "?limit=x", "?since=%EF%BC%91"])
-def test_bad_paging_is_a_400_naming_the_parameter(server: RegistryProcess, query: str) -> None:
-    reply = http("GET", f"{server.base}-/changes{query}")
+def test_bad_paging_is_a_400_naming_the_parameter(written: Written, query: str) -> None:
+    reply = http("GET", f"{written.server.base}-/changes{query}")
     assert reply.status == 400, (reply.status, reply.body)
     assert reply.json["error"].startswith(query[1:].split("=")[0] + " must be")
