@@ -40,6 +40,6 @@ DOCUMENT_CACHE: Final = "public, max-age=0, must-revalidate"  # new versions sho
 ERROR_CACHE: Final = "no-cache"
 
 # GET paths whose answer depends on who asks or on the query: never files, always the API.
-API_READ_PREFIXES: Final = ("/-/whoami", "/-/v1/search", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
+API_READ_PREFIXES: Final = ("/-/whoami", "/-/v1/search", "/-/changes", "/-/v1/login", "/-/v1/done/", "/-/user/", "/-/npm/")
 USER_API_PREFIXES: Final = ("/user/", "/-/user-api/")
 USER_API_EXACT: Final = ("/user",)

@@ -24,18 +24,19 @@ file does not parse).
 
 from __future__ import annotations
 
+
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Final
 
 from registry_gen import publish
 from registry_gen.audit import Who
 from registry_gen.build import BuildResult, build_locked
-from registry_gen.errors import Forbidden, LockTimeout, RegistryError, VersionConflict
+from registry_gen.errors import Forbidden, LockTimeout, RegistryError, StateUnavailable, VersionConflict
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
@@ -225,6 +226,9 @@ class WriteService:
             wait = max(0.1, deadline - time.monotonic())
             with self._write_lock.package(name, wait) if name is not None else self._write_lock.whole(wait):
                 yield
+        except StateUnavailable:
+            self._drop_journal()  # its connection died with the database (a restart): the next write opens another
+            raise
         finally:
             self._thread_lock.release()
 
@@ -260,6 +264,12 @@ class WriteService:
         if self._journal is None:
             self._journal = self.state.journal()
         return self._journal
+
+    def _drop_journal(self) -> None:
+        journal, self._journal = self._journal, None
+        if journal is not None:
+            with suppress(StateUnavailable):
+                journal.close()
 
     def _write(self, current: CurrentPackage, change: Change, removing: list[str], write_id: int) -> BuildResult:
         name = current.state.name

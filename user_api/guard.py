@@ -9,16 +9,23 @@ as the request line and headers are parsed:
 - the body's declared length, and for a chunked body the bytes received so far, against the cap
   of its route (`body_cap`). Only a write whose bearer token is valid and read-write gets the
   publish cap; everything else is capped at a few KiB to 1 MiB.
+
+When the accounts' database cannot be reached (PostgreSQL down), the token cannot be checked:
+the request gets the API's 503 with Retry-After at once, as a write past the parser would, never
+a connection closed without an answer.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, Final
 
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
-from waitress.utilities import RequestEntityTooLarge
+from waitress.utilities import Error, RequestEntityTooLarge
+
+from user_api.errors import StoreUnavailable
 
 # Who calls what: user documents, logins and web-login bodies are small JSON or XML objects.
 SMALL_BODY: Final = 64 * 1024
@@ -67,6 +74,19 @@ def has_both_lengths(header_plus: bytes) -> bool:
     return b"content-length" in names and b"transfer-encoding" in names
 
 
+class Unavailable(Error):
+    """waitress's error answer for a request the guard cannot decide on: the API's JSON 503."""
+
+    code = 503
+    reason = "Service Unavailable"
+    retry_after = "5"
+
+    def to_response(self, ident: str | None = None) -> tuple[str, list[tuple[str, str]], bytes]:
+        body = json.dumps({"error": str(self.body)}).encode("utf-8")
+        headers = [("Content-Type", "application/json"), ("Cache-Control", "no-store"), ("Retry-After", self.retry_after)]
+        return f"{self.code} {self.reason}", headers, body
+
+
 class GuardedRequestParser(HTTPRequestParser):
     """waitress's parser with the two checks above (configured by `guarded_channel`)."""
 
@@ -90,7 +110,11 @@ class GuardedRequestParser(HTTPRequestParser):
     def received(self, data: bytes) -> int:
         consumed = int(super().received(data))
         if self.error is None and self.headers_finished and not self.empty:
-            cap = self._cap()
+            try:
+                cap = self._cap()
+            except StoreUnavailable as exc:
+                self.error, self.completed = Unavailable(exc.detail), True
+                return consumed
             if self.content_length > cap or self.body_bytes_received > cap:
                 self.error = RequestEntityTooLarge(f"this request's body may hold at most {cap} bytes")
                 self.completed = True

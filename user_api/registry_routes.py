@@ -58,6 +58,7 @@ ROUTES: Final = (
     Route("GET", "/-/ping", service.ping),
     Route("GET", "/-/whoami", service.whoami),
     Route("GET", "/-/v1/search", service.search),
+    Route("GET", "/-/changes", service.changes),
     Route("POST", "/-/npm/v1/security/advisories/bulk", service.audit),
     Route("POST", "/-/npm/v1/security/audits/quick", service.audit),
     Route("POST", "/-/v1/login", weblogin.web_login_start),

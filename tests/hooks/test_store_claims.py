@@ -1,33 +1,40 @@
-"""The outbox's claim rules on the real SQLite user store: a package's events reach a hook in
+"""The outbox's claim rules on the real user store, SQLite and PostgreSQL: a package's events reach a hook in
 journal order (a later one waits while an earlier one is pending, even when due first), an
 expansion repeated inserts nothing twice, and a claim is taken over only after its lease."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
+
+import pytest
 
 from registry_gen.hooks.rules import delivery_id
 from registry_gen.hooks.store import DELIVERED, PENDING, Attempt, NewDelivery
-from user_api.credentials import PasswordHasher
-from user_api.sqlstore import SqlUserStore
+from registry_gen.settings import Settings
+from tests.user_api.conftest import FAST_HASHER, postgres_server, store_settings  # noqa: F401 - fixtures used here
+from user_api.hooks_service import hook_store
+from user_api.store import open_user_store
 from user_api.store_hooks import SqlHookStore
-from user_api.store_sqlite import SqliteDialect
 
 
-def _store(tmp_path: Path) -> tuple[SqlHookStore, str]:
-    users = SqlUserStore(SqliteDialect(tmp_path / "users.sqlite3"), PasswordHasher())
-    owner = users.create_user("alice", "alice-password-1")
-    hooks = SqlHookStore(users.dialect)
-    hook = hooks.create_hook(owner.id, "package", "ordered", "http://203.0.113.9/", "sealed", limit=10)
-    return hooks, hook.id
+@pytest.fixture
+def hooks(store_settings: Settings) -> Iterator[tuple[SqlHookStore, str]]:  # noqa: F811 - the imported fixture
+    """The hook store of a fresh user store (SQLite, then PostgreSQL), with one hook of alice's."""
+    users = open_user_store(store_settings, hasher=FAST_HASHER)
+    try:
+        owner = users.create_user("alice", "alice-password-1")
+        found = hook_store(users)
+        yield found, found.create_hook(owner.id, "package", "ordered", "http://203.0.113.9/", "sealed", limit=10).id
+    finally:
+        users.close()
 
 
 def _new(hook_id: str, seq: int) -> NewDelivery:
     return NewDelivery(delivery_id(hook_id, seq), hook_id, seq, "ordered", {"kind": "package:publish", "seq": seq})
 
 
-def test_a_later_event_waits_for_an_earlier_pending_one_even_when_due_first(tmp_path: Path) -> None:
-    hooks, hook_id = _store(tmp_path)
+def test_a_later_event_waits_for_an_earlier_pending_one_even_when_due_first(hooks: tuple[SqlHookStore, str]) -> None:
+    hooks, hook_id = hooks
     assert hooks.expand([_new(hook_id, 1), _new(hook_id, 2)], after=0, cursor=2, now=100.0) == 2
     assert hooks.expand([_new(hook_id, 1), _new(hook_id, 2)], after=0, cursor=2, now=100.0) == 0  # a repeat adds nothing
     [first] = hooks.claim_due("w", now=100.0, lease=10, limit=10)
@@ -40,8 +47,8 @@ def test_a_later_event_waits_for_an_earlier_pending_one_even_when_due_first(tmp_
     assert hooks.cursor() == 2
 
 
-def test_a_claim_is_taken_over_only_after_its_lease_and_the_old_worker_cannot_record(tmp_path: Path) -> None:
-    hooks, hook_id = _store(tmp_path)
+def test_a_claim_is_taken_over_only_after_its_lease_and_the_old_worker_cannot_record(hooks: tuple[SqlHookStore, str]) -> None:
+    hooks, hook_id = hooks
     hooks.expand([_new(hook_id, 1)], after=0, cursor=1, now=100.0)
     [claimed] = hooks.claim_due("killed", now=100.0, lease=10, limit=10)
     assert hooks.claim_due("next", now=105.0, lease=10, limit=10) == []

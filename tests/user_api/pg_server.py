@@ -59,6 +59,10 @@ class PostgresServer:
             str(self.bindir / "initdb"), "-D", str(self.data_dir), "-A", "trust", "-U", "postgres",
             "-E", "UTF8", "--locale=C.UTF-8", "--no-sync",
         )
+        self.resume()
+
+    def resume(self) -> None:
+        """Starts the server on its data (again, after `halt`)."""
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
             " -c synchronous_commit=off -c full_page_writes=off"
@@ -67,6 +71,10 @@ class PostgresServer:
             str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-o", options,
             "-l", str(self.root / "server.log"), "-w", "-t", "60", "start",
         )
+
+    def halt(self) -> None:
+        """Stops the server, keeping its data (an outage: every connection is cut; `resume` ends it)."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
 
     def stop(self) -> None:
         try:
