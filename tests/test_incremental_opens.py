@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from registry_gen.build import run_build
-from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
+from registry_gen.state import open_state
 from registry_gen.settings import Settings
 from tests.support import make_tarball
 
@@ -212,10 +212,8 @@ def test_index_documents_joined_from_pieces_are_the_bytes_dumps_makes() -> None:
 def test_the_manifest_cache_forgets_removed_archives(settings: Settings) -> None:
     archives = _registry(settings)
     run_build(settings)
-    cache_path = settings.state_folder / CACHE_FILE
-
     def cached(shasum: str) -> bool:
-        cache = ManifestCache(cache_path, readonly=True)
+        cache = open_state(settings).manifests(readonly=True)
         try:
             return cache.manifest(shasum) is not None
         finally:

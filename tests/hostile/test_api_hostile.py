@@ -23,7 +23,7 @@ import pytest
 import webtest
 
 from registry_gen.build import run_build
-from registry_gen.settings import Settings
+from registry_gen.settings import HookSettings, Settings
 from registry_gen.verify import verify_tree
 from tests.hostile.corpus import CASES, LIMITS, Case
 from tests.hostile.harness import Server, publish_body, request, tarball
@@ -71,7 +71,7 @@ class Registry:
 def registry(tmp_path: Path) -> Iterator[Registry]:
     settings = Settings(
         content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
-        base_url="http://registry.test/", limits=LIMITS, signup="open",
+        base_url="http://registry.test/", limits=LIMITS, signup="open", hooks=HookSettings(allow_networks=("127.0.0.0/8",)),
     )
     settings.content_dir.mkdir()
     run_build(settings)
@@ -106,6 +106,7 @@ class Route:
     expected: tuple[int, ...]  # one status per ACTORS entry
     on_package: bool = True
     fresh: bool = False  # allowed calls go to a name not yet in the registry (creating an entry)
+    watched: Callable[[Registry], Any] | None = None  # what the route changes, when neither files nor accounts
 
 
 def _json(data: Any) -> Callable[[str, Registry, str], dict[str, Any]]:
@@ -124,6 +125,26 @@ def _current_rev(reg: Registry, name: str) -> str:
 
 
 DENIED = (401, 401, 401, 403, 403)  # anonymous, bad token, revoked token, read-only, non-owner
+HOOK_ENDPOINT = "http://127.0.0.1:9/hook"  # loopback: the fixture allows it (hooks.allow_networks)
+
+
+def _hooks(reg: Registry) -> list[dict[str, Any]]:
+    """Every hook, as its owner would list it: what a hook route may change."""
+    from user_api.hooks_service import hook_store
+
+    return [hook.view() for hook in hook_store(reg.store).list_hooks(None, package=None, offset=0, limit=1000)[0]]
+
+
+def _owners_hook(reg: Registry, name: str) -> str:
+    """A hook of the owner's on `name`, for the update and remove rows (a fresh one per call)."""
+    body = {"type": "package", "name": name, "endpoint": HOOK_ENDPOINT, "secret": "a-hook-secret-1234"}
+    reply = reg.call("POST", "/-/npm/v1/hooks/hook", actor="owner", body=body)
+    assert reply.status_int == 201, reply.body
+    return str(reply.json["id"])
+
+
+def _hook_change(name: str, reg: Registry, actor: str) -> dict[str, Any]:
+    return {"body": {"endpoint": f"{HOOK_ENDPOINT}/{actor}", "secret": f"a-new-secret-of-{actor}"}}
 ROUTES = [
     Route("publish", "PUT", lambda n, r: f"/{n}", lambda n, r, a: {"body": publish_body(n, "2.0.0", tarball(n, "2.0.0"))}, DENIED + (201, 201)),
     Route("deprecate", "PUT", lambda n, r: f"/{n}", _json(lambda n: {"_id": n, "name": n, "versions": {"1.0.0": {"deprecated": "old"}}}), DENIED + (201, 201)),
@@ -156,6 +177,14 @@ ROUTES = [
         lambda n, r: f"/user/{r.store.create_user(f'victim-{next(_addresses)}', PASSWORD, None, None, 'user').id}",
         lambda n, r, a: {}, (401, 401, 401, 403, 403, 403, 204), on_package=False,
     ),
+    # npm's hooks: any account may hook what it may read; only the hook's owner (or an admin) changes it.
+    Route("hook-add", "POST", lambda n, r: "/-/npm/v1/hooks/hook", lambda n, r, a: {"body": {
+        "type": "package", "name": n, "endpoint": HOOK_ENDPOINT, "secret": f"a-hook-secret-of-{a}"}},
+        DENIED[:4] + (201, 201, 201), watched=_hooks),
+    Route("hook-update", "PUT", lambda n, r: f"/-/npm/v1/hooks/hook/{_owners_hook(r, n)}", _hook_change,
+          DENIED[:4] + (404, 200, 200), watched=_hooks),
+    Route("hook-remove", "DELETE", lambda n, r: f"/-/npm/v1/hooks/hook/{_owners_hook(r, n)}", lambda n, r, a: {},
+          DENIED[:4] + (404, 200, 200), watched=_hooks),
     # Admin actions on a package: claim a maintainer name for an account, record an advisory.
     Route("owner-claim", "POST", lambda n, r: "/-/user-api/owners", _json(lambda n: {"package": n, "username": "stranger"}),
           DENIED + (403, 200)),
@@ -196,6 +225,8 @@ def test_auth_matrix(registry: Registry, route: Route) -> None:
             _set_up_package(registry, name)
         path = route.path(name, registry)  # may itself add a spare token: read the state after it
         state = (lambda: _package_files(registry, name)) if route.on_package else (lambda: _accounts(registry))
+        if route.watched is not None:
+            state = lambda: route.watched(registry)  # noqa: E731
         before = state()
         reply = registry.call(route.method, path, actor=actor, **route.body(name, registry, actor),
                               address=f"10.1.{next(_addresses) % 250}.1")
@@ -223,6 +254,7 @@ def test_the_matrix_covers_every_write_route_of_the_registry(registry: Registry)
         "package_delete": {"unpublish-all"}, "tarball_put": {"tarball-upload"}, "tarball_delete": {"tarball-delete"},
         "stage_version": {"stage-tag"}, "dist_tag_set": {"dist-tag-set", "old-tag"},
         "dist_tag_remove": {"dist-tag-remove"}, "create_token": {"token-create"}, "revoke_token": {"token-revoke"},
+        "add_hook": {"hook-add"}, "update_hook": {"hook-update"}, "remove_hook": {"hook-remove"},
     }
     assert names - by_design == set(covered)
     assert set().union(*covered.values()) <= {r.id for r in ROUTES}
