@@ -26,7 +26,7 @@ from registry_gen.settings import Settings
 from tests.importers.verdaccio import verdaccio_server
 from tests.mirror.helpers import document, mirror_serve, registry_gen, write_config
 from tests.registry_api.helpers import RegistryProcess, add_user, http, publish_body, tarball
-from tests.support import Npm, make_tarball
+from tests.support import Npm, make_tarball, poll
 
 pytestmark = pytest.mark.slow
 DAY = 86400.0
@@ -115,7 +115,9 @@ def test_npm_resolves_to_the_newest_version_old_enough_and_never_a_blocked_one(m
     assert sorted(served["versions"]) == ["1.1.0"] and sorted(served["time"]) == ["1.1.0", "created", "modified"]
     view = mirror.npm.run("view", "aged", "versions", "--json", cwd=tmp_path).stdout
     assert json.loads(view) in (["1.1.0"], "1.1.0")  # npm view says nothing of the versions held back
-    page = (mirror.root / "public/-/web/package/aged/index.html").read_text()
+    page_file = mirror.root / "public/-/web/package/aged/index.html"
+    poll(page_file.is_file, "the page of aged, written by the build that follows a landing (at most 60 s later)", timeout=90)
+    page = page_file.read_text()
     assert "blocked by the block entry" in page and "too young: published upstream" in page
     why = registry_gen(mirror.root, "mirror", "why", "aged@1.2.0").stdout
     assert "aged@1.2.0 is held back: too young: published upstream" in why and "min_release_age 3d" in why
