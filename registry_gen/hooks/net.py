@@ -64,10 +64,12 @@ class _PinnedConnection(http.client.HTTPConnection):
         super().__init__(host, port, timeout=timeout)
         self.address = address
         self.tls = tls
+        self.opened: socket.socket | None = None
 
     def connect(self) -> None:
         raw = socket.create_connection((self.address, self.port), timeout=self.timeout)
         self.sock = self.tls.wrap_socket(raw, server_hostname=self.host) if self.tls is not None else raw
+        self.opened = self.sock  # kept: http.client forgets `sock` once an answer says it closes
 
 
 def post(
@@ -108,8 +110,9 @@ def _exchange(connection: _PinnedConnection, parts: Any, body: bytes, headers: M
 
 
 def _cut(connection: _PinnedConnection) -> None:
-    """The attempt's time is up: shut its socket, so a read in progress fails at once."""
-    sock = connection.sock
+    """The attempt's time is up: shut its socket, so a read in progress fails at once (the socket
+    it opened: http.client forgets its `sock` once it read the head of an answer that closes)."""
+    sock = connection.opened
     if sock is not None:
         try:
             sock.shutdown(socket.SHUT_RDWR)
