@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import re
 import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
@@ -501,3 +503,68 @@ def test_the_not_found_page_offers_a_search_that_finds_the_package(demo: tuple[S
     expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=left$"))
     expect(page.locator("#search-list .package-name")).to_have_text(["left.pad_x"])
     assert fetched == ["search/le.json", "search/lef.json"]
+
+
+# ---------------------------------------------------------------- ranking (the search box's pure part)
+
+RANK_WORDS = ["express", "expr", "minimal", "minimalist", "router", "web", "sinatra", "exp", "mini", "rout", "we", "app"]
+
+
+def expected_match(record: dict[str, Any], text: str) -> int | None:
+    """The rank the search box gives `record` for `text` (site.js `why`), written out again
+    independently: exact name 0, name start 1, name word 2, keyword 3, maintainer 4,
+    description word (a lead of three characters or more) 5; None when it does not match."""
+    words = [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+    lead = next(w for w in words if len(w) >= 2)
+    rest = words[:]
+    rest.remove(lead)
+    haystack = "\n".join([record["name"], record["description"], " ".join(record["keywords"]), " ".join(record["maintainers"])]).lower()
+    if not all(term in haystack for term in rest):
+        return None
+
+    def starts(texts: list[str], shortest: int = 2) -> bool:
+        return any(w.startswith(lead) for t in texts for w in re.split(r"[^a-z0-9]+", t.lower()) if len(w) >= shortest)
+
+    name = record["name"].lower()
+    if name == text.strip().lower():
+        return 0
+    checks = [
+        name.startswith(text.strip().lower()) or name.lstrip("@").startswith(lead),
+        starts([record["name"]]),
+        starts(record["keywords"]),
+        starts(record["maintainers"]),
+        len(lead) >= 3 and starts([record["description"]], 3),
+    ]
+    return next((rank for rank, hit in enumerate(checks, 1) if hit), None)
+
+
+def random_record(rng: random.Random, index: int) -> dict[str, Any]:
+    pick = lambda n: rng.sample(RANK_WORDS, rng.randint(0, n))  # noqa: E731
+    name = "-".join(pick(2) or ["pkg"]) + rng.choice(["", f"-{index}", f".{index}x"])
+    return {
+        "name": rng.choice(["", "@scope/"]) + name if rng.random() < 0.8 else rng.choice(RANK_WORDS),
+        "description": " ".join(pick(5)).capitalize(),
+        "keywords": pick(3),
+        "maintainers": pick(1),
+        "version": "1.0.0",
+        "modified": "",
+    }
+
+
+def test_the_ranking_puts_the_exact_name_first_then_name_starts_keywords_and_descriptions(demo: tuple[Settings, str], page: Page) -> None:
+    """A property test of the search box's ranking, on 300 random queries over random records:
+    exactly the packages that match are found, best reason first (exact name, name start, name
+    word, keyword, maintainer, description word), by name within a reason, each with its reason."""
+    settings, url = demo
+    page.goto(web_url(url, "index.html"))
+    rng = random.Random(31)
+    for round_ in range(300):
+        records = [random_record(rng, n) for n in range(rng.randint(1, 25))]
+        unique = list({r["name"]: r for r in reversed(records)}.values())  # names are unique in a registry
+        text = " ".join(rng.sample(RANK_WORDS, rng.choice((1, 1, 1, 2))))
+        found = page.evaluate("([records, text]) => window.registrySearch(records, text)", [unique, text])
+        expected = sorted(((rank, r["name"]) for r in unique if (rank := expected_match(r, text)) is not None))
+        assert [(m["rank"], m["name"]) for m in found] == expected, (round_, text, records)
+        assert all(m["why"] for m in found)
+        if any(r["name"] == text for r in unique):
+            assert found[0]["name"] == text and found[0]["why"] == "exact name"
