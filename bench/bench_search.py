@@ -4,7 +4,7 @@ are indexed (issue 31), and how many shards a publish rewrites.
 The packages' descriptions and keywords are the real-world corpus's (tests/realworld, its
 package.json files), repeated to 100k packages under names that are the corpus's names plus a
 three-letter suffix, so word frequencies are those of real npm descriptions. Only the shard
-membership is computed (site.search_keys and site.search_entry, what the build stores per package):
+membership is computed (site_search.search_keys and site.search_entry, what the build stores per package):
 no tree is written. Maintainers are left out (tarballs do not carry them). Figures are reported,
 never asserted.
 """
@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from registry_gen import site
+from registry_gen import site, site_search
 from registry_gen.build.indexes import SEARCH_LEAF_MAX
 
 PACKAGES = 100_000
@@ -58,7 +58,7 @@ def shard_sizes(rows: list[dict[str, Any]], *, descriptions: bool) -> tuple[Coun
     sizes: Counter[str] = Counter()
     per_package = []
     for row in rows:
-        keys = site.search_keys(row if descriptions else {**row, "description": ""})
+        keys = site_search.search_keys(row if descriptions else {**row, "description": ""})
         entry = len(site.search_entry(row)) + 1
         per_package.append(len(keys))
         for key in keys:
@@ -68,7 +68,7 @@ def shard_sizes(rows: list[dict[str, Any]], *, descriptions: bool) -> tuple[Coun
 
 
 def largest_shard_bytes(rows: list[dict[str, Any]], key: str) -> tuple[int, int]:
-    entries = [site.search_entry(row) for row in rows if key in site.search_keys(row)]
+    entries = [site.search_entry(row) for row in rows if key in site_search.search_keys(row)]
     data = site.join_search_shard(entries)
     return len(data), len(gzip.compress(data, 6))
 
@@ -80,7 +80,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     before, _, before_per_package = shard_sizes(rows, descriptions=False)
     key, count = records.most_common(1)[0]
     old_key, old_count = before.most_common(1)[0]
-    described = [(k, n) for k, n in records.most_common() if len(k) == site.DESCRIPTION_KEY_LENGTH]
+    described = [(k, n) for k, n in records.most_common() if len(k) == site_search.DESCRIPTION_KEY_LENGTH]
     raw, zipped = largest_shard_bytes(rows, key)
     median = sorted(records.values())[len(records) // 2]
     return [
@@ -107,10 +107,10 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "unit": "shards (mean)",
             "baseline": round(sum(before_per_package) / len(before_per_package), 1),
             "ratio": round(sum(per_package) / sum(before_per_package), 2),
-            "goal": f"≤ {site.SEARCH_KEY_LIMIT} whatever the registry's size (one leaf each, two at a split)",
-            "met": max(per_package) <= site.SEARCH_KEY_LIMIT,
+            "goal": f"≤ {site_search.SEARCH_KEY_LIMIT} whatever the registry's size (one leaf each, two at a split)",
+            "met": max(per_package) <= site_search.SEARCH_KEY_LIMIT,
             "note": (
-                f"max {max(per_package)}, {sum(n == site.SEARCH_KEY_LIMIT for n in per_package) / len(per_package):.1%} of packages "
+                f"max {max(per_package)}, {sum(n == site_search.SEARCH_KEY_LIMIT for n in per_package) / len(per_package):.1%} of packages "
                 f"at the limit; baseline = without description words; at most {SEARCH_LEAF_MAX} records per leaf rewritten, "
                 f"largest shard holds {sizes.most_common(1)[0][1] / 2**20:.1f} MiB of records"
             ),

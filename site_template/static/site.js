@@ -122,10 +122,10 @@
   var list = document.getElementById("search-list");
   var browse = document.getElementById("browse");
   var MAX_SHOWN = 200;
-  var DESCRIPTION_KEY_LENGTH = 3; // registry_gen.site.DESCRIPTION_KEY_LENGTH
+  var DESCRIPTION_KEY_LENGTH = 3; // registry_gen.site_search.DESCRIPTION_KEY_LENGTH
   var shards = {}; // shard key -> promise of its packages (a missing shard holds none)
 
-  // Words as the build cuts them (registry_gen.site.search_tokens): lower-case runs of a-z0-9.
+  // Words as the build cuts them (registry_gen.site_search.search_tokens): lower-case runs of a-z0-9.
   function tokens(text) {
     return String(text).toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
   }

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from registry_gen import site
+from registry_gen import site, site_search
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.generator.test_listings import _shard_names
 from tests.support import make_tarball
 
 WORD = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=9)
-PROSE = st.lists(st.one_of(WORD, st.sampled_from(sorted(site.DESCRIPTION_STOP_WORDS))), max_size=80)
+PROSE = st.lists(st.one_of(WORD, st.sampled_from(sorted(site_search.DESCRIPTION_STOP_WORDS))), max_size=80)
 
 
 def summary(name: str, description: str, keywords: list[str] | None = None) -> dict[str, Any]:
@@ -28,22 +28,22 @@ def summary(name: str, description: str, keywords: list[str] | None = None) -> d
 @given(name=st.lists(WORD, min_size=1, max_size=4), words=PROSE, separator=st.sampled_from([" ", ", ", ". ", "-", "/"]))
 def test_a_package_sits_in_a_bounded_set_of_shards_its_name_first(name: list[str], words: list[str], separator: str) -> None:
     package = summary("-".join(name), separator.join(words))
-    keys = site.search_keys(package)
-    described = site.description_words(package)
-    assert len(keys) <= site.SEARCH_KEY_LIMIT and len(set(keys)) == len(keys)
-    name_keys = list(dict.fromkeys(t[:2] for t in site.search_tokens(package)))
+    keys = site_search.search_keys(package)
+    described = site_search.description_words(package)
+    assert len(keys) <= site_search.SEARCH_KEY_LIMIT and len(set(keys)) == len(keys)
+    name_keys = list(dict.fromkeys(t[:2] for t in site_search.search_tokens(package)))
     assert keys[: len(name_keys)] == name_keys  # found by its name whatever its description says
-    assert all(len(k) == 2 for k in name_keys) and all(len(k) == site.DESCRIPTION_KEY_LENGTH for k in keys[len(name_keys) :])
-    assert not set(described) & site.DESCRIPTION_STOP_WORDS
-    assert all(len(w) >= site.DESCRIPTION_KEY_LENGTH and w in separator.join(words).lower() for w in described)
-    wanted = list(dict.fromkeys(name_keys + [w[: site.DESCRIPTION_KEY_LENGTH] for w in described]))
-    assert keys == wanted[: site.SEARCH_KEY_LIMIT]  # every description word's shard, up to the limit
+    assert all(len(k) == 2 for k in name_keys) and all(len(k) == site_search.DESCRIPTION_KEY_LENGTH for k in keys[len(name_keys) :])
+    assert not set(described) & site_search.DESCRIPTION_STOP_WORDS
+    assert all(len(w) >= site_search.DESCRIPTION_KEY_LENGTH and w in separator.join(words).lower() for w in described)
+    wanted = list(dict.fromkeys(name_keys + [w[: site_search.DESCRIPTION_KEY_LENGTH] for w in described]))
+    assert keys == wanted[: site_search.SEARCH_KEY_LIMIT]  # every description word's shard, up to the limit
 
 
 def test_stop_words_and_name_words_of_a_description_get_no_shard_of_their_own() -> None:
     package = summary("express", "Fast, unopinionated, minimalist web framework for the Express app", ["web"])
-    assert site.description_words(package) == ["fast", "unopinionated", "minimalist", "framework", "app"]
-    assert site.search_keys(package) == ["ex", "we", "fas", "uno", "min", "fra", "app"]
+    assert site_search.description_words(package) == ["fast", "unopinionated", "minimalist", "framework", "app"]
+    assert site_search.search_keys(package) == ["ex", "we", "fas", "uno", "min", "fra", "app"]
 
 
 def _built_shards(settings: Settings) -> dict[str, list[list[str]]]:
@@ -89,11 +89,11 @@ def test_a_publish_rewrites_only_a_leaf_of_each_shard_its_words_touch(settings: 
     long_description = "Minimalist middleware: " + " ".join(f"{chr(97 + n // 26)}{chr(97 + n % 26)}q{n}" for n in range(40))
     archive = make_tarball(settings.content_dir, "pkg-10a", "1.0.0", description=long_description)
     written = _search_files_by_shard(run_build(settings, changed=[archive]).written)
-    keys = site.search_keys(summary("pkg-10a", long_description))
-    assert len(keys) == site.SEARCH_KEY_LIMIT  # the long description reached the limit
+    keys = site_search.search_keys(summary("pkg-10a", long_description))
+    assert len(keys) == site_search.SEARCH_KEY_LIMIT  # the long description reached the limit
     assert set(written) <= set(keys) and "min" in written and "mid" in written
     assert all(len(files) <= 3 for files in written.values()), written
-    assert sum(len(files) for files in written.values()) <= 3 * site.SEARCH_KEY_LIMIT
+    assert sum(len(files) for files in written.values()) <= 3 * site_search.SEARCH_KEY_LIMIT
     assert "tin" not in written and "ser" not in written  # shards of words it does not have: untouched
 
     moved = make_tarball(settings.content_dir, "pkg-10a", "1.0.1", description="Tiny servers only")
