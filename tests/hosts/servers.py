@@ -203,3 +203,57 @@ def recording_upstream() -> Iterator[tuple[int, list[Recorded]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+VARNISHD = os.environ.get("VARNISHD", shutil.which("varnishd") or "/usr/sbin/varnishd")
+# The VCL README "Caches in front" gives operators: PURGE from loopback purges by xkey (the
+# surrogate keys a purge names) or else the URL; X-Cache says whether an answer came from the cache.
+VARNISH_VCL = """vcl 4.1;
+import xkey;
+
+backend origin {{ .host = "127.0.0.1"; .port = "{port}"; }}
+
+acl purgers {{ "127.0.0.1"; }}
+
+sub vcl_recv {{
+    if (req.method == "PURGE") {{
+        if (client.ip !~ purgers) {{
+            return (synth(403, "Forbidden"));
+        }}
+        if (req.http.xkey) {{
+            set req.http.n-gone = xkey.purge(req.http.xkey);
+            return (synth(200, "Invalidated " + req.http.n-gone + " objects"));
+        }}
+        return (purge);
+    }}
+}}
+
+sub vcl_deliver {{
+    if (obj.hits > 0) {{
+        set resp.http.X-Cache = "HIT";
+    }} else {{
+        set resp.http.X-Cache = "MISS";
+    }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def varnish_server(runtime: Path, port: int, backend_port: int) -> Iterator[str]:
+    """Debian's Varnish (with varnish-modules' xkey) in the foreground on 127.0.0.1:port, caching
+    the origin on 127.0.0.1:backend_port; yields its base URL."""
+    runtime.mkdir(parents=True, exist_ok=True)
+    vcl = runtime / "registry.vcl"
+    vcl.write_text(VARNISH_VCL.format(port=backend_port))
+    log = open(runtime / "varnishd.log", "wb")  # noqa: SIM115 - closed below, after the process
+    process = subprocess.Popen(
+        [VARNISHD, "-F", "-n", str(runtime / "work"), "-a", f"127.0.0.1:{port}", "-f", str(vcl),
+         "-s", "malloc,32m", "-j", "none", "-T", "none"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, process, deadline=60)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        stop_process(process)
+        log.close()
