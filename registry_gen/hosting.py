@@ -38,6 +38,7 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
     WEB_ROOT,
 )
+from registry_gen.purge import SharedCache
 from registry_gen.signing import KEYS_DOCUMENT
 
 if TYPE_CHECKING:  # jinja2 and the nginx read check load with the first config written, not with the build
@@ -73,15 +74,6 @@ def tag_documents(packument: Mapping[str, Any]) -> dict[str, Any]:
         if version in versions:
             documents[tag] = versions[version]
     return documents
-
-
-@dataclass(frozen=True)
-class SharedCache:
-    """A cache in front that the registry purges (registry.yaml `purge:`, registry_gen.purge): it may
-    keep documents `max_age` seconds, and `key_header` (xkey, Surrogate-Key…) tags each answer."""
-
-    max_age: int
-    key_header: str | None = None
 
 
 def document_cache(max_age: int = 0, shared: SharedCache | None = None) -> str:
@@ -275,16 +267,14 @@ def nginx_site(
     where `registry-gen api` listens: every method but GET and HEAD, and the GET endpoints that
     depend on the caller, go there, so one URL serves reads and writes. Without it the tree is
     read-only and writes get a JSON 405.
-    `shared_cache`: a cache in front that is purged (registry.yaml `purge:`): documents carry its
-    long lifetime (s-maxage) and every answer its surrogate key.
+    `shared_cache`: a purged cache in front (registry.yaml `purge:`): its lifetime and key header.
     `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
     `proxied`: the `packages:` patterns in order, as (anchored regex, whether it proxies): the
     documents of proxied names go through the API (the mirror), and their missing tarballs.
     Every value reaching the template is checked here (no directive can be split or injected).
     """
     servers = _api_servers(api_upstream)
-    api_upstream = servers[0] if servers else None
-    if read_check is not None and api_upstream is None:
+    if read_check is not None and not servers:
         raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
     root = Path(out_dir).resolve()
     from registry_gen.nginx_access import http_part, server_part
@@ -293,13 +283,12 @@ def nginx_site(
         root=root,
         root_literal=_quoted(str(root)),
         root_alias=_quoted(str(root) + "/"),
-        proxied=_proxied_patterns(proxied, api_upstream),
+        proxied=_proxied_patterns(proxied, servers[0] if servers else None),
         listen=_plain(listen, "listen"),
         server_name=_plain(server_name, "server_name"),
         max_body_size=_plain(max_body_size, "size"),
-        api_upstream=api_upstream,
+        api_upstream=bool(servers),
         api_servers=servers,
-        cache_key_header=None if shared_cache is None or shared_cache.key_header is None else _plain(shared_cache.key_header, "key header"),
         api_matches=[f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT],
         errors=_ERRORS,
         bad_request_path=BAD_REQUEST_PATH,
@@ -309,19 +298,29 @@ def nginx_site(
         http_part=http_part(read_check) if read_check is not None else "",
         server_part=server_part(read_check) if read_check is not None else "",
         static_json_paths=STATIC_UNDER_API,
-        document_cache=document_cache(document_max_age, shared_cache),
-        static_cache=document_cache(0, shared_cache),
+        **_cache_values(document_max_age, shared_cache),
         package_document=PACKAGE_DOCUMENT,
         abbreviated_document=ABBREVIATED_DOCUMENT,
         abbreviated_type=ABBREVIATED_TYPE,
         json_type=JSON_TYPE,
         tarball_type=TARBALL_TYPE,
-        immutable_cache=IMMUTABLE_CACHE,
-        error_cache=ERROR_CACHE,
         web_root=WEB_ROOT,
         pages_not_found=PAGES_NOT_FOUND,
         not_found_document=NOT_FOUND_DOCUMENT,
     )
+
+
+def _cache_values(document_max_age: int, shared_cache: SharedCache | None) -> dict[str, str | None]:
+    """The caching headers of the nginx config: each kind of answer's Cache-Control, and the
+    surrogate-key header a purged cache in front reads (None: none)."""
+    key_header = None if shared_cache is None or shared_cache.key_header is None else _plain(shared_cache.key_header, "key header")
+    return {
+        "document_cache": document_cache(document_max_age, shared_cache),
+        "static_cache": document_cache(0, shared_cache),
+        "immutable_cache": IMMUTABLE_CACHE,
+        "error_cache": ERROR_CACHE,
+        "cache_key_header": key_header,
+    }
 
 
 def _api_servers(api_upstream: str | Sequence[str] | None) -> list[str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -26,7 +25,6 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from registry_gen.errors import ConfigError
-from registry_gen.hosting import SharedCache
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, PAGES_NOT_FOUND
 
 log = logging.getLogger(__name__)
@@ -34,6 +32,15 @@ log = logging.getLogger(__name__)
 SITE_KEY: Final = "-"  # the surrogate key of every file under /-/ (search, -/all, the HTML site)
 RETRY_DELAYS: Final = (1.0, 5.0, 30.0, 120.0, 600.0)  # after a failed attempt; then the purge is given up (logged)
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")  # an HTTP method or header name
+
+
+@dataclass(frozen=True)
+class SharedCache:
+    """A cache in front that the registry purges (registry.yaml `purge:`, registry_gen.purge): it may
+    keep documents `max_age` seconds, and `key_header` (xkey, Surrogate-Key…) tags each answer."""
+
+    max_age: int
+    key_header: str | None = None
 
 
 @dataclass(frozen=True)
@@ -229,6 +236,7 @@ def send_requests(requests: list[PurgeRequest], deadline: float) -> None:
 def run_command(command: tuple[str, ...], targets: PurgeTargets, deadline: float) -> None:
     """Runs the purge command: the paths on stdin, one a line; the keys in $REGISTRY_PURGE_KEYS."""
     import os
+    import subprocess
 
     env = {**os.environ, "REGISTRY_PURGE_KEYS": " ".join(targets.keys)}
     try:
