@@ -184,7 +184,7 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(reply)
 
-    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = _record  # noqa: N815 - stdlib naming
+    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = _record  # noqa: N815 - stdlib naming
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
