@@ -143,7 +143,7 @@ def _nginx_common(settings: Settings, server_name: str, document_max_age: int, r
     }
     if settings.packages.proxies:
         common["proxied"] = [(rule.regex, rule.proxy is not None) for rule in settings.packages.rules]
-    if settings.purge is not None:
+    if settings.purge.enabled:
         from registry_gen.purge import shared_cache
 
         common["shared_cache"] = shared_cache(settings.purge)

@@ -45,11 +45,9 @@ class SharedCache:
 
 @dataclass(frozen=True)
 class PurgeSettings:
-    """registry.yaml `purge:`. `url`: where purge requests go; with `{path}`, one request per changed
-    URL path (`http://varnish:6081{path}`), without it one request per build carrying the keys.
-    `key_header`: the surrogate-key header (xkey, Surrogate-Key, Cache-Tag): every response names
-    its package in it, and a purge sends the changed packages' keys in it. `command`: run with the
-    changed paths on stdin (one a line) and the keys in $REGISTRY_PURGE_KEYS."""
+    """The caches in front (a CDN, Varnish, nginx proxy_cache), purged after each write's build and
+    each rewrite of the registry-wide files with exactly the changed files (README, "Caches in
+    front"); off without a url or a command (then documents carry no shared-cache lifetime)."""
 
     url: str | None = None
     method: str = "PURGE"
@@ -58,11 +56,17 @@ class PurgeSettings:
     timeout_seconds: float = 2.0
     shared_max_age: int = 31536000
 
+    @property
+    def enabled(self) -> bool:
+        """Off (the default) without a url or a command: nothing is purged, and documents carry no
+        shared-cache lifetime."""
+        return self.url is not None or bool(self.command)
 
-def parse_purge(value: Any) -> PurgeSettings | None:
+
+def parse_purge(value: Any) -> PurgeSettings:
     """`purge:` from registry.yaml, checked (ConfigError naming the key); null: no purge."""
     if value is None:
-        return None
+        return PurgeSettings()
     if not isinstance(value, dict):
         raise ConfigError(f"purge must be a mapping (url, method, key_header, command, timeout_seconds, shared_max_age), got {value!r}")
     known = {f for f in PurgeSettings.__dataclass_fields__}
@@ -71,14 +75,14 @@ def parse_purge(value: Any) -> PurgeSettings | None:
         raise ConfigError(f"unknown key purge.{unknown[0]} (known: {', '.join(sorted(known))})")
     checked = {key: _purge_value(str(key), item) for key, item in value.items()}
     settings = PurgeSettings(**checked)
-    if settings.url is None and not settings.command:
-        raise ConfigError("purge needs a url (a purge request per change) or a command (or both)")
     if settings.url is not None and "{path}" not in settings.url and settings.key_header is None:
         raise ConfigError("purge.url needs {path} (one request per changed path) or purge.key_header (the changed keys in one request)")
     return settings
 
 
 def _purge_value(key: str, item: Any) -> Any:
+    if item is None and key in ("url", "key_header"):
+        return None
     if key == "url":
         return _purge_url(item)
     if key in ("method", "key_header"):
@@ -86,7 +90,7 @@ def _purge_value(key: str, item: Any) -> Any:
             raise ConfigError(f"purge.{key} must be a single word such as PURGE, BAN or xkey; got {item!r}")
         return item.upper() if key == "method" else item
     if key == "command":
-        if not isinstance(item, list) or not item or not all(isinstance(part, str) and part for part in item):
+        if not isinstance(item, list) or not all(isinstance(part, str) and part for part in item):
             raise ConfigError(f"purge.command must be a list of words (the program, then its arguments); got {item!r}")
         return tuple(item)
     wanted, low, high = {"timeout_seconds": ("a number of seconds from 0.1 to 30", 0.1, 30), "shared_max_age": ("a number of seconds from 1 to 31536000", 1, 31536000)}[key]
@@ -192,9 +196,9 @@ def _key_request(settings: PurgeSettings, targets: PurgeTargets, base: Mapping[s
     return PurgeRequest(settings.method, url, {**base, str(settings.key_header): " ".join(targets.keys)})
 
 
-def shared_cache(purge: PurgeSettings | None) -> SharedCache | None:
+def shared_cache(purge: PurgeSettings) -> SharedCache | None:
     """What the headers promise a cache in front: only a purged cache keeps documents long."""
-    return None if purge is None else SharedCache(purge.shared_max_age, purge.key_header)
+    return SharedCache(purge.shared_max_age, purge.key_header) if purge.enabled else None
 
 
 # ---------------------------------------------------------------- the I/O
@@ -330,5 +334,5 @@ class Purger:
 
 def purger_for(settings: Any) -> Purger | None:
     """The purger of a Settings (None without `purge:`), Host taken from its base_url."""
-    purge = getattr(settings, "purge", None)
-    return None if purge is None else Purger(purge, urlsplit(settings.base_url).netloc or None)
+    purge: PurgeSettings = settings.purge
+    return Purger(purge, urlsplit(settings.base_url).netloc or None) if purge.enabled else None

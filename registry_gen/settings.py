@@ -103,7 +103,7 @@ class Settings:
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
     audit_keep_days: int | None = None  # the audit log's retention (`registry-gen audit-prune`); None: kept for good
     uplinks: tuple[Uplink, ...] = ()  # the registries `packages:` patterns may proxy (registry_gen.mirror)
-    purge: PurgeSettings | None = None  # the caches in front, purged after each render (registry_gen.purge)
+    purge: PurgeSettings = field(default_factory=PurgeSettings)  # the caches in front (registry_gen.purge)
     # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
     # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
     storage: str | None = None

@@ -124,7 +124,6 @@ def test_purge_targets_name_every_spelling_and_skip_private_files() -> None:
 @pytest.mark.parametrize(
     ("purge", "named"),
     [
-        ("purge:\n  method: PURGE\n", "needs a url"),
         ("purge:\n  url: ftp://cache/\n  key_header: xkey\n", "purge.url must be an http(s) URL"),
         ("purge:\n  url: http://cache/\n", "purge.url needs {path}"),
         ("purge:\n  url: http://cache{path}\n  timeout_seconds: 300\n", "purge.timeout_seconds must be"),
