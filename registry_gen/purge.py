@@ -270,8 +270,13 @@ class Purger:
     def after_build(self, written: Iterable[str], removed: Iterable[str] = ()) -> None:
         """Purges what a build wrote and removed; never raises, returns within timeout_seconds."""
         targets = purge_targets([*written, *removed])
-        if targets:
-            self._try(targets)
+        if not targets:
+            return
+        with self._lock:
+            if self._timer is not None:  # the cache failed a moment ago: join the retry rather than wait on it again
+                self._backlog = self._backlog.merged(targets)
+                return
+        self._try(targets)
 
     def _try(self, targets: PurgeTargets) -> None:
         try:

@@ -107,9 +107,12 @@ def test_a_silent_cache_holds_a_purge_for_its_timeout_only_and_the_purge_is_retr
             purger.after_build(["demo/index.html", "demo/abbreviated.json"], [])  # never raises
             assert time.monotonic() - start < 1.5
             assert (purger.purged, purger.failed) == (0, 1)
+            start = time.monotonic()
+            purger.after_build(["other/index.html"], [])  # joins the waiting retry: no second wait on the cache
+            assert time.monotonic() - start < 0.3
             answer.set()
             _wait_for(lambda: purger.purged == 1, 10, "the retry of the failed purge")
-            assert b"xkey: demo" in seen[-1] and b"Host: registry.example" in seen[-1]
+            assert b"xkey: demo other" in seen[-1] and b"Host: registry.example" in seen[-1]
         finally:
             purger.close()
 
