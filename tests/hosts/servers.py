@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -245,15 +246,32 @@ def varnish_server(runtime: Path, port: int, backend_port: int) -> Iterator[str]
     runtime.mkdir(parents=True, exist_ok=True)
     vcl = runtime / "registry.vcl"
     vcl.write_text(VARNISH_VCL.format(port=backend_port))
-    log = open(runtime / "varnishd.log", "wb")  # noqa: SIM115 - closed below, after the process
-    process = subprocess.Popen(
-        [VARNISHD, "-F", "-n", str(runtime / "work"), "-a", f"127.0.0.1:{port}", "-f", str(vcl),
-         "-s", "malloc,32m", "-j", "none", "-T", "none"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    argv = [VARNISHD, "-F", "-n", str(runtime / "work"), "-a", f"127.0.0.1:{port}", "-f", str(vcl), "-s", "malloc,32m", "-j", "none", "-T", "none"]
+    with server_process(argv, runtime / "varnishd.log", port):
+        yield f"http://127.0.0.1:{port}/"
+
+
+@contextlib.contextmanager
+def server_process(
+    argv: Sequence[str], log_path: Path, port: int, *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process (output to `log_path`) that listens on 127.0.0.1:port; stopped on exit."""
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below, after the process
+    process = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_port(port, process, deadline=60)
-        yield f"http://127.0.0.1:{port}/"
+        yield process
     finally:
         stop_process(process)
         log.close()
+
+
+@contextlib.contextmanager
+def api_process(root: Path, config: Path, port: int) -> Iterator[Path]:
+    """`registry-gen api --config CONFIG` on 127.0.0.1:port behind a proxy on loopback, in `root`
+    (no REGISTRY_* variable of the test run leaks in); yields its log file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    argv = [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+            "--trusted-proxy", "127.0.0.1"]  # fmt: skip
+    with server_process(argv, root / "api.log", port, cwd=root, env=env):
+        yield root / "api.log"

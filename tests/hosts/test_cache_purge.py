@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +23,7 @@ import pytest
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.hosts.clients import ClientRun
-from tests.hosts.servers import free_port, nginx_server, stop_process, varnish_server, wait_for_port
+from tests.hosts.servers import api_process, free_port, nginx_server, varnish_server
 from tests.registry_api.helpers import add_user
 
 pytestmark = pytest.mark.slow
@@ -54,21 +51,10 @@ def cached_registry(root: Path, purge_port: int | None = None) -> Iterator[Cache
     )
     (root / "content").mkdir()
     run_build(Settings(content_dir=root / "content", out_dir=root / "public", base_url=cache, data_dir=root / "data"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    log = open(root / "api.log", "w")  # noqa: SIM115 - closed after the process
-    api = subprocess.Popen(
-        [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(api_port),
-         "--trusted-proxy", "127.0.0.1"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for_port(api_port, api, deadline=60)
+    with api_process(root, config, api_port) as api_log:
         with nginx_server(root / "public", root / "nginx", nginx_port, f"127.0.0.1:{api_port}", ["--config", str(config)]) as origin:
             with varnish_server(root / "varnish", cache_port, nginx_port):
-                yield CachedRegistry(cache, origin, root / "api.log")
-    finally:
-        stop_process(api)
-        log.close()
+                yield CachedRegistry(cache, origin, api_log)
 
 
 def _get(url: str) -> tuple[dict[str, str], bytes]:
