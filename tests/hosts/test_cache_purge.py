@@ -39,15 +39,18 @@ class CachedRegistry:
 
 
 @contextlib.contextmanager
-def cached_registry(root: Path, purge_port: int | None = None) -> Iterator[CachedRegistry]:
-    """Varnish -> nginx -> api; the purge goes to Varnish, or to `purge_port` (the control)."""
+def cached_registry(root: Path, purge_port: int | None = None, by_path: bool = False) -> Iterator[CachedRegistry]:
+    """Varnish -> nginx -> api; the purge goes to Varnish, or to `purge_port` (the control): by
+    surrogate key (xkey), or `by_path` (one PURGE per changed URL, no keys)."""
     cache_port, nginx_port, api_port = free_port(), free_port(), free_port()
     cache = f"http://127.0.0.1:{cache_port}/"
     root.mkdir(parents=True)
     config = root / "registry.yaml"
+    target = f"http://127.0.0.1:{purge_port or cache_port}" + ("{path}" if by_path else "/")
+    keys = "" if by_path else "  key_header: xkey\n"
     config.write_text(
         f"content_dir: content\nout_dir: public\ndata_dir: data\nbase_url: {cache}\nsignup: open\n"
-        f"purge:\n  url: http://127.0.0.1:{purge_port or cache_port}/\n  method: PURGE\n  key_header: xkey\n  timeout_seconds: 1\n"
+        f"purge:\n  url: {target}\n  method: PURGE\n  timeout_seconds: 1\n{keys}"
     )
     (root / "content").mkdir()
     run_build(Settings(content_dir=root / "content", out_dir=root / "public", base_url=cache, data_dir=root / "data"))
@@ -84,7 +87,7 @@ def _publish_first_and_cache(registry: CachedRegistry, client: ClientRun, source
     client.publish(_write_package(source, "1.0.0"))
     headers, _ = _get(registry.cache + NAME)
     assert "s-maxage=" in headers["cache-control"] and "max-age=0, must-revalidate" in headers["cache-control"]
-    assert headers["xkey"] == NAME and headers["etag"]
+    assert headers.get("xkey", NAME) == NAME and headers["etag"]
     assert _latest(registry.cache) == ("1.0.0", "HIT")
     tarball = registry.cache + f"{NAME}/-/{NAME}-1.0.0.tgz"
     assert "immutable" in _get(tarball)[0]["cache-control"]
@@ -103,8 +106,9 @@ def _poll_latest(base: str, wanted: str, seconds: float) -> tuple[str, str, floa
         time.sleep(0.02)  # a polling interval, not a synchronisation
 
 
-def test_a_publish_purges_the_cache_in_front(tmp_path: Path, make_client) -> None:
-    with cached_registry(tmp_path / "registry") as registry:
+@pytest.mark.parametrize("by_path", [False, True], ids=["xkey", "paths"])
+def test_a_publish_purges_the_cache_in_front(by_path: bool, tmp_path: Path, make_client) -> None:
+    with cached_registry(tmp_path / "registry", by_path=by_path) as registry:
         client: ClientRun = make_client("npm11", registry.cache)
         tarball = _publish_first_and_cache(registry, client, tmp_path / "work" / "source")
 
