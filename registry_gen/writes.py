@@ -42,6 +42,7 @@ from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
+from registry_gen.purge import purger_for
 from registry_gen.refresher import IndexRefresher
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
@@ -124,6 +125,7 @@ class WriteService:
         self.storage = storage if storage is not None else open_content_storage(settings)
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
+        self.purger = purger_for(settings)  # None without registry.yaml `purge:`
         self.state = open_state(settings)
         self._thread_lock = threading.Lock()
         self._write_lock = self.state.write_lock(settings.lock_file)
@@ -314,9 +316,16 @@ class WriteService:
 
     def _build(self, touched: list[str], write_id: int | None = None) -> BuildResult:
         result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id)
+        self._after_render(result)
         if self.refresher is not None:
             self.refresher.schedule()
         return result
+
+    def _after_render(self, result: BuildResult) -> None:
+        """What follows each build of a write, once the tree holds it: the caches in front are told
+        exactly which files changed (registry_gen.purge; bounded, never raises)."""
+        if self.purger is not None:
+            self.purger.after_build(result.written, result.removed)
 
     def _store_meta(self, key: str, change: Change) -> None:
         # The meta (owners, times, unpublish records) is written first: a kill before the archive

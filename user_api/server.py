@@ -31,7 +31,9 @@ from registry_gen.layout import (
     JSON_TYPE,
     USER_API_PREFIXES,
 )
+from registry_gen.hosting import document_cache
 from registry_gen.ownership import erase_maintainer_email
+from registry_gen.purge import cache_key, shared_cache
 from registry_gen.refresher import IndexRefresher
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
@@ -84,8 +86,10 @@ class StaticTree:
     paths and `os.stat` rather than pathlib objects (their parsing and `str()` were most of a
     request's cost), one `open` + `fstat` for the file sent, and Last-Modified values remembered."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, document_cache: str = DOCUMENT_CACHE, cache_key_header: str | None = None):
         self.root = os.fspath(root).rstrip("/") or "/"
+        self.document_cache = document_cache  # with s-maxage when a cache in front is purged (registry_gen.purge)
+        self.cache_key_header = cache_key_header  # the surrogate-key header that cache reads, if any
 
     def _locate(self, path: str) -> list[str] | None:
         segments = [s for s in path.split("/") if s]
@@ -165,9 +169,11 @@ class StaticTree:
         headers = [
             ("ETag", etag),
             ("Last-Modified", _http_date(sent.st_mtime)),
-            ("Cache-Control", TARBALL_CACHE if is_tarball else DOCUMENT_CACHE),
+            ("Cache-Control", TARBALL_CACHE if is_tarball else self.document_cache),
             ("X-Content-Type-Options", "nosniff"),
         ]
+        if self.cache_key_header is not None:
+            headers.append((self.cache_key_header, cache_key(target[len(self.root) :].lstrip("/"))))
         if vary:
             headers.append(("Vary", ", ".join(vary)))
         if self._not_modified(environ, (etag, other_coding), sent.st_mtime):
@@ -248,7 +254,10 @@ def create_server_app(
     deliverer: the reply is made already, so the write never waits on a delivery)."""
     user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store, refresher=refresher)
-    plain_tree = StaticTree(settings.out_dir)
+    shared = shared_cache(settings.purge)
+    plain_tree = StaticTree(
+        settings.out_dir, document_cache=document_cache(0, shared), cache_key_header=shared.key_header if shared else None
+    )
     tree: WsgiApp | None = plain_tree if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
     guard = ReadGuard(settings, store) if settings.packages.in_force else None
