@@ -13,12 +13,20 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Protocol
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
 from registry_gen.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class IndexRewrites(Protocol):
+    """What a write service calls: an IndexRefresher, or on PostgreSQL the registry_gen.leader.Leader."""
+
+    def schedule(self) -> None: ...
+    def flush(self) -> None: ...
 
 
 class IndexRefresher:

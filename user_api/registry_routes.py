@@ -23,7 +23,7 @@ import jinja2
 from registry_gen.errors import LockTimeout, StateUnavailable, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
-from registry_gen.refresher import IndexRefresher
+from registry_gen.refresher import IndexRewrites
 from registry_gen.writes import WriteService
 from user_api import routes_accounts as accounts
 from user_api import routes_disttags as disttags
@@ -139,10 +139,10 @@ def create_registry_app(
     *,
     storage: ContentStorage | None = None,
     limits: RegistryLimits | None = None,
-    refresher: IndexRefresher | None = None,
+    refresher: IndexRewrites | None = None,
 ) -> bottle.Bottle:
     """The registry's dynamic endpoints as a fresh Bottle app (see the module docstring).
-    `refresher`: the server's IndexRefresher (without one, each write rewrites -/all at once)."""
+    `refresher`: the server's IndexRefresher or Leader (without one, each write rewrites -/all at once)."""
     limits = limits or web_limits(settings)
     app = bottle.Bottle(catchall=True)
     app.router.add_filter("pkg", _package_filter)
