@@ -5,6 +5,7 @@ instance within seconds; and across a PostgreSQL restart the records never show 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import psycopg
 import pytest
 
 from registry_gen.errors import NotLeader
+from registry_gen.layout import ALL_DOCUMENT
 from registry_gen.state.postgres_base import LOCK_REGISTRY
 from registry_gen.state.postgres_leader import LEADER, PgLeadership
 from tests.conftest import postgres_state_url
@@ -128,3 +130,66 @@ def test_a_leader_killed_between_commit_and_render_is_healed_by_the_other_within
     assert time.monotonic() - killed < 15
     assert b.process is not None and _leader_pid(_database_url(registry)) == b.process.pid
     assert published() == [["1.0.0"], ["1.1.0"]]  # resolved done, once
+
+
+@pytest.fixture
+def refreshing(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:  # noqa: F811
+    """Instances A and B rewriting -/all a second after writes (so the leader acts often)."""
+    registry = _instances(postgres, tmp_path, ({}, {}), "index_refresh_seconds: 1\n")
+    try:
+        for api in registry.apis:
+            api.start()
+        registry.token = add_user(registry.apis[0].base, "alice", "alice-password-1")
+        yield registry
+    finally:
+        for api in registry.apis:
+            api.stop()
+
+
+def _publish_until_acknowledged(registry: Registry, api: Api, name: str, version: str) -> None:
+    """Retries a 503 (a pooled connection the restart left dead), within a deadline."""
+
+    def attempt() -> bool:
+        if registry.publish(api, name, version) == f"{ACKNOWLEDGED}:201":
+            return True
+        registry.outcomes.pop()  # refused during the restart: not a write to check
+        return False
+
+    _until(attempt, 60, f"{name}@{version} acknowledged")
+
+
+def _actions(url: str) -> list[tuple[Any, ...]]:
+    return _rows(url, "SELECT epoch, holder, started, finished FROM leader_actions ORDER BY started")
+
+
+def _assert_one_leader_acting_at_a_time(url: str) -> None:
+    """The records: each term after the last, each action inside its own term, and actions of two
+    terms never overlapping (an old leader's action ends before a newer one's starts)."""
+    terms = _rows(url, "SELECT epoch, holder, acquired FROM leader_terms ORDER BY epoch")
+    acquired = {epoch: at for epoch, _, at in terms}
+    assert [at for _, _, at in terms] == sorted(at for _, _, at in terms)
+    actions = _actions(url)
+    for epoch, holder, started, _ in actions:
+        assert (epoch, holder, acquired[epoch]) in terms and started >= acquired[epoch]
+        later = [at for e, _, at in terms if e > epoch]
+        assert not later or started < min(later), "an action of an epoch that was over"
+    for (epoch, _, _, finished), (next_epoch, _, started, _) in zip(actions, actions[1:]):
+        assert next_epoch >= epoch and (next_epoch == epoch or finished <= started), "two leaders acting at once"
+
+
+def test_a_postgresql_restart_never_gives_two_leaders_acting(refreshing: Registry, postgres: PostgresServer) -> None:  # noqa: F811
+    registry, (a, b) = refreshing, refreshing.apis
+    url = _database_url(registry)
+    for k, api in enumerate((a, b, a, b)):
+        assert registry.publish(api, f"before-{k}", "1.0.0") == f"{ACKNOWLEDGED}:201"
+    _until(lambda: _actions(url), 30, "the leader rewrote -/all")
+    (epoch_before,) = _rows(url, "SELECT epoch FROM leadership")[0]
+    postgres.halt()  # every session lock dropped, every connection cut
+    postgres.resume()
+    for k, api in enumerate((a, b, a, b)):
+        _publish_until_acknowledged(registry, api, f"after-{k}", "1.0.0")
+    _until(lambda: [row for row in _actions(url) if row[0] > epoch_before], 60, "a new term acted")
+    names = {f"{when}-{k}" for when in ("before", "after") for k in range(4)}
+    _until(lambda: names <= set(json.loads((registry.shared / "public" / ALL_DOCUMENT).read_bytes())), 30, "-/all lists every package")
+    _assert_one_leader_acting_at_a_time(url)
+    assert len(_rows(url, LEADER_LOCK_HOLDERS, (LOCK_REGISTRY, LEADER))) == 1
