@@ -11,6 +11,7 @@ agree on expiry and refill. The embedded default keeps them in memory: one proce
 
 from __future__ import annotations
 
+import hashlib
 import math
 import secrets
 from collections.abc import Iterator, Sequence
@@ -144,6 +145,13 @@ TAKE_TOKEN: Final = (
 PRUNE_EVERY: Final = 500  # admits between deletions of buckets full again (a missing key is a full bucket)
 
 
+def bucket_key(kind: str, *parts: str) -> str:
+    """A bucket's row key: a digest, since a username as typed may hold what a text column cannot
+    (NUL, lone surrogates) or be longer than an index row."""
+    text = "|".join(parts).encode("utf-8", "surrogatepass")
+    return f"{kind}:{hashlib.sha256(text).hexdigest()}"
+
+
 def retry_after(tokens: float, rate_per_second: float) -> int:
     """Seconds until an empty bucket holds one token again."""
     return max(1, math.ceil((1.0 - tokens) / rate_per_second))
@@ -170,12 +178,13 @@ class SharedLoginGuard:
 
     def admit(self, username: str | None, address: str) -> tuple[bool, int]:
         with transaction(self.dialect) as tx:
-            allowed, wait = self._take(tx, "addr:" + address, self.addresses)
+            allowed, wait = self._take(tx, bucket_key("addr", address), self.addresses)
             if not allowed or not username:
                 return allowed, wait
             account = username.lower()
-            known = tx.one("SELECT 1 FROM login_known WHERE key = ?", (f"{account}|{address}",)) is not None
-            found = self._take(tx, f"known:{account}|{address}" if known else "user:" + account, self.accounts)
+            known = tx.one("SELECT 1 FROM login_known WHERE key = ?", (bucket_key("known", account, address),)) is not None
+            bucket = bucket_key("known", account, address) if known else bucket_key("user", account)
+            found = self._take(tx, bucket, self.accounts)
         self._prune()
         return found
 
@@ -183,7 +192,7 @@ class SharedLoginGuard:
         with transaction(self.dialect) as tx:
             tx.run(
                 f"INSERT INTO login_known (key, seen) VALUES (?, {NOW}) ON CONFLICT (key) DO UPDATE SET seen = excluded.seen",
-                (f"{username.lower()}|{address}",),
+                (bucket_key("known", username.lower(), address),),
             )
 
     def _prune(self) -> None:
