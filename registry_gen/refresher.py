@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Protocol
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
@@ -20,6 +21,13 @@ from registry_gen.purge import purger_for
 from registry_gen.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class IndexRewrites(Protocol):
+    """What a write service calls: an IndexRefresher, or on PostgreSQL the registry_gen.leader.Leader."""
+
+    def schedule(self) -> None: ...
+    def flush(self) -> None: ...
 
 
 class IndexRefresher:

@@ -43,7 +43,7 @@ from registry_gen.names import validate_name
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.purge import purger_for
-from registry_gen.refresher import IndexRefresher
+from registry_gen.refresher import IndexRewrites
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.state import Journal, JournalEvent, open_state
@@ -116,7 +116,7 @@ class WriteService:
         storage: ContentStorage | None = None,
         *,
         reserved_names: frozenset[str] = frozenset(),
-        refresher: IndexRefresher | None = None,
+        refresher: IndexRewrites | None = None,
     ):
         self.settings = settings
         # With a refresher (a long-running server), each write's build leaves -/all and
@@ -283,6 +283,7 @@ class WriteService:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
             touched += self._remove_archives(removing)
+            failpoint("after-store")
             result = self._build(touched, write_id)
         except BaseException:
             self._roll_back(added, current, change)

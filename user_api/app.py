@@ -77,6 +77,7 @@ from user_api.params import (
 from user_api.policy import Caller
 from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
 from user_api.ratelimit import LoginGuard, RateLimiter
+from user_api.store_shared import SharedLoginGuard
 from user_api.store import KEEP, UserStore
 from user_api import web
 from user_api.web import WebLimits, etag_matches, read_body
@@ -313,7 +314,7 @@ class UserServices:
     settings: Settings
     store: UserStore
     signup_limiter: RateLimiter
-    logins: LoginGuard  # shared with the npm login paths (ratelimit.shared_login_guard)
+    logins: LoginGuard | SharedLoginGuard  # shared with the npm login paths (web.login_guard)
     openapi_document: Mapping[str, Any]
     # Called with a deleted account's username: the server erases its email from every package
     # (registry_gen.ownership.erase_maintainer_email); None for a /user app without a registry.

@@ -34,7 +34,7 @@ from registry_gen.layout import (
 from registry_gen.hosting import document_cache
 from registry_gen.ownership import erase_maintainer_email
 from registry_gen.purge import cache_key, shared_cache
-from registry_gen.refresher import IndexRefresher
+from registry_gen.refresher import IndexRewrites
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
@@ -246,7 +246,7 @@ def _etags(identity: str, served: os.stat_result, *, gzip: bool) -> tuple[str, s
 
 
 def create_server_app(
-    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRefresher | None = None,
+    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRewrites | None = None,
     after_write: Callable[[], None] | None = None,
 ) -> WsgiApp:
     """The combined app; `static=False` for `registry-gen api` behind a static host. `after_write`

@@ -42,6 +42,8 @@ from user_api.policy import Caller, address_allowed
 from user_api.problems import headers_for, problem_type_for
 from user_api.ratelimit import LoginGuard, shared_login_guard
 from user_api.store import UserStore
+from user_api.store_shared import SharedLoginGuard, SharedWebLogins, shared_dialect
+from user_api.weblogin import WebLoginPool
 
 JSON_BODY_LIMIT: Final = 1024 * 1024  # everything but a publish: documents, logins, tags
 NO_STORE: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
@@ -78,12 +80,23 @@ def web_limits(settings: Settings) -> WebLimits:
     return WebLimits(**dataclasses.asdict(settings.auth_limits))
 
 
-def login_guard(store: object, limits: WebLimits) -> LoginGuard:
-    """The store's one LoginGuard (shared by the /user app and the npm side), at these rates."""
-    return shared_login_guard(
-        store, per_address=(limits.login_per_address_per_minute, limits.login_per_address_burst),
-        per_account=(limits.login_per_account_per_minute, limits.login_per_account_burst),
-    )
+def login_guard(store: object, limits: WebLimits) -> LoginGuard | SharedLoginGuard:
+    """The store's one LoginGuard (shared by the /user app and the npm side), at these rates; on
+    PostgreSQL its buckets are tables every instance shares (user_api.store_shared)."""
+    per_address = (limits.login_per_address_per_minute, limits.login_per_address_burst)
+    per_account = (limits.login_per_account_per_minute, limits.login_per_account_burst)
+    dialect = shared_dialect(store)
+    if dialect is not None:
+        return SharedLoginGuard(dialect, per_address, per_account)
+    return shared_login_guard(store, per_address=per_address, per_account=per_account)
+
+
+def web_login_sessions(store: object, limits: WebLimits) -> WebLoginPool | SharedWebLogins:
+    """npm's web-login sessions: in this process, or on PostgreSQL a table every instance shares."""
+    sizes = {"capacity": limits.web_login_sessions, "per_address": limits.web_login_per_address,
+             "lifetime_seconds": limits.web_login_seconds}  # fmt: skip
+    dialect = shared_dialect(store)
+    return WebLoginPool(**sizes) if dialect is None else SharedWebLogins(dialect, **sizes)
 
 
 class HttpError(Exception):
