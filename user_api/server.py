@@ -260,13 +260,16 @@ def create_server_app(
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = wsgi_path(environ)
+        method = environ.get("REQUEST_METHOD")
         if is_user_app_path(path):
-            return user_app(environ, start_response)  # type: ignore[no-any-return]
+            answer = user_app(environ, start_response)
+            if after_write is not None and method not in ("GET", "HEAD"):
+                after_write()  # a redeliver (POST /-/user-api/hooks/...) is attempted now, not at the next timer
+            return answer  # type: ignore[no-any-return]
         if path == READ_CHECK_PATH:
             return read_check(environ, start_response)
         if guard is not None and path == SEARCH_PATH:
             return guard.search(environ, start_response)  # each caller sees what they may read
-        method = environ.get("REQUEST_METHOD")
         if mirror is not None and method in ("GET", "HEAD") and mirror.claims(path):
             return mirror(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):

@@ -204,6 +204,11 @@ class SqlHookStore:
             rows = tx.all(f"{_DELIVERY} {where} ORDER BY seq DESC, hook_id LIMIT ? OFFSET ?", (*params, limit, offset))
         return [_delivery(row) for row in rows]
 
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        with self._tx(write=False) as tx:
+            row = tx.one(f"{_DELIVERY} WHERE id = ?", (delivery_id,))
+        return None if row is None else _delivery(row)
+
     def redeliver(self, delivery_id: str, *, now: float) -> bool:
         """Makes a delivery pending again, due now, with a fresh attempt count and age."""
         with self._tx(write=True) as tx:
