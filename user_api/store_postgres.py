@@ -14,6 +14,7 @@ from typing import Any, Final
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
 from user_api.groups import legacy_groups
+from user_api.store_audit import POSTGRES_TABLE as ACCOUNT_AUDIT_TABLE
 from user_api.store_hooks import HOOK_TABLES
 from user_api.sqlstore import (
     BIND_RECORDED_MAINTAINERS,
@@ -415,6 +416,7 @@ class PostgresDialect:
                 conn.execute("SET LOCAL statement_timeout = 0")
                 conn.execute(SCHEMA)  # its first statement takes the schema lock, held to the commit
                 conn.execute(HOOK_TABLES)
+                conn.execute(ACCOUNT_AUDIT_TABLE)
                 migrate(conn)
                 unknown = [] if legacy is None else adopt_legacy_groups(_PgTx(cursor), legacy.rows)
             if legacy is not None:
