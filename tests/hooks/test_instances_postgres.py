@@ -18,7 +18,7 @@ from tests.conftest import postgres_state_url
 from tests.hooks.receiver import Received, Receiver
 from tests.hooks.test_reliable_delivery import until
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
-from tests.registry_api.test_api_instances_postgres import BASE_URL, Api, postgres  # noqa: F401 - the module's PostgreSQL
+from tests.registry_api.test_api_instances_postgres import Api, instances_on, postgres  # noqa: F401 - the module's PostgreSQL
 from tests.user_api.pg_server import PostgresServer
 
 pytestmark = pytest.mark.slow
@@ -30,15 +30,7 @@ def instances(postgres: PostgresServer, tmp_path: Path) -> Iterator[tuple[list[A
     """Three api instances on one schema of the module's PostgreSQL, sharing content/ and public/;
     (the instances, the URL of their database)."""
     url = postgres_state_url(postgres)
-    shared = tmp_path / "shared"
-    (shared / "content").mkdir(parents=True)
-    apis = []
-    for host in ("a", "b", "c"):
-        (tmp_path / host).mkdir()
-        config = tmp_path / host / "registry.yaml"
-        config.write_text(f"content_dir: {shared / 'content'}\nout_dir: {shared / 'public'}\ndata_dir: data\n"
-                          f"base_url: {BASE_URL}\ndatabase_url: '{url}'\nsignup: open\n{HOOKS}")  # fmt: skip
-        apis.append(Api(config))
+    _, apis = instances_on(url, tmp_path, ("a", "b", "c"), HOOKS)
     try:
         for api in apis:
             api.start()

@@ -118,20 +118,26 @@ def postgres() -> Iterator[PostgresServer]:
         server.stop()
 
 
-@pytest.fixture
-def registry(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:
-    url = postgres_state_url(postgres)
+def instances_on(url: str, tmp_path: Path, hosts: tuple[str, ...], extra: str = "") -> tuple[Path, list[Api]]:
+    """Api instances (not started) on the database `url`, one folder per host, sharing content/ and
+    public/ under tmp_path/shared; `extra` is more of each registry.yaml. (the shared folder, the instances)"""
     shared = tmp_path / "shared"
     (shared / "content").mkdir(parents=True)
     apis = []
-    for host in ("a", "b"):
+    for host in hosts:
         (tmp_path / host).mkdir()
         config = tmp_path / host / "registry.yaml"
         config.write_text(
             f"content_dir: {shared / 'content'}\nout_dir: {shared / 'public'}\ndata_dir: data\n"
-            f"base_url: {BASE_URL}\ndatabase_url: '{url}'\nsignup: open\n"
+            f"base_url: {BASE_URL}\ndatabase_url: '{url}'\nsignup: open\n{extra}"
         )
         apis.append(Api(config))
+    return shared, apis
+
+
+@pytest.fixture
+def registry(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:
+    shared, apis = instances_on(postgres_state_url(postgres), tmp_path, ("a", "b"))
     found = Registry(shared, apis)
     try:
         for api in apis:
