@@ -44,7 +44,8 @@ from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
 from user_api.registry_context import CONTEXT_KEY
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
-from user_api.web import etag_matches, wsgi_path
+from user_api import store_audit
+from user_api.web import client_address, etag_matches, wsgi_path
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -268,14 +269,21 @@ def create_server_app(
     mirror = MirrorGate(settings, registry_app.config[CONTEXT_KEY].writes, plain_tree, guard) if settings.packages.proxies else None
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        with store_audit.during_request(environ, client_address(environ)):
+            return route(environ, start_response)
+
+    def route(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = wsgi_path(environ)
+        method = environ.get("REQUEST_METHOD")
         if is_user_app_path(path):
-            return user_app(environ, start_response)  # type: ignore[no-any-return]
+            answer = user_app(environ, start_response)
+            if after_write is not None and method not in ("GET", "HEAD"):
+                after_write()  # a redeliver (POST /-/user-api/hooks/...) is attempted now, not at the next timer
+            return answer  # type: ignore[no-any-return]
         if path == READ_CHECK_PATH:
             return read_check(environ, start_response)
         if guard is not None and path == SEARCH_PATH:
             return guard.search(environ, start_response)  # each caller sees what they may read
-        method = environ.get("REQUEST_METHOD")
         if mirror is not None and method in ("GET", "HEAD") and mirror.claims(path):
             return mirror(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):

@@ -14,6 +14,7 @@ from typing import Any, Final
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
 from user_api.groups import legacy_groups
+from user_api.store_audit import POSTGRES_TABLE as ACCOUNT_AUDIT_TABLE
 from user_api.store_hooks import HOOK_TABLES
 from user_api.store_shared import SHARED_TABLES
 from user_api.sqlstore import (
@@ -417,6 +418,7 @@ class PostgresDialect:
                 conn.execute(SCHEMA)  # its first statement takes the schema lock, held to the commit
                 conn.execute(HOOK_TABLES)
                 conn.execute(SHARED_TABLES)  # web-login sessions, login buckets (store_shared); no schema bump: only tables added
+                conn.execute(ACCOUNT_AUDIT_TABLE)
                 migrate(conn)
                 unknown = [] if legacy is None else adopt_legacy_groups(_PgTx(cursor), legacy.rows)
             if legacy is not None:

@@ -37,6 +37,7 @@ from registry_gen.hooks.rules import HookRefused, HooksNotConfigured
 from registry_gen.publish import ArchiveTooLarge, BadRequest
 from registry_gen.settings import AuthLimits, Settings
 from registry_gen.writes import BrokenMeta, BuildRefused
+from user_api import store_audit
 from user_api import errors as e
 from user_api.policy import Caller, address_allowed
 from user_api.problems import headers_for, problem_type_for
@@ -306,4 +307,5 @@ def _noted(environ: Mapping[str, Any], caller: Caller) -> Caller:
     """The access log names the authenticated user (user_api.access_log)."""
     if isinstance(environ, dict):
         note_user(environ, caller.user.username)
+        environ[store_audit.CALLER_KEY] = caller  # who made an account change (user_api.store_audit)
     return caller

@@ -130,12 +130,17 @@ def instance_config(folder: Path, shared: Path, database_url: str, base_url: str
     return config
 
 
-@pytest.fixture
-def registry(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:
-    url = postgres_state_url(postgres)
+def instances_on(url: str, tmp_path: Path, hosts: tuple[str, ...], extra: str = "") -> tuple[Path, list[Api]]:
+    """Api instances (not started) on the database `url`, one folder per host, sharing content/ and
+    public/ under tmp_path/shared; `extra` is more of each registry.yaml. (the shared folder, the instances)"""
     shared = tmp_path / "shared"
     (shared / "content").mkdir(parents=True)
-    apis = [Api(instance_config(tmp_path / host, shared, url, BASE_URL)) for host in ("a", "b")]
+    return shared, [Api(instance_config(tmp_path / host, shared, url, BASE_URL, extra)) for host in hosts]
+
+
+@pytest.fixture
+def registry(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:
+    shared, apis = instances_on(postgres_state_url(postgres), tmp_path, ("a", "b"))
     found = Registry(shared, apis)
     try:
         for api in apis:
