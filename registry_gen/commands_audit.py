@@ -23,6 +23,7 @@ class AuditFormat(str, Enum):
 
 
 AUDIT_SOURCES = "registry_gen.audit_sources"  # (settings, AuditFilter) -> account changes (the bundled user_api's)
+AUDIT_PRUNERS = "registry_gen.audit_pruners"  # (settings, before) -> account changes removed
 
 
 def _account_changes(settings: Settings, wanted: AuditFilter) -> list[AccountEntry]:
@@ -33,6 +34,13 @@ def _account_changes(settings: Settings, wanted: AuditFilter) -> list[AccountEnt
     for entry in entry_points(group=AUDIT_SOURCES):
         found += entry.load()(settings, wanted)
     return sorted(found, key=lambda change: change.time)
+
+
+def _prune_account_changes(settings: Settings, before: str) -> int:
+    """Removes the account changes made before `before` from every installed source; how many."""
+    from registry_gen.plugins import entry_points
+
+    return sum(entry.load()(settings, before) for entry in entry_points(group=AUDIT_PRUNERS))
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
@@ -82,10 +90,13 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         if settings.audit_keep_days is None:
             typer.echo("audit_keep_days is not set in registry.yaml: the audit log keeps every entry; nothing removed")
             return
-        if not (settings.state_folder / LEDGER_DATABASE).is_file():
-            typer.echo("no audit log yet: nothing removed")
-            return
         before = prune_before(settings.audit_keep_days, datetime.now(timezone.utc).date())
-        with open_state(settings).journal() as journal:
-            removed = journal.prune(before)
-        typer.echo(f"removed {removed} audit entries made before {before} (audit_keep_days: {settings.audit_keep_days})")
+        removed = 0
+        if (settings.state_folder / LEDGER_DATABASE).is_file():
+            with open_state(settings).journal() as journal:
+                removed = journal.prune(before)
+        accounts = _prune_account_changes(settings, before)
+        typer.echo(
+            f"removed {removed} package write entries and {accounts} account change entries made before {before} "
+            f"(audit_keep_days: {settings.audit_keep_days})"
+        )

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
 
-from registry_gen.audit import AccountEntry, AuditFilter, Who, command_words
+from registry_gen.audit import AccountEntry, AuditFilter, Who, command_words, entry_json
 from registry_gen.settings import Settings
 from registry_gen.timestamps import now_iso
 
@@ -77,10 +77,43 @@ def _entry(row: tuple[Any, ...]) -> AccountEntry:
     return AccountEntry(int(row[0]), row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), json.loads(row[7]))
 
 
-def read_entries(tx: Tx, wanted: AuditFilter) -> list[AccountEntry]:
-    """The entries `wanted` admits, oldest first."""
-    rows = tx.all("SELECT seq, time, event, actor, actor_id, subject, who, detail FROM account_audit ORDER BY seq")
-    return [entry for entry in map(_entry, rows) if wanted.admits_account(entry)]
+_SELECT: Final = "SELECT seq, time, event, actor, actor_id, subject, who, detail FROM account_audit"
+_CHUNK: Final = 500
+
+
+def read_entries(tx: Tx, wanted: AuditFilter, after: int = 0, limit: int | None = None) -> list[AccountEntry]:
+    """The entries after number `after` that `wanted` admits, oldest first, at most `limit` (None:
+    all); read a chunk at a time, so a page of a long log does not load the whole log."""
+    found: list[AccountEntry] = []
+    while limit is None or len(found) < limit:
+        chunk = [_entry(row) for row in tx.all(_SELECT + " WHERE seq > ? ORDER BY seq LIMIT ?", (after, _CHUNK))]
+        found += [entry for entry in chunk if wanted.admits_account(entry)]
+        if len(chunk) < _CHUNK:
+            break
+        after = chunk[-1].seq
+    return found if limit is None else found[:limit]
+
+
+def entries_page(dialect: Any, wanted: AuditFilter, after: int, limit: int) -> dict[str, Any]:
+    """One page of the admin route over account changes: up to `limit` entries after number
+    `after`, and `next` (the `since` of the next page; None at the end of the log as it is now)."""
+    with dialect.read() as tx:
+        entries = read_entries(tx, wanted, after, limit)
+    more = len(entries) == limit
+    return {"entries": [entry_json(entry) for entry in entries], "next": str(entries[-1].seq) if more else None}
+
+
+def prune_entries(settings: Settings, before: str) -> int:
+    """The entry point `registry_gen.audit_pruners` (`registry-gen audit-prune`): removes the
+    account changes made before `before` (audit_keep_days), the only way an entry ever goes."""
+    from user_api.store import open_user_store
+
+    store = open_user_store(settings)
+    try:
+        with getattr(store, "dialect").write() as tx:  # SqlUserStore; the UserStore contract does not name it
+            return max(tx.run("DELETE FROM account_audit WHERE time < ?", (before,)), 0)
+    finally:
+        store.close()
 
 
 def account_entries(settings: Settings, wanted: AuditFilter) -> list[AccountEntry]:

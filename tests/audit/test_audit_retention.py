@@ -1,6 +1,6 @@
 """The audit log's retention: `audit_keep_days` in registry.yaml and `registry-gen audit-prune`
-drop the entries older than that many days, and only those; without the key nothing goes; a write
-still pending (the recovery needs it) stays."""
+drop the entries older than that many days, and only those, package writes and account changes
+alike; without the key nothing goes; a write still pending (the recovery needs it) stays."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from registry_gen.settings import load_settings
 from registry_gen.state import JournalEvent, open_state
+from user_api.store import open_user_store
 
 
-def _cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _cli(root: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "registry_gen", *args, "--config", str(root / "registry.yaml")], cwd=root,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          input=stdin, capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
 def _write(root: Path, package: str, time: str, *, finish: bool = True) -> None:
@@ -48,14 +51,41 @@ def test_prune_drops_only_entries_older_than_the_configured_days(tmp_path: Path)
 
     config.write_text("content_dir: content\nout_dir: public\naudit_keep_days: 30\n")
     pruned = _cli(root, "audit-prune")
-    assert pruned.returncode == 0 and "removed 1 audit entries" in pruned.stdout, pruned.stderr
+    assert pruned.returncode == 0 and "removed 1 package write entries" in pruned.stdout, pruned.stderr
     assert _listed(root) == ["last-month", "today"]
     with open_state(load_settings(config)).journal() as journal:
         assert len(journal.pending_writes()) == 1  # the recovery still resolves it
-    assert "removed 0 audit entries" in _cli(root, "audit-prune").stdout
+    assert "removed 0 package write entries" in _cli(root, "audit-prune").stdout
 
 
 def test_a_wrong_retention_is_one_error_line_naming_the_key(tmp_path: Path) -> None:
     (tmp_path / "registry.yaml").write_text("audit_keep_days: 0\n")
     done = _cli(tmp_path, "audit-prune")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "audit_keep_days" in done.stderr and "Traceback" not in done.stderr
+
+
+def _age_account_entries(root: Path, account: str, days: int) -> None:
+    """Moves `account`'s entries `days` back in time (the log itself has no route or command for it)."""
+    store = open_user_store(load_settings(root / "registry.yaml"))
+    try:
+        with store.dialect.write() as tx:  # type: ignore[attr-defined]
+            old = (datetime.now(timezone.utc) - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            tx.run("UPDATE account_audit SET time = ? WHERE subject = ?", (old, account))
+    finally:
+        store.close()
+
+
+def test_prune_drops_old_account_changes_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # registry.yaml's relative paths are the working folder's, as for the CLI
+    config = tmp_path / "registry.yaml"
+    config.write_text("content_dir: content\nout_dir: public\n")
+    for name in ("old-timer", "newcomer"):
+        added = _cli(tmp_path, "user", "add", name, "--password-stdin", stdin=f"{name}-password-1\n")
+        assert added.returncode == 0, added.stderr
+    _age_account_entries(tmp_path, "old-timer", 400)
+
+    config.write_text("content_dir: content\nout_dir: public\naudit_keep_days: 30\n")
+    pruned = _cli(tmp_path, "audit-prune")
+    assert pruned.returncode == 0 and "and 1 account change entries" in pruned.stdout, (pruned.stdout, pruned.stderr)
+    listed = _cli(tmp_path, "audit-log", "--format", "jsonl")
+    assert [json.loads(line)["account"] for line in listed.stdout.splitlines()] == ["newcomer"], listed.stdout
