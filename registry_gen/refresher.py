@@ -16,6 +16,7 @@ import threading
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
+from registry_gen.objectstore import ObjectStore
 from registry_gen.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -24,8 +25,9 @@ log = logging.getLogger(__name__)
 class IndexRefresher:
     """One pending refresh at a time, on a timer thread; `flush` runs a pending one at once."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, objects: ObjectStore | None = None):
         self.settings = settings
+        self.objects = objects  # content and tree in buckets (registry_gen.objectstore): sync, then publish
         self.delay = float(settings.index_refresh_seconds)
         self.refreshes = 0  # completed rewrites, for tests and the logs
         self._lock = threading.Lock()
@@ -57,7 +59,11 @@ class IndexRefresher:
 
     def _run(self) -> None:
         try:
-            run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+            if self.objects is not None:
+                self.objects.sync_pending(self.settings)
+            result = run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+            if self.objects is not None:
+                self.objects.tree.publish(result)
         except Exception as exc:  # noqa: BLE001 - a timer thread must not die with a traceback in the log
             detail = str(exc) if isinstance(exc, (RegistryError, OSError)) else f"{type(exc).__name__}: {exc}"
             log.warning("could not rewrite -/all and -/search.json (the next write or build retries): %s", detail)

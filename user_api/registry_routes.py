@@ -23,6 +23,7 @@ import jinja2
 from registry_gen.errors import LockTimeout, StateUnavailable, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
+from registry_gen.objectstore import ObjectStore
 from registry_gen.refresher import IndexRefresher
 from registry_gen.writes import WriteService
 from user_api import routes_accounts as accounts
@@ -141,6 +142,7 @@ def create_registry_app(
     storage: ContentStorage | None = None,
     limits: RegistryLimits | None = None,
     refresher: IndexRefresher | None = None,
+    objects: ObjectStore | None = None,
 ) -> bottle.Bottle:
     """The registry's dynamic endpoints as a fresh Bottle app (see the module docstring).
     `refresher`: the server's IndexRefresher (without one, each write rewrites -/all at once)."""
@@ -151,7 +153,7 @@ def create_registry_app(
     app.config[CONTEXT_KEY] = RegistryContext(
         settings=settings,
         store=store,
-        writes=WriteService(settings, storage, reserved_names=SERVER_PATHS, refresher=refresher),
+        writes=WriteService(settings, storage, reserved_names=SERVER_PATHS, refresher=refresher, objects=objects),
         limits=limits,
         web_logins=WebLoginPool(capacity=limits.web_login_sessions, per_address=limits.web_login_per_address,
                                 lifetime_seconds=limits.web_login_seconds),

@@ -68,14 +68,14 @@ def test_the_settings_open_a_bucket_from_the_file_the_environment_and_boto3s_end
 
 def test_without_storage_the_content_folder_is_the_store_and_a_bucket_is_refused_to_the_writers(tmp_path: Path) -> None:
     assert isinstance(open_content_storage(Settings(content_dir=tmp_path)), FolderStorage)
-    with pytest.raises(ConfigError, match="cannot read content from an object store yet"):
+    with pytest.raises(ConfigError, match="this command builds from the local content folder"):
         open_content_storage(Settings(content_dir=tmp_path, storage="s3://content/x"))
 
 
 @pytest.mark.slow
 def test_serve_with_a_bucket_stops_at_start_with_one_line(tmp_path: Path) -> None:
-    """Until the build reads the bucket, a server that would write there and build from content/
-    must not start: it stops with one line before it takes a write."""
+    """`serve` serves a local tree: with content in a bucket it stops with one line before it
+    takes a write (`api` is the one that syncs from the bucket and publishes the tree there)."""
     (tmp_path / "registry.yaml").write_text("storage: s3://content/registry\n")
     proc = subprocess.run(
         [sys.executable, "-m", "registry_gen", "serve", "--host", "127.0.0.1", "--port", "0"],
