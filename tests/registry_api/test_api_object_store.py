@@ -3,12 +3,14 @@ PostgreSQL and one real S3 server (moto's server mode, then SeaweedFS), each wit
 work folder. Real npm publishes through A, then another version of the same package through B;
 both are served from the tree bucket through a real nginx in front of it, to a real `npm
 install`; A's work folder wiped and A restarted serves and writes; `registry-gen verify` passes
-on the bucket's tree; with the bucket stopped, a write gets a prompt 503."""
+on the bucket's tree; B restarted on its stale folder holds every file with the stat A's holds; with the bucket
+stopped, a write gets a prompt 503."""
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -48,12 +50,16 @@ class Site:
     works: list[Path]  # each instance's work folder (content_dir and out_dir: a disposable cache)
     root: Path
 
+    @functools.cached_property
+    def client(self) -> Any:
+        return client(self.s3.endpoint)
+
     def objects(self) -> dict[str, dict[str, Any]]:
-        pages = client(self.s3.endpoint).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=TREE)
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=TREE)
         return {item["Key"][len(TREE) :]: item for page in pages for item in page.get("Contents", [])}
 
     def read(self, key: str) -> tuple[bytes, dict[str, Any]]:
-        answer = client(self.s3.endpoint).get_object(Bucket=BUCKET, Key=TREE + key)
+        answer = self.client.get_object(Bucket=BUCKET, Key=TREE + key)
         return answer["Body"].read(), answer
 
 
@@ -103,7 +109,7 @@ def site(request: pytest.FixtureRequest, postgres: Any, tmp_path: Path) -> Itera
         found = Site(s3, reads, apis, works, tmp_path)
         try:
             for api in apis:
-                api.start()
+                started(api)
             yield found
         finally:
             for api in apis:
@@ -117,6 +123,25 @@ def poll(condition: Callable[[], bool], seconds: float) -> bool:
             return False
         time.sleep(0.1)  # polling a condition with a deadline
     return True
+
+
+def stats(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def started(api: Api) -> Api:
+    """Starts `api` and waits until it answers: it listens before its start (the sync from the
+    bucket, the build, the upload) is over."""
+    api.start()
+
+    def answers() -> bool:
+        try:
+            return http("GET", api.base + "-/ping", timeout=10).status == 200
+        except OSError:
+            return False
+
+    assert poll(answers, 120), "the instance never became ready"
+    return api
 
 
 def npm_publish(run: ClientRun, folder: Path, name: str, version: str) -> None:
@@ -173,21 +198,30 @@ def test_two_instances_with_empty_work_folders_serve_every_write_from_the_bucket
     # A's disk held nothing B needs, nor anything A needs: wipe it and restart A.
     a.stop()
     shutil.rmtree(site.works[0])
-    a.start()
+    started(a)
     data = tarball("bucket-pkg", "1.2.0")
     assert http("PUT", a.base + "bucket-pkg", token=token, body=publish_body("bucket-pkg", "1.2.0", data)).status == 201
     assert sorted(served_versions(site, "bucket-pkg")) == ["1.0.0", "1.1.0", "1.2.0"]
     assert http("PUT", b.base + "other-pkg", token=token, body=publish_body("other-pkg", "1.0.0", tarball("other-pkg", "1.0.0"))).status == 201
     assert sorted(served_versions(site, "other-pkg")) == ["1.0.0"]
     assert_tarballs_in_bucket(site, "bucket-pkg")
+    assert poll(lambda: "other-pkg" in json.loads(site.read("-/all/index.html")[0]), 30)  # the refresher's, a second later
     verify_bucket_tree(site)
+
+    # B restarted on its own (stale) work folder: its sync gives every file the stat A's gave it,
+    # the one recorded in the shared state, so no instance sees a change that did not happen.
+    b.stop()
+    started(b)
+    content_a, content_b = (stats(work / "content") for work in site.works)
+    assert {key: content_b.get(key) for key in content_a} == content_a and len(content_a) == 4  # bucket-pkg: 3 archives, 1 meta
+    assert "other-pkg/registry-meta.json" in content_b  # written by B after A's start: A fetches it when it needs it
 
     # The bucket stopped: a write gets a prompt 503, never a hang or a 201.
     stop_process(site.s3.process, grace=10)
-    started = time.monotonic()
+    asked = time.monotonic()
     reply = http("PUT", b.base + "bucket-pkg", token=token, body=publish_body("bucket-pkg", "1.3.0", tarball("bucket-pkg", "1.3.0")), timeout=90)
     assert reply.status == 503 and "retry-after" in reply.headers, (reply.status, reply.body)
-    assert time.monotonic() - started < 60
+    assert time.monotonic() - asked < 60
 
 
 def verify_bucket_tree(site: Site) -> None:
