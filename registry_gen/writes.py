@@ -264,6 +264,9 @@ class WriteService:
             raise
         failpoint("after-write")
         journal.finish_write(write_id, done=True)
+        # After the write is done: a tree bucket that fails now costs a 503 and an owed upload
+        # (registry_gen.objectstore), never an undo of a committed write.
+        self._publish_tree(result)
         return result
 
     def _opened_journal(self) -> Journal:
@@ -288,7 +291,7 @@ class WriteService:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
             touched += self._remove_archives(removing)
-            result = self._build(touched, write_id)
+            result = self._build(touched, write_id, publish=False)  # _commit publishes once the write is done
         except BaseException:
             self._roll_back(added, current, change)
             raise
@@ -319,10 +322,11 @@ class WriteService:
             self._build([])
         self._recovered = True
 
-    def _build(self, touched: list[str], write_id: int | None = None) -> BuildResult:
+    def _build(self, touched: list[str], write_id: int | None = None, *, publish: bool = True) -> BuildResult:
         self._sync_content(touched)
         result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id)
-        self._publish_tree(result)
+        if publish:
+            self._publish_tree(result)
         if self.refresher is not None:
             self.refresher.schedule()
         return result
