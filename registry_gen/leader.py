@@ -24,8 +24,9 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
-from registry_gen.build import run_build
 from registry_gen.errors import NotLeader, RegistryError
+from registry_gen.objectstore import ObjectStore
+from registry_gen.refresher import WholeRewrite
 from registry_gen.settings import Settings
 from registry_gen.state import open_state
 
@@ -52,10 +53,11 @@ class Leader:
     """One process's part in the leadership: a thread that leads when it can and then works.
     Also takes the IndexRefresher's calls (`schedule`, `flush`) from the write service."""
 
-    def __init__(self, settings: Settings, leadership: PgLeadership | None = None, *,
+    def __init__(self, settings: Settings, leadership: PgLeadership | None = None, *, objects: ObjectStore | None = None,
                  tick: float = TICK_SECONDS, settle: float = RECONCILE_AFTER_SECONDS):  # fmt: skip
         assert settings.database_url, "a leader needs the state on PostgreSQL"
         self.settings = settings
+        self.rewrite = WholeRewrite(settings, objects)  # with buckets: sync first, upload after; then purge
         self.state = open_state(settings)
         if leadership is None:
             from registry_gen.state.postgres_leader import PgLeadership  # psycopg: loaded on PostgreSQL only
@@ -100,7 +102,7 @@ class Leader:
             if not self._due(force):
                 return False
             with self.leadership.fenced("rebuild"):
-                run_build(self.settings, changed=[])  # resolves pending writes, rewrites what is stale
+                self.rewrite()  # resolves pending writes, rewrites what is stale
         except NotLeader:
             return False
         except Exception as exc:  # noqa: BLE001 - the thread must live on; the next turn retries
@@ -120,6 +122,6 @@ class Leader:
         return bool(due) or stale
 
 
-def start_leader(settings: Settings) -> Leader | None:
+def start_leader(settings: Settings, objects: ObjectStore | None = None) -> Leader | None:
     """A running Leader when the state is on PostgreSQL; None on the embedded default (one process)."""
-    return Leader(settings).start() if settings.database_url else None
+    return Leader(settings, objects=objects).start() if settings.database_url else None

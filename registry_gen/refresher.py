@@ -17,7 +17,9 @@ from typing import Protocol
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
-from registry_gen.purge import purger_for
+from registry_gen.build.results import BuildResult
+from registry_gen.objectstore import ObjectStore
+from registry_gen.purge import Purger, purger_for
 from registry_gen.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,14 +32,36 @@ class IndexRewrites(Protocol):
     def flush(self) -> None: ...
 
 
+class WholeRewrite:
+    """The rewrite of what the state marks stale (and of writes left pending), with what follows
+    every build of a long-running writer: content synced from the bucket first, the tree's new
+    files uploaded after, then the caches in front purged. The IndexRefresher and, on
+    PostgreSQL, the leader (registry_gen.leader) both run it."""
+
+    def __init__(self, settings: Settings, objects: ObjectStore | None = None):
+        self.settings = settings
+        self.objects = objects  # content and tree in buckets (registry_gen.objectstore): sync, then publish
+        self.purger: Purger | None = purger_for(settings)  # the caches in front learn what each rewrite changed
+
+    def __call__(self) -> BuildResult:
+        if self.objects is not None:
+            self.objects.sync_pending(self.settings)
+        result = run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+        if self.objects is not None:
+            self.objects.tree.publish(result)
+        if self.purger is not None:
+            self.purger.after_build(result.written, result.removed)
+        return result
+
+
 class IndexRefresher:
     """One pending refresh at a time, on a timer thread; `flush` runs a pending one at once."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, objects: ObjectStore | None = None):
         self.settings = settings
+        self.rewrite = WholeRewrite(settings, objects)
         self.delay = float(settings.index_refresh_seconds)
         self.refreshes = 0  # completed rewrites, for tests and the logs
-        self.purger = purger_for(settings)  # the caches in front learn what each rewrite changed
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -67,11 +91,9 @@ class IndexRefresher:
 
     def _run(self) -> None:
         try:
-            result = run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+            self.rewrite()
         except Exception as exc:  # noqa: BLE001 - a timer thread must not die with a traceback in the log
             detail = str(exc) if isinstance(exc, (RegistryError, OSError)) else f"{type(exc).__name__}: {exc}"
             log.warning("could not rewrite -/all and -/search.json (the next write or build retries): %s", detail)
             return
         self.refreshes += 1
-        if self.purger is not None:
-            self.purger.after_build(result.written, result.removed)

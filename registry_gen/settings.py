@@ -19,6 +19,7 @@ DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
 DATABASE_URL_ENV = "REGISTRY_DATABASE_URL"
 STORAGE_ENV = "REGISTRY_STORAGE"
+TREE_ENV = "REGISTRY_TREE"
 # `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
 CHECK_PROFILES = ("npm", "commonjs")
 SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
@@ -110,6 +111,9 @@ class Settings:
     storage_endpoint_url: str | None = None  # None: $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS itself
     # Whether the store honours `PUT If-None-Match: *`; None (`auto`): probe it once.
     storage_conditional_writes: bool | None = None
+    # Where `registry-gen api` puts the built tree when content is in a bucket ($REGISTRY_TREE);
+    # None: the same bucket, under `<PREFIX>/_tree` (registry_gen.objectstore).
+    tree: str | None = None
     # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
     # this machine reaches; `build` warns, `serve` derives it from the address it binds).
     base_url_given: bool = field(default=False, compare=False)
@@ -156,6 +160,10 @@ class Settings:
 
         if self.storage is not None:
             parse_s3_url(self.storage)
+        if self.tree is not None:
+            parse_s3_url(self.tree)
+            if self.storage is None:
+                raise ConfigError("tree is set but storage is not: the tree goes to a bucket only with the content (add storage: s3://BUCKET/PREFIX), or remove it")
         endpoint = self.storage_endpoint_url
         if endpoint is not None:
             if not isinstance(endpoint, str) or not re.fullmatch(r"https?://[^/\s]+/?", endpoint):
@@ -215,7 +223,7 @@ def loopback_address(url: str) -> tuple[str, int] | None:
 
 
 _PATH_KEYS = {"content_dir", "out_dir", "state_dir", "template_dir", "data_dir", "signing_key"}
-_NULLABLE_KEYS = {"audit_keep_days", "template_dir", "database_url", "check_ignore", "signing_key", "state_dir", "storage", "storage_endpoint_url"}
+_NULLABLE_KEYS = {"audit_keep_days", "template_dir", "database_url", "check_ignore", "signing_key", "state_dir", "storage", "storage_endpoint_url", "tree"}
 # What registry.yaml may hold per key: YAML gives str/int/bool; paths are strings relative to the file.
 _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "content_dir": (str, "a path (string)"),
@@ -243,6 +251,7 @@ _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "storage": (str, "a string such as s3://BUCKET/PREFIX"),
     "storage_endpoint_url": (str, "a URL (string)"),
     "storage_conditional_writes": (bool, "auto, true or false"),
+    "tree": (str, "a string such as s3://BUCKET/PREFIX"),
 }
 
 
@@ -486,6 +495,8 @@ def load_settings(config_file: Path | str | None = None, **overrides: Any) -> Se
         values["database_url"] = os.environ[DATABASE_URL_ENV]
     if os.environ.get(STORAGE_ENV):
         values["storage"] = os.environ[STORAGE_ENV]
+    if os.environ.get(TREE_ENV):
+        values["tree"] = os.environ[TREE_ENV]
     if os.environ.get(SIGNING_KEY_ENV):
         values["signing_key_pem"] = os.environ[SIGNING_KEY_ENV]
     given = {k: v for k, v in overrides.items() if v is not None}

@@ -40,6 +40,7 @@ from registry_gen.errors import Forbidden, LockTimeout, RegistryError, StateUnav
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
+from registry_gen.objectstore import ObjectStore
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.purge import purger_for
@@ -117,8 +118,14 @@ class WriteService:
         *,
         reserved_names: frozenset[str] = frozenset(),
         refresher: IndexRewrites | None = None,
+        objects: ObjectStore | None = None,
     ):
         self.settings = settings
+        # With `storage:` (registry-gen api): content in the bucket, each build's output uploaded
+        # to the tree bucket (registry_gen.objectstore); None: content_dir and out_dir as always.
+        self.objects = objects
+        if objects is not None:
+            storage = objects.content
         # With a refresher (a long-running server), each write's build leaves -/all and
         # -/search.json to it: a publish then costs the same at any registry size.
         self.refresher = refresher
@@ -259,6 +266,9 @@ class WriteService:
             raise
         failpoint("after-write")
         journal.finish_write(write_id, done=True)
+        # After the write is done: a tree bucket that fails now costs a 503 and an owed upload
+        # (registry_gen.objectstore), never an undo of a committed write; then the purge.
+        self._after_render(result)
         return result
 
     def _opened_journal(self) -> Journal:
@@ -284,7 +294,7 @@ class WriteService:
                 touched.append(added)
             touched += self._remove_archives(removing)
             failpoint("after-store")
-            result = self._build(touched, write_id)
+            result = self._build(touched, write_id, publish=False)  # _commit publishes once the write is done
         except BaseException:
             self._roll_back(added, current, change)
             raise
@@ -315,18 +325,31 @@ class WriteService:
             self._build([])
         self._recovered = True
 
-    def _build(self, touched: list[str], write_id: int | None = None) -> BuildResult:
+    def _build(self, touched: list[str], write_id: int | None = None, *, publish: bool = True) -> BuildResult:
+        self._sync_content(touched)
         result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id)
-        self._after_render(result)
+        if publish:
+            self._after_render(result)
         if self.refresher is not None:
             self.refresher.schedule()
         return result
 
     def _after_render(self, result: BuildResult) -> None:
-        """What follows each build of a write, once the tree holds it: the caches in front are told
-        exactly which files changed (registry_gen.purge; bounded, never raises)."""
+        """What follows each build of a write: what it wrote goes to the readers' tree (a bucket;
+        nothing to do for out_dir), then the caches in front are told exactly which files changed
+        (registry_gen.purge; bounded, never raises). A write is answered only after this, so the
+        origin serves it at once."""
+        if self.objects is not None:
+            self.objects.tree.publish(result)
         if self.purger is not None:
             self.purger.after_build(result.written, result.removed)
+    def _sync_content(self, touched: list[str]) -> None:
+        """With content in a bucket: the work folder's copy of the packages this build reads (the
+        touched ones, and those of writes a crashed writer left pending) made equal to the bucket."""
+        if self.objects is None:
+            return
+        pending = [key for write in self._opened_journal().pending_writes() for key in write.files]
+        self.objects.mirror.sync_packages([*touched, *pending])
 
     def _store_meta(self, key: str, change: Change) -> None:
         # The meta (owners, times, unpublish records) is written first: a kill before the archive

@@ -23,6 +23,7 @@ import jinja2
 from registry_gen.errors import LockTimeout, StateUnavailable, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
+from registry_gen.objectstore import ObjectStore
 from registry_gen.refresher import IndexRewrites
 from registry_gen.writes import WriteService
 from user_api import routes_accounts as accounts
@@ -140,6 +141,7 @@ def create_registry_app(
     storage: ContentStorage | None = None,
     limits: RegistryLimits | None = None,
     refresher: IndexRewrites | None = None,
+    objects: ObjectStore | None = None,
 ) -> bottle.Bottle:
     """The registry's dynamic endpoints as a fresh Bottle app (see the module docstring).
     `refresher`: the server's IndexRefresher or Leader (without one, each write rewrites -/all at once)."""
@@ -150,7 +152,7 @@ def create_registry_app(
     app.config[CONTEXT_KEY] = RegistryContext(
         settings=settings,
         store=store,
-        writes=WriteService(settings, storage, reserved_names=SERVER_PATHS, refresher=refresher),
+        writes=WriteService(settings, storage, reserved_names=SERVER_PATHS, refresher=refresher, objects=objects),
         limits=limits,
         web_logins=web_login_sessions(store, limits),
         pages=jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True),

@@ -16,14 +16,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from registry_gen.cli_options import ConfigOption
-from registry_gen.errors import AddressUnavailable, ContentMissing
+from registry_gen.errors import AddressUnavailable, ConfigError, ContentMissing
 from registry_gen.layout import SEARCH_DOCUMENT
 from registry_gen.settings import Settings, default_base_url_warning, loopback_address
+
+if TYPE_CHECKING:  # boto3 loads only with a bucket configured
+    from registry_gen.objectstore import ObjectStore
 
 DEFAULT_BASE_URL = Settings().base_url  # "not configured": serve derives it from the bound address
 DEFAULT_THREADS = 8
@@ -174,8 +177,21 @@ def _public_settings(settings: Settings, port: int, static: bool, explicit_base_
     return settings
 
 
-def _prepare_tree(settings: Settings, static: bool) -> None:
-    """Sweeps what an interrupted write left behind, then (serving the tree) brings it up to date."""
+def _object_store(settings: Settings, static: bool) -> ObjectStore | None:
+    """`storage:` for `api` (content and tree in buckets); `serve` serves a local tree and refuses it."""
+    from registry_gen.objectstore import open_object_store
+
+    if settings.storage is not None and static:
+        raise ConfigError(
+            f"storage: {settings.storage}: `registry-gen serve` serves a local tree; with content in a bucket run "
+            "`registry-gen api` (the tree goes to the bucket too) behind nginx or a CDN, or remove storage:"
+        )
+    return open_object_store(settings)
+
+
+def _prepare_tree(settings: Settings, static: bool, objects: ObjectStore | None = None) -> None:
+    """Sweeps what an interrupted write left behind, then (serving the tree) brings it up to date;
+    with `objects`, syncs the work folder from the content bucket, builds and publishes the tree."""
     from registry_gen.build import run_build
 
     swept = _sweep_temp_files(settings)
@@ -186,6 +202,9 @@ def _prepare_tree(settings: Settings, static: bool) -> None:
         for issue in result.errors:
             typer.echo(f"error: {issue}", err=True)
         typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    if objects is not None:
+        result = objects.start(settings)
+        typer.echo(f"synced {settings.content_dir} from {objects.content.location}, published to {objects.tree.bucket.location}: {result.summary()}")
 
 
 def _run(
@@ -200,6 +219,7 @@ def _run(
     from user_api.store import open_user_store
 
     configure_server_logging()
+    objects = _object_store(settings, static)  # or refused, before anything is bound or written
     new_registry = is_new_registry(settings)  # or refused, before anything is bound or written
     holder: dict[str, Any] = {}
 
@@ -224,14 +244,14 @@ def _run(
     settings = _public_settings(settings, port, static, explicit_base_url)
     if new_registry:
         start_empty(settings)
-    _prepare_tree(settings, static)
+    _prepare_tree(settings, static, objects)
     store = open_user_store(settings)
     holder["store"] = store
     _remind_upgrade_steps(store)
-    leader = start_leader(settings)
-    refresher = _refresher(settings, leader)
+    leader = start_leader(settings, objects)
+    refresher = _refresher(settings, leader, objects)
     deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
-    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake))
+    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake, objects=objects))
     _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
@@ -250,14 +270,14 @@ def _run(
         _shut_down(server, store, watcher, refresher, deliverer, leader)
 
 
-def _refresher(settings: Settings, leader: Any) -> Any:
+def _refresher(settings: Settings, leader: Any, objects: ObjectStore | None = None) -> Any:
     """Who rewrites -/all and -/search.json after writes: the leader of the instances on PostgreSQL
     (registry_gen.leader), else this process's IndexRefresher; None: each write rewrites them."""
     from registry_gen.refresher import IndexRefresher
 
     if not settings.index_refresh_seconds:
         return None
-    return leader if leader is not None else IndexRefresher(settings)
+    return leader if leader is not None else IndexRefresher(settings, objects)
 
 
 def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any, deliverer: Any, leader: Any = None) -> None:

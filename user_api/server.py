@@ -32,6 +32,7 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
 )
 from registry_gen.hosting import document_cache
+from registry_gen.objectstore import ObjectStore
 from registry_gen.ownership import erase_maintainer_email
 from registry_gen.purge import cache_key, shared_cache
 from registry_gen.refresher import IndexRewrites
@@ -248,13 +249,14 @@ def _etags(identity: str, served: os.stat_result, *, gzip: bool) -> tuple[str, s
 
 def create_server_app(
     settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRewrites | None = None,
-    after_write: Callable[[], None] | None = None,
+    after_write: Callable[[], None] | None = None, objects: ObjectStore | None = None,
 ) -> WsgiApp:
     """The combined app; `static=False` for `registry-gen api` behind a static host. `after_write`
     is called after each request of a writing method to the registry app (it wakes the hooks'
-    deliverer: the reply is made already, so the write never waits on a delivery)."""
+    deliverer: the reply is made already, so the write never waits on a delivery). `objects`:
+    content and tree in buckets (`registry-gen api` with `storage:`, registry_gen.objectstore)."""
     user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
-    registry_app = create_registry_app(settings, store, refresher=refresher)
+    registry_app = create_registry_app(settings, store, refresher=refresher, objects=objects)
     shared = shared_cache(settings.purge)
     plain_tree = StaticTree(
         settings.out_dir, document_cache=document_cache(0, shared), cache_key_header=shared.key_header if shared else None

@@ -41,16 +41,17 @@ ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 def open_content_storage(settings: Settings, *, building: bool = True) -> ContentStorage:
     """The content store `settings` name: content_dir on disk, or the `storage:` bucket.
 
-    `building`: the caller rebuilds the tree from what it writes (every caller today: the write
-    service, `owner claim`, `owner bind-recorded`). The build reads only a local content_dir
-    until issue 28's build over the store lands, so such a caller is refused a bucket, in one
-    line, before anything is written. `building=False`: the store alone (tests, tools)."""
+    `building`: the caller rebuilds the tree from content_dir right after it writes (`owner
+    claim`, `owner bind-recorded`, a write service without `objects`). Only `registry-gen api`
+    syncs a work folder from the bucket before each build and publishes the tree to a bucket
+    (registry_gen.objectstore), so such a caller is refused a bucket, in one line, before
+    anything is written. `building=False`: the store alone (the api's object store, tests, tools)."""
     if settings.storage is None:
         return FolderStorage(settings.content_dir)
     if building:
         raise ConfigError(
-            f"storage: {settings.storage}: this release's build cannot read content from an object store yet; "
-            f"remove `storage:` (and $REGISTRY_STORAGE) to keep content in {settings.content_dir}"
+            f"storage: {settings.storage}: this command builds from the local content folder; with content in a bucket, "
+            f"write through `registry-gen api`, or remove `storage:` (and $REGISTRY_STORAGE) to keep content in {settings.content_dir}"
         )
     endpoint = settings.storage_endpoint_url or next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)
     return S3Storage(

@@ -42,6 +42,7 @@ class StoredObject:
     key: str
     size: int
     token: str
+    modified: float | None = None  # seconds since the epoch, where the store says (a bucket's LastModified)
 
 
 class ContentStorage(Protocol):

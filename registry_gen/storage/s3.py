@@ -156,7 +156,9 @@ class S3Storage:
                 key = str(item["Key"])[len(self.prefix) :]
                 if is_content_key(key):
                     size = int(item["Size"])
-                    yield StoredObject(key, size, f"{size}-{str(item.get('ETag', '')).strip(chr(34))}")
+                    modified = item.get("LastModified")
+                    token = f"{size}-{str(item.get('ETag', '')).strip(chr(34))}"
+                    yield StoredObject(key, size, token, modified.timestamp() if modified is not None else None)
 
     # ---- writes
 
@@ -183,6 +185,14 @@ class S3Storage:
     def replace(self, key: str, data: bytes) -> None:
         try:
             self._put(key, data, hashlib.md5(data))
+        except StoreAnswer as answer:
+            raise self._unexpected(answer, "put_object", key) from None
+
+    def publish(self, key: str, data: bytes, *, content_type: str, cache_control: str) -> None:
+        """Stores or overwrites a file of the built tree with the headers its readers get (the tree
+        sink, registry_gen.objectstore)."""
+        try:
+            self._put(key, data, hashlib.md5(data), ContentType=content_type, CacheControl=cache_control)
         except StoreAnswer as answer:
             raise self._unexpected(answer, "put_object", key) from None
 

@@ -30,6 +30,8 @@ from tests.storage.s3servers import client, distinct_free_ports, s3_credentials
         ("storage: s3://bucket\nstorage_endpoint_url: ftp://x\n", "storage_endpoint_url must be an http(s) URL"),
         ("storage_endpoint_url: http://127.0.0.1:9000\n", "storage_endpoint_url is set but storage is not"),
         ("storage: s3://bucket\nstorage_conditional_writes: maybe\n", "storage_conditional_writes must be auto, true or false"),
+        ("tree: s3://bucket/tree\n", "tree is set but storage is not"),
+        ("storage: s3://bucket\ntree: s3://Bad_Bucket\n", "'Bad_Bucket' is not a bucket name"),
     ],
 )
 def test_bad_storage_settings_are_one_line_naming_the_file_and_key(tmp_path: Path, text: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -68,21 +70,23 @@ def test_the_settings_open_a_bucket_from_the_file_the_environment_and_boto3s_end
 
 def test_without_storage_the_content_folder_is_the_store_and_a_bucket_is_refused_to_the_writers(tmp_path: Path) -> None:
     assert isinstance(open_content_storage(Settings(content_dir=tmp_path)), FolderStorage)
-    with pytest.raises(ConfigError, match="cannot read content from an object store yet"):
+    with pytest.raises(ConfigError, match="this command builds from the local content folder"):
         open_content_storage(Settings(content_dir=tmp_path, storage="s3://content/x"))
 
 
 @pytest.mark.slow
-def test_serve_with_a_bucket_stops_at_start_with_one_line(tmp_path: Path) -> None:
-    """Until the build reads the bucket, a server that would write there and build from content/
-    must not start: it stops with one line before it takes a write."""
+@pytest.mark.parametrize(("command", "said"), [("serve", "serves a local tree"), ("api", "set database_url")])
+def test_serve_with_a_bucket_stops_at_start_with_one_line(tmp_path: Path, command: str, said: str) -> None:
+    """`serve` serves a local tree, and `api` needs the state on a shared database: with content
+    in a bucket either stops with one line before it takes a write."""
     (tmp_path / "registry.yaml").write_text("storage: s3://content/registry\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "registry_gen", "serve", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", "registry_gen", command, "--host", "127.0.0.1", "--port", "0"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode != 0 and len(errors) == 1 and "storage: s3://content/registry" in errors[0], proc.stderr
+    assert said in errors[0]
     assert "Traceback" not in proc.stderr
 
 

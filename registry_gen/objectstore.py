@@ -1,0 +1,251 @@
+"""Content and the built tree in an object store (issue 28): `registry-gen api` with `storage:`.
+
+The bucket is the truth; this machine's `content_dir` and `out_dir` are a disposable work cache
+that any instance rebuilds from the bucket:
+
+    write (under the package's lock)  → archives and metas into the content bucket (WriteService)
+    before each build                 → `ContentMirror.sync`: the touched package folders, bucket → content_dir
+    the build                         → as on one machine: content_dir → out_dir, state on PostgreSQL
+    right after it                    → `TreeSink.publish`: exactly the paths it wrote, out_dir → tree bucket
+                                        (tarballs, then package documents, then the rest; removals last)
+
+A local file is never read as the truth about a package: the listing of the content bucket is
+(a package another instance wrote is missing here until the sync brings it). Each synced file's
+mtime is a function of its object (`object_mtime_ns`), so every instance records the same stat
+in the shared state and none sees a change that did not happen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from registry_gen.errors import ConfigError
+from registry_gen.hosting import upload_plan
+from registry_gen.state import open_state
+from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url
+from registry_gen.storage.contract import is_content_key
+from registry_gen.storage.folder import FolderStorage
+
+if TYPE_CHECKING:
+    from registry_gen.build import BuildResult
+    from registry_gen.settings import Settings
+
+log = logging.getLogger(__name__)
+
+# The tree's default place: beside the content, under a folder no npm package can be named
+# (an unscoped name never starts with "_"), which the content listing skips.
+TREE_FOLDER = "_tree"
+
+
+# ---------------------------------------------------------------- where things are (pure)
+
+
+def tree_location(settings: Settings) -> S3Location:
+    """`tree:` when set, else `<storage>/_tree`."""
+    if settings.tree is not None:
+        return parse_s3_url(settings.tree)
+    content = parse_s3_url(str(settings.storage))
+    return S3Location(content.bucket, f"{content.prefix}/{TREE_FOLDER}" if content.prefix else TREE_FOLDER)
+
+
+def nested_tree_folder(settings: Settings) -> str | None:
+    """The content key prefix the tree occupies when it sits inside the content's prefix."""
+    content, tree = parse_s3_url(str(settings.storage)), tree_location(settings)
+    if content.bucket != tree.bucket:
+        return None
+    if not content.prefix:
+        return tree.prefix + "/"
+    inside = tree.prefix.startswith(content.prefix + "/")
+    return tree.prefix[len(content.prefix) + 1 :] + "/" if inside else None
+
+
+def object_mtime_ns(item: StoredObject) -> int:
+    """The mtime a synced copy of `item` gets: its LastModified second, and nanoseconds from its
+    ETag, so two versions written within one second (same size) still differ, and every instance
+    gives the same object the same stat."""
+    seconds = int(item.modified or 0)
+    return seconds * 1_000_000_000 + int(hashlib.md5(item.token.encode()).hexdigest()[:8], 16) % 1_000_000_000
+
+
+def package_folders(keys: Iterable[str]) -> set[str]:
+    """The content folders (`name/` or `@scope/name/`) holding these keys, with the trailing '/'
+    a listing needs (`foo/` must not list `foo-bar/`)."""
+    return {key.rpartition("/")[0] + "/" for key in keys if "/" in key}
+
+
+# ---------------------------------------------------------------- content: bucket → work folder
+
+
+class ContentMirror:
+    """The work folder's copy of the content bucket, made equal to it prefix by prefix."""
+
+    def __init__(self, bucket: S3Storage, folder: Path, skip: str | None = None):
+        self.bucket = bucket
+        self.local = FolderStorage(folder)
+        self.folder = folder
+        self.skip = skip  # the tree's folder when it sits inside the content prefix
+
+    def sync(self, prefix: str = "") -> int:
+        """Makes the work folder's files under `prefix` those of the bucket (missing or changed
+        ones fetched, extra ones removed); returns how many files changed."""
+        remote = {item.key: item for item in self.bucket.list(prefix) if not self._skipped(item.key)}
+        local = {item.key: item for item in self.local.list(prefix)}
+        changed = 0
+        for key, item in remote.items():
+            mtime = object_mtime_ns(item)
+            held = local.get(key)
+            if held is None or held.token != f"{item.size}-{mtime}":
+                self._fetch(key, mtime)
+                changed += 1
+        for key in local.keys() - remote.keys():
+            if not self._skipped(key):
+                self.local.remove(key)
+                changed += 1
+        return changed
+
+    def sync_packages(self, keys: Iterable[str]) -> int:
+        return sum(self.sync(folder) for folder in sorted(package_folders(keys)))
+
+    def _skipped(self, key: str) -> bool:
+        return not is_content_key(key) or (self.skip is not None and key.startswith(self.skip))
+
+    def _fetch(self, key: str, mtime_ns: int) -> None:
+        target = self.folder / key
+        if not self.bucket.spool(key, target):
+            self.local.remove(key)  # gone between the listing and the read: so it is gone
+            return
+        os.utime(target, ns=(mtime_ns, mtime_ns))
+
+
+# ---------------------------------------------------------------- the tree: work folder → bucket
+
+
+class TreeSink(Protocol):
+    """Where a build's output goes once written to out_dir."""
+
+    def publish(self, result: BuildResult) -> None:
+        """Makes the readers' tree hold what `result` wrote and removed; raises StorageUnavailable
+        when it could not (what is left is retried by the next call)."""
+        ...
+
+
+class LocalTree:
+    """The embedded default: out_dir is what readers get; nothing to do."""
+
+    def publish(self, result: BuildResult) -> None:
+        return None
+
+
+@dataclass
+class Owed:
+    written: set[str]
+    removed: set[str]
+
+
+class BucketTree:
+    """The built tree in a bucket. Uploads in `hosting.upload_plan`'s order (tarballs, then package
+    documents, then the rest), so a reader never gets a document naming a tarball the bucket does
+    not hold yet; removals last. What a failed publish left is owed, and published first next time."""
+
+    def __init__(self, bucket: S3Storage, out_dir: Path):
+        self.bucket = bucket
+        self.out_dir = out_dir
+        self.owed = Owed(set(), set())
+        self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
+
+    def publish(self, result: BuildResult) -> None:
+        written, removed = list(result.written), list(result.removed)
+        if getattr(result.written, "total", len(written)) > len(written):
+            written = tree_files(self.out_dir)  # the build named only the first paths: publish the whole tree
+        with self._lock:
+            self.owed.written |= set(written)
+            self.owed.removed = (self.owed.removed | set(removed)) - set(written)
+            self.owed.written -= set(removed)
+            self._publish_owed()
+
+    def _publish_owed(self) -> None:
+        for upload in upload_plan(sorted(self.owed.written)):
+            if upload.key.endswith("/"):
+                continue  # a web folder's alias: the site links index.html explicitly
+            path = self.out_dir / upload.source
+            if path.is_file():  # a later build may have removed it: its removal is owed instead
+                self.bucket.publish(upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control)
+        self.owed.written.clear()
+        for key in sorted(self.owed.removed):
+            for alias in {upload.key for upload in upload_plan([key])}:
+                if not alias.endswith("/"):
+                    self.bucket.remove(alias)
+        self.owed.removed.clear()
+
+
+def tree_files(out_dir: Path) -> list[str]:
+    return sorted(item.key for item in FolderStorage(out_dir).list())
+
+
+# ---------------------------------------------------------------- opening them
+
+
+def open_bucket(settings: Settings, location: S3Location) -> S3Storage:
+    """A bucket at `location`, with the endpoint and conditional-write setting of `storage:`."""
+    content = open_content_storage(settings, building=False)
+    assert isinstance(content, S3Storage)
+    return S3Storage(location, endpoint_url=content.endpoint_url, conditional_writes=settings.storage_conditional_writes, client=content.client)
+
+
+@dataclass
+class ObjectStore:
+    """What `registry-gen api` with `storage:` works with: the content bucket, its local mirror and the tree sink."""
+
+    content: S3Storage
+    mirror: ContentMirror
+    tree: BucketTree
+
+    def sync_pending(self, settings: Settings) -> None:
+        """The packages of writes a crashed writer left pending, which the next build resolves
+        from the work folder: made equal to the bucket first."""
+        with open_state(settings).journal() as journal:
+            keys = [key for write in journal.pending_writes() for key in write.files]
+        self.mirror.sync_packages(keys)
+
+    def start(self, settings: Settings, lock_timeout: float = 600) -> BuildResult:
+        """A server's start: under the registry-wide lock, the whole content bucket into the work
+        folder (an empty disk works), one build over it, and what it wrote published. After it,
+        every build of this process is incremental and syncs only what it reads."""
+        from registry_gen.build import build_locked
+        from registry_gen.buildlock import holding_build_lock
+
+        settings.content_dir.mkdir(parents=True, exist_ok=True)
+        settings.out_dir.mkdir(parents=True, exist_ok=True)
+        with holding_build_lock(settings.lock_file, lock_timeout), open_state(settings).registry_lock(lock_timeout):
+            fetched = self.mirror.sync()
+            result = build_locked(settings)
+        log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
+        self.tree.publish(result)
+        return result
+
+
+def open_object_store(settings: Settings) -> ObjectStore | None:
+    """None without `storage:`; else the buckets, checked to need a shared state."""
+    if settings.storage is None:
+        return None
+    if settings.database_url is None:
+        raise ConfigError(
+            f"storage: {settings.storage}: the content in a bucket needs the state on a shared database: "
+            "set database_url (or $REGISTRY_DATABASE_URL) to a PostgreSQL URL, or remove storage:"
+        )
+    content = open_content_storage(settings, building=False)
+    assert isinstance(content, S3Storage)
+    mirror = ContentMirror(content, settings.content_dir, nested_tree_folder(settings))
+    return ObjectStore(content, mirror, BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir))
+
+
+def open_tree_sink(settings: Settings) -> TreeSink:
+    store = open_object_store(settings)
+    return LocalTree() if store is None else store.tree

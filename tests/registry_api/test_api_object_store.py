@@ -1,0 +1,241 @@
+"""Content and the built tree in a bucket (issue 28): two `registry-gen api` processes on one real
+PostgreSQL and one real S3 server (moto's server mode, then SeaweedFS), each with its own EMPTY
+work folder. Real npm publishes through A, then another version of the same package through B;
+both are served from the tree bucket through a real nginx in front of it, to a real `npm
+install`; A's work folder wiped and A restarted serves and writes; `registry-gen verify` passes
+on the bucket's tree; B restarted on its stale folder holds every file with the stat A's holds; with the bucket
+stopped, a write gets a prompt 503."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from registry_gen.hosting import public_read_policy
+
+from tests.conftest import postgres_state_url
+from tests.hosts.clients import CLIENTS, ClientRun, install_client
+from tests.hosts.servers import NGINX, free_port, stop_process, wait_for_port
+from tests.registry_api.helpers import add_user, http, publish_body, tarball
+from tests.registry_api.test_api_instances_postgres import Api, postgres  # noqa: F401 - the module's PostgreSQL fixture
+from tests.storage.s3servers import S3Server, client, make_bucket, s3_credentials, s3_server
+
+pytestmark = pytest.mark.slow
+
+BUCKET = "registry"
+PREFIX = "reg"
+TREE = f"{PREFIX}/_tree/"  # the tree's default place: beside the content, under `_tree`
+
+
+@dataclass
+class Site:
+    s3: S3Server
+    reads: str  # nginx in front of the tree bucket: what npm installs from
+    apis: list[Api]
+    works: list[Path]  # each instance's work folder (content_dir and out_dir: a disposable cache)
+    root: Path
+
+    @functools.cached_property
+    def client(self) -> Any:
+        return client(self.s3.endpoint)
+
+    def objects(self) -> dict[str, dict[str, Any]]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=TREE)
+        return {item["Key"][len(TREE) :]: item for page in pages for item in page.get("Contents", [])}
+
+    def read(self, key: str) -> tuple[bytes, dict[str, Any]]:
+        answer = self.client.get_object(Bucket=BUCKET, Key=TREE + key)
+        return answer["Body"].read(), answer
+
+
+@contextlib.contextmanager
+def bucket_reads(runtime: Path, endpoint: str, port: int) -> Iterator[str]:
+    """A real nginx whose origin is the tree's prefix in the bucket (a stand-in for the bucket
+    origin `host-config nginx` gains in issue 28's reads part): `/<name>` is the object `<name>`,
+    the package document the tree sink stores under the folder's own key."""
+    runtime.mkdir(parents=True, exist_ok=True)
+    conf = runtime / "nginx.conf"
+    conf.write_text(
+        "worker_processes 1;\npid nginx.pid;\nerror_log error.log warn;\nevents { worker_connections 64; }\n"
+        "http {\n  access_log off;\n  client_body_temp_path client_body_temp;\n  proxy_temp_path proxy_temp;\n"
+        "  fastcgi_temp_path fastcgi_temp;\n  uwsgi_temp_path uwsgi_temp;\n  scgi_temp_path scgi_temp;\n"
+        f"  server {{\n    listen 127.0.0.1:{port};\n"
+        f"    location / {{ proxy_pass {endpoint}/{BUCKET}/{TREE.rstrip('/')}$uri; }}\n  }}\n}}\n"
+    )
+    process = subprocess.Popen([NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"],
+                               stdout=subprocess.DEVNULL, stderr=(runtime / "stderr.log").open("wb"))  # fmt: skip
+    try:
+        wait_for_port(port, process)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        process.send_signal(signal.SIGQUIT)
+        process.wait(timeout=15)
+
+
+@pytest.fixture(params=["moto", "seaweedfs"])
+def site(request: pytest.FixtureRequest, postgres: Any, tmp_path: Path) -> Iterator[Site]:  # noqa: F811 - the imported fixture
+    url = postgres_state_url(postgres)
+    reads_port = free_port()
+    with s3_credentials(), s3_server(request.param, tmp_path / "s3") as s3, \
+            bucket_reads(tmp_path / "nginx", s3.endpoint, reads_port) as reads:  # fmt: skip
+        make_bucket(s3.endpoint, BUCKET)
+        client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=public_read_policy(BUCKET, TREE))  # readers are anonymous
+        apis, works = [], []
+        for host in ("a", "b"):
+            (tmp_path / host).mkdir()
+            works.append(tmp_path / host / "work")
+            config = tmp_path / host / "registry.yaml"
+            config.write_text(
+                f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: {reads}\n"
+                f"database_url: '{url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
+                f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n"
+            )
+            apis.append(Api(config))
+        found = Site(s3, reads, apis, works, tmp_path)
+        try:
+            for api in apis:
+                started(api)
+            yield found
+        finally:
+            for api in apis:
+                api.stop()
+
+
+def poll(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)  # polling a condition with a deadline
+    return True
+
+
+def stats(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+def started(api: Api) -> Api:
+    """Starts `api` and waits until it answers: it listens before its start (the sync from the
+    bucket, the build, the upload) is over."""
+    api.start()
+
+    def answers() -> bool:
+        try:
+            return http("GET", api.base + "-/ping", timeout=10).status == 200
+        except OSError:
+            return False
+
+    assert poll(answers, 120), "the instance never became ready"
+    return api
+
+
+def npm_publish(run: ClientRun, folder: Path, name: str, version: str) -> None:
+    folder.mkdir(parents=True)
+    (folder / "package.json").write_text(json.dumps({"name": name, "version": version, "main": "index.js"}))
+    (folder / "index.js").write_text(f"module.exports = {json.dumps(version)};\n")
+    run.publish(folder)
+
+
+def npm_for(site: Site, api: Api, token: str, name: str) -> ClientRun:
+    spec = CLIENTS["npm11"]
+    run = ClientRun(spec, install_client(spec), site.root / name, api.base)
+    (run.home / ".npmrc").write_text(f"//127.0.0.1:{api.port}/:_authToken={token}\n")
+    return run
+
+
+def served_versions(site: Site, name: str) -> dict[str, Any]:
+    document = http("GET", site.reads + name).json
+    return document["versions"]
+
+
+def assert_tarballs_in_bucket(site: Site, name: str) -> None:
+    """Every tarball the bucket's document names is in the bucket with the integrity it states."""
+    document = json.loads(site.read(name)[0])
+    for version, manifest in document["versions"].items():
+        data, answer = site.read(manifest["dist"]["tarball"].removeprefix(site.reads))
+        assert "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode() == manifest["dist"]["integrity"], version
+        # SeaweedFS replaces application/octet-stream with a type of its own from the extension.
+        types = {"application/octet-stream"} | ({"application/x-compressed-tar"} if site.s3.kind == "seaweedfs" else set())
+        assert "immutable" in answer["CacheControl"] and answer["ContentType"] in types
+
+
+def test_two_instances_with_empty_work_folders_serve_every_write_from_the_bucket(site: Site) -> None:
+    a, b = site.apis
+    token = add_user(a.base, "alice", "alice-password-1")
+    npm_publish(npm_for(site, a, token, "via-a"), site.root / "pkg-1.0.0", "bucket-pkg", "1.0.0")
+    npm_publish(npm_for(site, b, token, "via-b"), site.root / "pkg-1.1.0", "bucket-pkg", "1.1.0")
+
+    # Read-your-writes at the origin: both 201s came after the documents were in the bucket.
+    document, answer = site.read("bucket-pkg")
+    assert sorted(json.loads(document)["versions"]) == ["1.0.0", "1.1.0"]
+    assert answer["ContentType"] == "application/json" and "must-revalidate" in answer["CacheControl"]
+    assert_tarballs_in_bucket(site, "bucket-pkg")
+    # -/all is the index refresher's, a second after the writes: it goes to the bucket too.
+    assert poll(lambda: "bucket-pkg" in json.loads(site.read("-/all/index.html")[0]), 30)
+
+    installer = ClientRun(CLIENTS["npm11"], install_client(CLIENTS["npm11"]), site.root / "installer", site.reads)
+    project = installer.new_project(site.root / "project")
+    installer.add(project, "bucket-pkg@1.0.0")
+    assert json.loads((project / "node_modules/bucket-pkg/package.json").read_text())["version"] == "1.0.0"
+    installer.add(project, "bucket-pkg@latest")
+    assert json.loads((project / "node_modules/bucket-pkg/package.json").read_text())["version"] == "1.1.0"
+
+    # A's disk held nothing B needs, nor anything A needs: wipe it and restart A.
+    a.stop()
+    shutil.rmtree(site.works[0])
+    started(a)
+    data = tarball("bucket-pkg", "1.2.0")
+    assert http("PUT", a.base + "bucket-pkg", token=token, body=publish_body("bucket-pkg", "1.2.0", data)).status == 201
+    assert sorted(served_versions(site, "bucket-pkg")) == ["1.0.0", "1.1.0", "1.2.0"]
+    assert http("PUT", b.base + "other-pkg", token=token, body=publish_body("other-pkg", "1.0.0", tarball("other-pkg", "1.0.0"))).status == 201
+    assert sorted(served_versions(site, "other-pkg")) == ["1.0.0"]
+    assert_tarballs_in_bucket(site, "bucket-pkg")
+    assert poll(lambda: "other-pkg" in json.loads(site.read("-/all/index.html")[0]), 30)  # the refresher's, a second later
+    verify_bucket_tree(site)
+
+    # B restarted on its own (stale) work folder: its sync gives every file the stat A's gave it,
+    # the one recorded in the shared state, so no instance sees a change that did not happen.
+    b.stop()
+    started(b)
+    content_a, content_b = (stats(work / "content") for work in site.works)
+    assert {key: content_b.get(key) for key in content_a} == content_a and len(content_a) == 4  # bucket-pkg: 3 archives, 1 meta
+    assert "other-pkg/registry-meta.json" in content_b  # written by B after A's start: A fetches it when it needs it
+
+    # The bucket stopped: a write gets a prompt 503, never a hang or a 201.
+    stop_process(site.s3.process, grace=10)
+    asked = time.monotonic()
+    reply = http("PUT", b.base + "bucket-pkg", token=token, body=publish_body("bucket-pkg", "1.3.0", tarball("bucket-pkg", "1.3.0")), timeout=90)
+    assert reply.status == 503 and "retry-after" in reply.headers, (reply.status, reply.body)
+    assert time.monotonic() - asked < 60
+
+
+def verify_bucket_tree(site: Site) -> None:
+    """`registry-gen verify` on a copy of the tree bucket (the files only: a package document's
+    second key, `<name>` beside `<name>/index.html`, is an alias for readers without index files)."""
+    objects = site.objects()
+    copy = site.root / "bucket-copy"
+    for key in objects:
+        if f"{key}/index.html" in objects or key.endswith("/"):
+            continue
+        target = copy / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(site.read(key)[0])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    proc = subprocess.run([sys.executable, "-m", "registry_gen", "verify", str(copy), "--config", str(site.apis[1].config)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=site.root)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
