@@ -212,7 +212,7 @@ def _run(
 ) -> None:
     from registry_gen.leader import start_leader
     from user_api.access_log import AccessLog, configure_server_logging
-    from user_api.guard import guarded_channel, store_token_check, waitress_options
+    from user_api.guard import guarded_channel, store_token_check
     from user_api.hooks_service import start_deliverer
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
@@ -226,18 +226,7 @@ def _run(
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         return holder["app"](environ, start_response)
 
-    options: dict[str, Any] = {
-        "host": settings.host,
-        "port": settings.port,
-        "threads": threads,
-        "max_request_body_size": publish_body_limit(settings),
-        "ident": "registry-gen",
-        "clear_untrusted_proxy_headers": True,
-        **waitress_options(settings.connection_limit, settings.idle_timeout),
-    }
-    if trusted_proxy:
-        options.update(trusted_proxy=trusted_proxy, trusted_proxy_headers={"x-forwarded-for"})
-    server = _bind(application, options)  # binds now: the real port is known
+    server = _bind(application, _server_options(settings, threads, trusted_proxy))  # binds now: the real port is known
     # Per-route body caps and the smuggling check run in waitress's parser, before a body is read.
     server.channel_class = guarded_channel(publish_body_limit(settings), store_token_check(lambda: holder.get("store")))
     port = int(getattr(server, "effective_port", settings.port))
@@ -268,6 +257,25 @@ def _run(
         pass
     finally:
         _shut_down(server, store, watcher, refresher, deliverer, leader)
+
+
+def _server_options(settings: Settings, threads: int, trusted_proxy: str | None) -> dict[str, Any]:
+    """waitress's options: the address, threads, the largest body (a publish's) and the limits."""
+    from user_api.guard import waitress_options
+    from user_api.registry_routes import publish_body_limit
+
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "threads": threads,
+        "max_request_body_size": publish_body_limit(settings),
+        "ident": "registry-gen",
+        "clear_untrusted_proxy_headers": True,
+        **waitress_options(settings.connection_limit, settings.idle_timeout),
+    }
+    if trusted_proxy:
+        options.update(trusted_proxy=trusted_proxy, trusted_proxy_headers={"x-forwarded-for"})
+    return options
 
 
 def _refresher(settings: Settings, leader: Any, objects: ObjectStore | None = None) -> Any:
