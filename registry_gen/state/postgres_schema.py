@@ -154,8 +154,8 @@ def import_embedded_ledger(db: PgDb, state_folder: Path) -> None:
         return
     from registry_gen.state.sqlite_ledger import SqliteLedger
 
-    with SqliteLedger(path) as old:
-        for table, columns in _LEDGER_COLUMNS.items():
+    with SqliteLedger.reading(path) as old:  # only read: a ledger at the latest step opens read-only
+        for table, columns in LEDGER_COLUMNS.items():
             rows = old.db.execute(f"SELECT {columns} FROM {table}").fetchall()  # names from the table below
             marks = ", ".join("?" for _ in columns.split(","))
             db.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
@@ -164,7 +164,7 @@ def import_embedded_ledger(db: PgDb, state_folder: Path) -> None:
     log.warning("moved the ledger of %s into the database (%s pins); the file is left as it was", path, _count(db, "pins"))
 
 
-_LEDGER_COLUMNS: Final = {
+LEDGER_COLUMNS: Final = {
     "pins": "name, version, shasum, record",
     "first_seen": "name, version, stamp",
     "keyring": "id, public_keys",
