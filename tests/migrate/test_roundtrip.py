@@ -98,7 +98,7 @@ def check_accounts(settings: Settings, tokens: dict[str, str], key: str) -> None
         assert store.verify_password("bob", "another long password") is not None
         assert store.groups_of(store.get_by_username("bob").id) == frozenset({"builders", "readers"})  # type: ignore[union-attr]
         (hook,) = hook_store(store).stored_hooks()
-        assert SecretBox(key).open(hook.secret) == HOOK_SECRET
+        assert SecretBox(key).open(hook.secret_cipher) == HOOK_SECRET
     finally:
         store.close()
 
