@@ -12,14 +12,9 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
-import pytest
 import yaml
 
 from registry_gen.build import run_build
@@ -27,11 +22,11 @@ from registry_gen.hooks.secrets import KEY_FILE, SecretBox, secret_box
 from registry_gen.publish import Actor
 from registry_gen.settings import Settings, load_settings
 from registry_gen.writes import WriteService
+from tests.migrate.conftest import migrate, write_config
 from tests.realworld.corpus import ensure_corpus
 from tests.registry_api.helpers import tarball
 from tests.storage.s3servers import make_bucket, s3_credentials, s3_server
 from tests.user_api.conftest import FAST_HASHER
-from tests.user_api.pg_server import PostgresServer
 from user_api.hooks_service import hook_store
 from user_api.store import open_user_store
 
@@ -42,19 +37,6 @@ LEDGER_ROWS = {
     "writes": "id, status, started, actor, actor_id, files, events, who",
     "journal": "seq, write_id, time, actor, actor_id, kind, package, versions, detail, who",
 }  # fmt: skip
-
-
-def migrate(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "registry_gen", "migrate", "--config", str(config), *args],
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
-
-
-def write_config(folder: Path, **values: Any) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "registry.yaml"
-    paths = {"content_dir": str(folder / "content"), "out_dir": str(folder / "public"), "data_dir": str(folder / "data")}
-    config.write_text(yaml.safe_dump({**paths, "base_url": "http://127.0.0.1:9/", **values}))
-    return config
 
 
 def tree(out: Path) -> dict[str, bytes]:
@@ -101,18 +83,6 @@ def check_accounts(settings: Settings, tokens: dict[str, str], key: str) -> None
         assert SecretBox(key).open(hook.secret_cipher) == HOOK_SECRET
     finally:
         store.close()
-
-
-@pytest.fixture
-def database(state_postgres: PostgresServer) -> Iterator[str]:
-    """A database of its own (the user store creates the pg_trgm extension in it)."""
-    name = f"migrate_{id(state_postgres) % 100000}_{next(_numbers)}"
-    with psycopg.connect(state_postgres.url(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield state_postgres.url(name)
-
-
-_numbers = iter(range(10**6))
 
 
 def test_the_corpus_and_its_accounts_go_to_postgresql_and_a_bucket_and_back_unchanged(tmp_path: Path, database: str) -> None:
