@@ -537,7 +537,7 @@ class PostgresDialect:
         with conn.transaction(), conn.cursor() as cursor:
             cursor.execute("SET LOCAL statement_timeout = 0")  # an operator's move, not a request
             for table, names, rows in tables:
-                cursor.execute(f"DELETE FROM {table}")  # names: user_api.migrate_store's own list
+                cursor.execute(f"DELETE FROM {table}")  # names: user_api.store_migrate's own list
                 overriding = " OVERRIDING SYSTEM VALUE" if table == "users" else ""  # pk kept: tokens and groups name it
                 marks = ", ".join("%s" for _ in names)
                 cursor.executemany(f"INSERT INTO {table} ({', '.join(names)}){overriding} VALUES ({marks})", rows)

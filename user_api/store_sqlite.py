@@ -337,7 +337,7 @@ class SqliteDialect:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for table, names, rows in tables:
-                conn.execute(f"DELETE FROM {table}")  # names: user_api.migrate_store's own list
+                conn.execute(f"DELETE FROM {table}")  # names: user_api.store_migrate's own list
                 marks = ", ".join("?" for _ in names)
                 conn.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})", rows)
             fill_grams(conn, 0)
