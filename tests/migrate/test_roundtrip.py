@@ -10,8 +10,13 @@ the shared key, and the source was never touched."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,7 @@ from registry_gen.hooks.secrets import KEY_FILE, SecretBox, secret_box
 from registry_gen.publish import Actor
 from registry_gen.settings import Settings, load_settings
 from registry_gen.writes import WriteService
+from tests.hosts.servers import free_port, stop_process, wait_for_port
 from tests.migrate.conftest import migrate, write_config
 from tests.realworld.corpus import ensure_corpus
 from tests.registry_api.helpers import tarball
@@ -71,6 +77,22 @@ def users_and_hook(settings: Settings) -> dict[str, str]:
     return {"alice": alice_token, "bob": bob_token}
 
 
+def whoami_through_api(config: Path, token: str) -> str:
+    """The token's account as a real `registry-gen api` process on `config` answers `/-/whoami`."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    with open(config.parent / f"api-{port}.log", "w") as log:
+        api = subprocess.Popen([sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1",
+                                "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            wait_for_port(port, api, deadline=60)
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/-/whoami", headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request, timeout=20) as answer:
+                return str(json.loads(answer.read())["username"])
+        finally:
+            stop_process(api)
+
+
 def check_accounts(settings: Settings, tokens: dict[str, str], key: str) -> None:
     store = open_user_store(settings, hasher=FAST_HASHER)
     try:
@@ -108,6 +130,8 @@ def test_the_corpus_and_its_accounts_go_to_postgresql_and_a_bucket_and_back_unch
         assert fingerprint(original.content_dir, original.data_dir, original.state_folder / "ledger.sqlite3") == untouched
         moved = original.with_updates(database_url=database)
         check_accounts(dataclass_with_key(moved, key), tokens, key)
+        on_postgres = write_config(tmp_path / "a", database_url=database, hooks={"secret_key": key})  # content stays local
+        assert whoami_through_api(on_postgres, tokens["alice"]) == "alice"
 
         back_config = write_config(tmp_path / "b", database_url=database, storage=f"s3://{BUCKET}/registry",
                                    storage_endpoint_url=server.endpoint, hooks={"secret_key": key})  # fmt: skip
@@ -122,6 +146,7 @@ def test_the_corpus_and_its_accounts_go_to_postgresql_and_a_bucket_and_back_unch
     assert sorted(after_tree) == sorted(before_tree)
     assert after_tree == before_tree
     check_accounts(dataclass_with_key(back, key), tokens, key)
+    assert whoami_through_api(back_config, tokens["alice"]) == "alice"
 
 
 def dataclass_with_key(settings: Settings, key: str) -> Settings:
