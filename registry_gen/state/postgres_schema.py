@@ -53,6 +53,13 @@ LEDGER_STEPS: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE journal ADD COLUMN who text NOT NULL DEFAULT '{}';
         """,
     ),
+    (
+        3,
+        """
+        -- Where each imported package came from: the SQLite ledger's step 4.
+        CREATE TABLE import_origins (name text COLLATE "C" PRIMARY KEY, origin text NOT NULL, files text NOT NULL);
+        """,
+    ),
 )
 LEDGER_LATEST: Final = LEDGER_STEPS[-1][0]
 CACHE_VERSION: Final = 1  # any change to CACHE_SCHEMA bumps it: the cache tables are dropped and made again
@@ -170,6 +177,7 @@ LEDGER_COLUMNS: Final = {
     "keyring": "id, public_keys",
     "writes": "id, status, started, actor, actor_id, files, events, who",
     "journal": "seq, write_id, time, actor, actor_id, kind, package, versions, detail, who",
+    "import_origins": "name, origin, files",
 }
 
 

@@ -3,7 +3,7 @@ and a hook moved from the embedded default onto a real PostgreSQL and a bucket (
 a process on loopback), then back into a new embedded registry, by the real command each way.
 
 Afterwards the tree built from the round-tripped registry equals the original's byte for byte, the
-ledger's rows (pins, first-seen times, keyring, writes, journal with its numbers) are the same, a
+ledger's rows (pins, first-seen times, keyring, writes, journal with its numbers, import origins) are the same, a
 token made before authenticates on PostgreSQL and after the return, the hook's secret opens with
 the shared key, and the source was never touched."""
 
@@ -24,6 +24,7 @@ import yaml
 
 from registry_gen.build import run_build
 from registry_gen.hooks.secrets import KEY_FILE, SecretBox, secret_box
+from registry_gen.importers.origins import FileMark, OriginLedger, OriginRecord
 from registry_gen.publish import Actor
 from registry_gen.settings import Settings, load_settings
 from registry_gen.writes import WriteService
@@ -42,6 +43,7 @@ LEDGER_ROWS = {
     "pins": "name, version, shasum, record", "first_seen": "name, version, stamp", "keyring": "id, public_keys",
     "writes": "id, status, started, actor, actor_id, files, events, who",
     "journal": "seq, write_id, time, actor, actor_id, kind, package, versions, detail, who",
+    "import_origins": "name, origin, files",
 }  # fmt: skip
 
 
@@ -115,9 +117,11 @@ def test_the_corpus_and_its_accounts_go_to_postgresql_and_a_bucket_and_back_unch
     assert not run_build(original).errors
     WriteService(original).land_archive("moved-pkg", tarball("moved-pkg", "1.0.0"), Actor("alice", account_id="acct"))
     tokens = users_and_hook(original)
+    imported = OriginRecord("lodash", "https://registry.npmjs.org/", {"lodash/lodash-4.17.21.tgz": FileMark(1, "sha512-x", 2)})
+    OriginLedger(original).write(imported)
     key = (original.data_dir / KEY_FILE).read_text().strip()
     before_tree, before_rows = tree(original.out_dir), ledger_rows(original.state_folder / "ledger.sqlite3")
-    assert len(before_rows["pins"]) > 1200 and before_rows["journal"]  # the corpus, and a journalled publish
+    assert len(before_rows["pins"]) > 1200 and before_rows["journal"] and before_rows["import_origins"]  # the corpus, a publish, an import
     untouched = fingerprint(original.content_dir, original.data_dir, original.state_folder / "ledger.sqlite3")
 
     with s3_credentials(), s3_server("moto", tmp_path / "s3") as server:
@@ -147,6 +151,7 @@ def test_the_corpus_and_its_accounts_go_to_postgresql_and_a_bucket_and_back_unch
     assert after_tree == before_tree
     check_accounts(dataclass_with_key(back, key), tokens, key)
     assert whoami_through_api(back_config, tokens["alice"]) == "alice"
+    assert OriginLedger(back).read("lodash") == imported  # a later import decides as it would have
 
 
 def dataclass_with_key(settings: Settings, key: str) -> Settings:
