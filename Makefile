@@ -24,7 +24,7 @@ $(TEST_STAMP): $(RUNTIME_STAMP)
 ## The development environment: runtime and test dependencies.
 venv: $(TEST_STAMP)
 
-## Debian packages the tests drive for real (nginx, PostgreSQL, Chromium, wrk); a no-op when present.
+## Debian packages the tests drive for real (nginx, PostgreSQL, Chromium, Varnish + xkey, wrk); a no-op when present.
 system-deps:
 	bash .ci/install-system-deps
 

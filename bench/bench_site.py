@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from registry_gen import site
+from registry_gen import site, site_search
 from registry_gen.meta import PackageMeta
 from registry_gen.packument import Release, build_packument, summarize
 from registry_gen.settings import Settings
@@ -175,7 +175,7 @@ def index_files(summaries: list[dict[str, Any]], settings: Settings, only: dict[
     for key, _, summary in keyed:
         ranges.setdefault(key[:2], []).append((key, summary))
     for summary in sorted(summaries, key=lambda s: s["name"]):
-        for key in site.search_keys(summary):
+        for key in site_search.search_keys(summary):
             shards.setdefault(key, []).append(summary)
     recent = sorted(summaries, key=lambda s: (s.get("modified") or "", s["name"]), reverse=True)[: site.RECENT_COUNT]
     files = site.front_page(recent, len(summaries), [(k, len(v)) for k, v in ranges.items()], settings)
@@ -183,7 +183,7 @@ def index_files(summaries: list[dict[str, Any]], settings: Settings, only: dict[
     for root, members in ranges.items():
         if changed_key is None or changed_key.startswith(root):
             files.update(browse_tree(root, members, settings, changed_key))
-    for key in site.search_keys(only) if only else shards:
+    for key in site_search.search_keys(only) if only else shards:
         files[site.search_shard_path(key)] = site.search_shard(shards[key])
     return files
 

@@ -13,10 +13,11 @@ the entries a filter (`AuditFilter`) admits; `entry_json` and `entry_line` are t
 from __future__ import annotations
 
 import getpass
+import heapq
 import json
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Final, Protocol
@@ -89,13 +90,49 @@ class AuditFilter:
     from_time: str | None = None  # ISO 8601 (UTC, `Z`), compared as text: the journal's times are
     package: str | None = None
     actor: str | None = None
+    account: str | None = None  # the changes to this account only (no package write is one)
 
     def admits(self, entry: JournalEntry) -> bool:
         return (
-            (self.from_time is None or entry.time >= self.from_time)
+            self.account is None
+            and (self.from_time is None or entry.time >= self.from_time)
             and (self.package is None or entry.package == self.package)
             and (self.actor is None or entry.actor == self.actor)
         )
+
+    def admits_account(self, entry: AccountEntry) -> bool:
+        """An account change is no package's write, and its numbers are not the journal's: a
+        `--package` or a sequence number `--since` leaves every account change out."""
+        return (
+            self.package is None and self.after_seq == 0
+            and (self.from_time is None or entry.time >= self.from_time)
+            and (self.actor is None or entry.actor == self.actor)
+            and (self.account is None or entry.subject == self.account)
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class AccountEntry:
+    """A change to an account (user_api.store_audit): `user:create`, `user:remove`, `user:rename`,
+    `user:role`, `user:status`, `user:password`, `token:create`, `token:revoke`, `user:groups`,
+    `hook:add`, `hook:update`, `hook:remove`; `subject` is the account's username."""
+
+    seq: int  # the account log's own numbering, not the journal's
+    time: str
+    event: str
+    actor: str
+    actor_id: str | None
+    subject: str
+    who: Mapping[str, str]
+    detail: Mapping[str, Any]
+
+
+AuditEntry = JournalEntry | AccountEntry
+
+
+def merged(journal_entries: Iterable[JournalEntry], account_entries: Iterable[AccountEntry]) -> Iterator[AuditEntry]:
+    """Package writes and account changes in one list, by time (each list is in time order)."""
+    return heapq.merge(journal_entries, account_entries, key=lambda entry: entry.time)
 
 
 def parse_since(text: str | None) -> tuple[int, str | None]:
@@ -139,19 +176,26 @@ def page(journal: JournalReader, wanted: AuditFilter, limit: int) -> dict[str, A
     return {"entries": [entry_json(e) for e in entries], "next": str(entries[-1].seq) if more else None}
 
 
-def entry_json(entry: JournalEntry) -> dict[str, Any]:
+def entry_json(entry: AuditEntry) -> dict[str, Any]:
+    if isinstance(entry, AccountEntry):
+        return {"account_seq": entry.seq, "time": entry.time, "actor": entry.actor, "actor_id": entry.actor_id,
+                "who": dict(entry.who), "event": entry.event, "account": entry.subject, "detail": dict(entry.detail)}  # fmt: skip
     return {
         "seq": entry.seq, "time": entry.time, "actor": entry.actor, "actor_id": entry.actor_id, "who": dict(entry.who),
         "event": entry.kind, "package": entry.package, "versions": list(entry.versions), "detail": dict(entry.detail),
     }  # fmt: skip
 
 
-def entry_line(entry: JournalEntry) -> str:
-    """One line of `registry-gen audit-log`'s text format."""
-    what = entry.package + (f"@{','.join(entry.versions)}" if entry.versions else "")
+def entry_line(entry: AuditEntry) -> str:
+    """One line of `registry-gen audit-log`'s text format (an account change's number starts with `a`)."""
     origin = " ".join(f"{key}={_quoted(value)}" for key, value in entry.who.items())
     detail = " ".join(f"{key}={_compact(value)}" for key, value in entry.detail.items())
-    return "  ".join(part for part in (f"{entry.seq:>6}", entry.time, entry.actor, entry.kind, what, detail, origin) if part)
+    if isinstance(entry, AccountEntry):
+        number, kind, what = f"a{entry.seq}", entry.event, f"account={entry.subject}"
+    else:
+        number, kind = str(entry.seq), entry.kind
+        what = entry.package + (f"@{','.join(entry.versions)}" if entry.versions else "")
+    return "  ".join(part for part in (f"{number:>6}", entry.time, entry.actor, kind, what, detail, origin) if part)
 
 
 def _quoted(value: str) -> str:

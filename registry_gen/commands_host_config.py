@@ -84,8 +84,11 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the config here (default: stdout).")] = None,
         listen: Annotated[str | None, typer.Option("--listen", help="nginx `listen` value (default: from base_url, else 80).")] = None,
         api_upstream: Annotated[
-            str | None,
-            typer.Option("--api-upstream", help="HOST:PORT of `registry-gen api`; writes go there. Without it the tree is read-only."),
+            list[str] | None,
+            typer.Option(
+                "--api-upstream",
+                help="HOST:PORT of `registry-gen api`; writes go there. Repeat it for several instances (one upstream, a dead one skipped). Without it the tree is read-only.",
+            ),
         ] = None,
         server_name: Annotated[str, typer.Option("--server-name", help="nginx `server_name`.")] = "_",
         standalone: Annotated[
@@ -140,6 +143,10 @@ def _nginx_common(settings: Settings, server_name: str, document_max_age: int, r
     }
     if settings.packages.proxies:
         common["proxied"] = [(rule.regex, rule.proxy is not None) for rule in settings.packages.rules]
+    if settings.purge.enabled:
+        from registry_gen.purge import shared_cache
+
+        common["shared_cache"] = shared_cache(settings.purge)
     if settings.packages.in_force:
         from registry_gen.nginx_access import ReadCheck
 

@@ -119,3 +119,8 @@ def unreadable_file(path: object, exc: OSError, what: str, missing: str = "not f
     if isinstance(exc, IsADirectoryError):
         return ConfigError(f"{path}: is a folder, not {what}")
     return ConfigError(f"{path}: cannot be read ({exc.strerror or exc})")
+
+
+class NotLeader(RegistryError):
+    """A process acted as the leader of the instances with an epoch that is over (another leads
+    now, registry_gen.state.postgres_leader): the action is refused. Never reaches a client."""

@@ -5,6 +5,8 @@ leaves behind. Off unless the environment says otherwise; never set it in produc
                                                 before it is journalled done and acknowledged
     REGISTRY_GEN_FAILPOINT=after-intent:kill    SIGKILL after a write was journalled pending,
                                                 before content/ changes
+    REGISTRY_GEN_FAILPOINT=after-store:kill     SIGKILL after a write's files landed in content/,
+                                                before its build rendered them (commit, no render)
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from registry_gen.layout import (
     USER_API_PREFIXES,
     WEB_ROOT,
 )
+from registry_gen.purge import SharedCache
 from registry_gen.signing import KEYS_DOCUMENT
 
 if TYPE_CHECKING:  # jinja2 and the nginx read check load with the first config written, not with the build
@@ -75,11 +76,13 @@ def tag_documents(packument: Mapping[str, Any]) -> dict[str, Any]:
     return documents
 
 
-def document_cache(max_age: int = 0) -> str:
-    """Package documents change on every publish: cache briefly, then revalidate with the ETag."""
+def document_cache(max_age: int = 0, shared: SharedCache | None = None) -> str:
+    """Package documents change on every publish: clients cache briefly, then revalidate with the
+    ETag; a shared cache that is purged keeps them until the purge (s-maxage)."""
     if max_age < 0:
         raise ValueError("max_age must not be negative")
-    return f"public, max-age={max_age}, must-revalidate"
+    own = f"public, max-age={max_age}, must-revalidate"
+    return own if shared is None else f"{own}, s-maxage={shared.max_age}"
 
 
 # ---------------------------------------------------------------- objects in the tree
@@ -248,26 +251,30 @@ _ERRORS = {
 def nginx_site(
     out_dir: Path | str,
     listen: str,
-    api_upstream: str | None = None,
+    api_upstream: str | Sequence[str] | None = None,
     *,
     server_name: str = "_",
     document_max_age: int = 0,
     max_body_size: str = "300m",
     read_check: ReadCheck | None = None,
     proxied: Sequence[tuple[str, bool]] = (),
+    shared_cache: SharedCache | None = None,
 ) -> str:
     """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
 
     `listen` is anything nginx's `listen` takes ("8080", "127.0.0.1:8080", "[::]:80").
-    `api_upstream` ("127.0.0.1:4874") is where `registry-gen api` listens: every method but
-    GET and HEAD, and the GET endpoints that depend on the caller, go there, so one URL serves
-    reads and writes. Without it the tree is read-only and writes get a JSON 405.
+    `api_upstream` ("127.0.0.1:4874", or several: one upstream block, a dead instance skipped) is
+    where `registry-gen api` listens: every method but GET and HEAD, and the GET endpoints that
+    depend on the caller, go there, so one URL serves reads and writes. Without it the tree is
+    read-only and writes get a JSON 405.
+    `shared_cache`: a purged cache in front (registry.yaml `purge:`): its lifetime and key header.
     `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
     `proxied`: the `packages:` patterns in order, as (anchored regex, whether it proxies): the
     documents of proxied names go through the API (the mirror), and their missing tarballs.
     Every value reaching the template is checked here (no directive can be split or injected).
     """
-    if read_check is not None and api_upstream is None:
+    servers = _api_servers(api_upstream)
+    if read_check is not None and not servers:
         raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
     root = Path(out_dir).resolve()
     from registry_gen.nginx_access import http_part, server_part
@@ -276,11 +283,12 @@ def nginx_site(
         root=root,
         root_literal=_quoted(str(root)),
         root_alias=_quoted(str(root) + "/"),
-        proxied=_proxied_patterns(proxied, api_upstream),
+        proxied=_proxied_patterns(proxied, servers[0] if servers else None),
         listen=_plain(listen, "listen"),
         server_name=_plain(server_name, "server_name"),
         max_body_size=_plain(max_body_size, "size"),
-        api_upstream=None if api_upstream is None else _plain(api_upstream, "API address"),
+        api_upstream=bool(servers),
+        api_servers=servers,
         api_matches=[f"^~ {p}" for p in (*API_READ_PREFIXES, *USER_API_PREFIXES)] + [f"= {p}" for p in USER_API_EXACT],
         errors=_ERRORS,
         bad_request_path=BAD_REQUEST_PATH,
@@ -290,19 +298,38 @@ def nginx_site(
         http_part=http_part(read_check) if read_check is not None else "",
         server_part=server_part(read_check) if read_check is not None else "",
         static_json_paths=STATIC_UNDER_API,
-        document_cache=document_cache(document_max_age),
-        static_cache=document_cache(0),
+        **_cache_values(document_max_age, shared_cache),
         package_document=PACKAGE_DOCUMENT,
         abbreviated_document=ABBREVIATED_DOCUMENT,
         abbreviated_type=ABBREVIATED_TYPE,
         json_type=JSON_TYPE,
         tarball_type=TARBALL_TYPE,
-        immutable_cache=IMMUTABLE_CACHE,
-        error_cache=ERROR_CACHE,
         web_root=WEB_ROOT,
         pages_not_found=PAGES_NOT_FOUND,
         not_found_document=NOT_FOUND_DOCUMENT,
     )
+
+
+def _cache_values(document_max_age: int, shared_cache: SharedCache | None) -> dict[str, str | None]:
+    """The caching headers of the nginx config: each kind of answer's Cache-Control, and the
+    surrogate-key header a purged cache in front reads (None: none)."""
+    key_header = None if shared_cache is None or shared_cache.key_header is None else _plain(shared_cache.key_header, "key header")
+    return {
+        "document_cache": document_cache(document_max_age, shared_cache),
+        "static_cache": document_cache(0, shared_cache),
+        "immutable_cache": IMMUTABLE_CACHE,
+        "error_cache": ERROR_CACHE,
+        "cache_key_header": key_header,
+    }
+
+
+def _api_servers(api_upstream: str | Sequence[str] | None) -> list[str]:
+    """The API instances, checked: one address, several, or none."""
+    given = [api_upstream] if isinstance(api_upstream, str) else list(api_upstream or ())
+    servers = [_plain(server, "API address") for server in given]
+    if len(set(servers)) != len(servers):
+        raise ValueError(f"an API address is given twice: {', '.join(servers)}")
+    return servers
 
 
 def _proxied_patterns(proxied: Sequence[tuple[str, bool]], api_upstream: str | None) -> list[tuple[str, bool]]:
@@ -319,7 +346,7 @@ def _proxied_patterns(proxied: Sequence[tuple[str, bool]], api_upstream: str | N
 def nginx_config(
     out_dir: Path | str,
     listen: str,
-    api_upstream: str | None = None,
+    api_upstream: str | Sequence[str] | None = None,
     *,
     server_name: str = "_",
     document_max_age: int = 0,
@@ -329,6 +356,7 @@ def nginx_config(
     access_log: bool = False,
     read_check: ReadCheck | None = None,
     proxied: Sequence[tuple[str, bool]] = (),
+    shared_cache: SharedCache | None = None,
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -339,7 +367,7 @@ def nginx_config(
     site = nginx_site(
         out_dir, listen, api_upstream,
         server_name=server_name, document_max_age=document_max_age, max_body_size=max_body_size,
-        read_check=read_check, proxied=proxied,
+        read_check=read_check, proxied=proxied, shared_cache=shared_cache,
     )
     return _templates().get_template("nginx.conf.j2").render(
         site=site,

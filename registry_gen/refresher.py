@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Protocol
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
+from registry_gen.purge import purger_for
 from registry_gen.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+class IndexRewrites(Protocol):
+    """What a write service calls: an IndexRefresher, or on PostgreSQL the registry_gen.leader.Leader."""
+
+    def schedule(self) -> None: ...
+    def flush(self) -> None: ...
 
 
 class IndexRefresher:
@@ -28,6 +37,7 @@ class IndexRefresher:
         self.settings = settings
         self.delay = float(settings.index_refresh_seconds)
         self.refreshes = 0  # completed rewrites, for tests and the logs
+        self.purger = purger_for(settings)  # the caches in front learn what each rewrite changed
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -57,9 +67,11 @@ class IndexRefresher:
 
     def _run(self) -> None:
         try:
-            run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+            result = run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
         except Exception as exc:  # noqa: BLE001 - a timer thread must not die with a traceback in the log
             detail = str(exc) if isinstance(exc, (RegistryError, OSError)) else f"{type(exc).__name__}: {exc}"
             log.warning("could not rewrite -/all and -/search.json (the next write or build retries): %s", detail)
             return
         self.refreshes += 1
+        if self.purger is not None:
+            self.purger.after_build(result.written, result.removed)

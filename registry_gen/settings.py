@@ -13,6 +13,7 @@ from registry_gen.access import AccessRules, parse_rules
 from registry_gen.errors import ConfigError
 from registry_gen.layout import STATE_DATABASE, STATE_SUFFIX
 from registry_gen.mirror.config import Uplink, parse_uplinks
+from registry_gen.purge import PurgeSettings, parse_purge
 
 DEFAULT_CONFIG_FILE = "registry.yaml"
 CONFIG_ENV = "REGISTRY_GEN_CONFIG"
@@ -102,6 +103,7 @@ class Settings:
     packages: AccessRules = field(default_factory=AccessRules)  # who may read what (registry_gen.access)
     audit_keep_days: int | None = None  # the audit log's retention (`registry-gen audit-prune`); None: kept for good
     uplinks: tuple[Uplink, ...] = ()  # the registries `packages:` patterns may proxy (registry_gen.mirror)
+    purge: PurgeSettings = field(default_factory=PurgeSettings)  # the caches in front (registry_gen.purge)
     # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
     # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
     storage: str | None = None
@@ -340,6 +342,8 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
         return tuple(parse_uplinks(value).values())
     if key == "hooks":
         return _hooks_from(value)
+    if key == "purge":
+        return parse_purge(value)
     if value is None and key in _NULLABLE_KEYS:
         return None
     if key == "storage_conditional_writes":
@@ -350,7 +354,7 @@ def _value_from(key: str, value: Any, source: Path) -> Any:
 
 
 def _from_mapping(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "uplinks", "hooks"}
+    known = set(_YAML_TYPES) | {"limits", "auth_limits", "packages", "uplinks", "hooks", "purge"}
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:

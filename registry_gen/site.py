@@ -205,9 +205,7 @@ def _render(settings: Settings, template: str, **context: Any) -> bytes:
 
 BROWSE_ROOT = f"{WEB_ROOT}/browse"  # front-page listing by name range: -/web/browse/<key>/
 SEARCH_SHARD_ROOT = f"{WEB_ROOT}/search"  # client-side search by token prefix: -/web/search/<key>.json
-SEARCH_KEY_LIMIT = 32  # shards one package may sit in (a publish rewrites at most this many)
 _NOT_KEY_CHARACTER = re.compile(r"[^a-z0-9]")
-_TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
 
 
 def name_key(name: str) -> str:
@@ -219,23 +217,6 @@ def name_key(name: str) -> str:
 def browse_key(name: str) -> str:
     """The name range a package is listed under on the front page: its key's first two characters."""
     return name_key(name)[:2]
-
-
-def search_tokens(summary: Mapping[str, Any]) -> list[str]:
-    """Words the site search finds a package by, in order: name parts, keywords, maintainers."""
-    words: list[str] = _TOKEN_SPLIT.split(str(summary.get("name", "")).lower())
-    for keyword in summary.get("keywords") or []:
-        words.extend(_TOKEN_SPLIT.split(str(keyword).lower()))
-    for person in summary.get("maintainers") or []:
-        if isinstance(person, Mapping):
-            words.extend(_TOKEN_SPLIT.split(str(person.get("name", "")).lower()))
-    return list(dict.fromkeys(w for w in words if len(w) >= 2))
-
-
-def search_keys(summary: Mapping[str, Any]) -> list[str]:
-    """The search shards a package is in: the first two characters of each of its tokens, at most
-    SEARCH_KEY_LIMIT of them (name parts come first, so a package is always found by its name)."""
-    return list(dict.fromkeys(token[:2] for token in search_tokens(summary)))[:SEARCH_KEY_LIMIT]
 
 
 def search_shard_path(key: str) -> str:
@@ -780,7 +761,7 @@ def package_pages(
 #
 # A change rewrites a bounded number of these files, each of bounded size: the front page (recent
 # packages, the total, one link per name range), the pages of the changed package's range, and the
-# search shards of its tokens (see browse_key and search_keys above).
+# search shards of its words (see browse_key above and site_search.search_keys).
 
 
 def web_href(root: str, path: str) -> str:

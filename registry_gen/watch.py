@@ -42,6 +42,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from registry_gen.build import BuildIssue, BuildResult, run_build, scan_content
+from registry_gen.purge import purger_for
 from registry_gen.refresher import IndexRefresher
 from registry_gen.contentrules import content_kind, is_candidate
 from registry_gen.errors import ConfigError, LockTimeout
@@ -213,6 +214,7 @@ class Watcher:
         self._worker: threading.Thread | None = None
         # Builds from hinted paths leave -/all and -/search.json to it (registry_gen.refresher).
         self.refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
+        self.purger = purger_for(settings)  # the caches in front learn what each build changed
 
     # -- observer side (watchdog's thread)
 
@@ -346,6 +348,8 @@ class Watcher:
         defer = self.refresher is not None and hints is not None
         try:
             result = run_build(self.settings, changed=hints, on_lock_wait=self._waiting_for_lock, defer_whole=defer)
+            if self.purger is not None:
+                self.purger.after_build(result.written, result.removed)
             if defer and self.refresher is not None:
                 self.refresher.schedule()
         except Exception as exc:  # noqa: BLE001 - the watcher must outlive any one bad build

@@ -42,7 +42,8 @@ from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.names import validate_name
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
-from registry_gen.refresher import IndexRefresher
+from registry_gen.purge import purger_for
+from registry_gen.refresher import IndexRewrites
 from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.state import Journal, JournalEvent, open_state
@@ -115,7 +116,7 @@ class WriteService:
         storage: ContentStorage | None = None,
         *,
         reserved_names: frozenset[str] = frozenset(),
-        refresher: IndexRefresher | None = None,
+        refresher: IndexRewrites | None = None,
     ):
         self.settings = settings
         # With a refresher (a long-running server), each write's build leaves -/all and
@@ -124,6 +125,7 @@ class WriteService:
         self.storage = storage if storage is not None else open_content_storage(settings)
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
+        self.purger = purger_for(settings)  # None without registry.yaml `purge:`
         self.state = open_state(settings)
         self._thread_lock = threading.Lock()
         self._write_lock = self.state.write_lock(settings.lock_file)
@@ -281,6 +283,7 @@ class WriteService:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
             touched += self._remove_archives(removing)
+            failpoint("after-store")
             result = self._build(touched, write_id)
         except BaseException:
             self._roll_back(added, current, change)
@@ -314,9 +317,16 @@ class WriteService:
 
     def _build(self, touched: list[str], write_id: int | None = None) -> BuildResult:
         result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id)
+        self._after_render(result)
         if self.refresher is not None:
             self.refresher.schedule()
         return result
+
+    def _after_render(self, result: BuildResult) -> None:
+        """What follows each build of a write, once the tree holds it: the caches in front are told
+        exactly which files changed (registry_gen.purge; bounded, never raises)."""
+        if self.purger is not None:
+            self.purger.after_build(result.written, result.removed)
 
     def _store_meta(self, key: str, change: Change) -> None:
         # The meta (owners, times, unpublish records) is written first: a kill before the archive

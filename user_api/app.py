@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from registry_gen.errors import InvalidName, NotFound
 from registry_gen.settings import Settings
 from user_api import account_actions, policy
 from user_api.admin import claim_for
+from user_api.hooks_service import hook_store
 from user_api.errors import (
     AuthenticationRequired,
     BadRequest,
@@ -31,6 +33,7 @@ from user_api.errors import (
     PermissionDenied,
     UnsupportedMediaType,
     FieldError,
+    HookNotFound,
     InvalidCredentials,
     InvalidFields,
     NotAcceptable,
@@ -63,6 +66,7 @@ from user_api.negotiation import (
 from user_api.openapi import build_openapi
 from user_api.params import (
     AUDITING,
+    DELIVERY_PAGING,
     LIST_MAX_PAGE,
     PAGING,
     SEARCH_MAX_PAGE,
@@ -70,6 +74,7 @@ from user_api.params import (
     SEARCHING,
     Paging,
     parse_audit_query,
+    parse_delivery_paging,
     parse_keyword,
     parse_paging,
     parse_query,
@@ -77,7 +82,9 @@ from user_api.params import (
 from user_api.policy import Caller
 from user_api.problems import encode_problem, headers_for, problem_document, problem_type_for, status_problem
 from user_api.ratelimit import LoginGuard, RateLimiter
+from user_api.store_shared import SharedLoginGuard
 from user_api.store import KEEP, UserStore
+from user_api.store_hooks import SqlHookStore
 from user_api import web
 from user_api.web import WebLimits, etag_matches, read_body
 
@@ -90,6 +97,7 @@ OPENAPI_PATH: Final = "/-/user-api/openapi.json"
 OWNERS_PATH: Final = "/-/user-api/owners"  # admin: bind a maintainer name to an account
 ADVISORIES_PATH: Final = "/-/user-api/advisories"  # admin: record an advisory for npm audit
 AUDIT_PATH: Final = "/-/user-api/audit"  # admin: read the audit log (registry_gen.audit); nothing changes it
+HOOKS_PATH: Final = "/-/user-api/hooks"  # admin: a hook's delivery log and redeliver (`registry-gen hooks`)
 COMMON_HEADERS: Final = {
     "Vary": "Accept",
     "Cache-Control": "no-store",  # responses depend on the caller and may carry private fields
@@ -313,7 +321,7 @@ class UserServices:
     settings: Settings
     store: UserStore
     signup_limiter: RateLimiter
-    logins: LoginGuard  # shared with the npm login paths (ratelimit.shared_login_guard)
+    logins: LoginGuard | SharedLoginGuard  # shared with the npm login paths (web.login_guard)
     openapi_document: Mapping[str, Any]
     # Called with a deleted account's username: the server erases its email from every package
     # (registry_gen.ownership.erase_maintainer_email); None for a /user app without a registry.
@@ -520,6 +528,39 @@ def read_audit_log(context: RequestContext) -> Reply:
         return Reply(200, json=audit.page(journal, wanted, limit))
 
 
+def _admins_hooks(context: RequestContext) -> SqlHookStore:
+    """The hook store, to an administrator; to anyone else a hook's delivery log is not there
+    (404, as npm's hooks API answers for another account's hook: nothing says the hook exists)."""
+    caller = context.caller
+    if caller is None or not caller.is_admin:
+        raise HookNotFound()
+    if context.media.format != JSON:
+        raise NotAcceptable("A hook's delivery log is available as application/json only.")
+    return hook_store(context.services.store)
+
+
+def list_hook_deliveries(context: RequestContext, hook_id: str) -> Reply:
+    """An administrator reads a hook's delivery log, newest first (`registry-gen hooks deliveries`)."""
+    store = _admins_hooks(context)
+    if store.get_hook(hook_id) is None:
+        raise HookNotFound()
+    offset, limit = parse_delivery_paging(context.query)
+    found = store.deliveries(hook_id, offset=offset, limit=limit + 1)
+    following = offset + limit if len(found) > limit else None
+    return Reply(200, json={"deliveries": [d.view() for d in found[:limit]], "next": following})
+
+
+def redeliver_hook_delivery(context: RequestContext, hook_id: str, delivery_id: str) -> Reply:
+    """An administrator queues a delivery again, due now, with its delivery id (`registry-gen hooks redeliver`)."""
+    policy.require_writable(context.caller)
+    store = _admins_hooks(context)
+    delivery = store.delivery(delivery_id)
+    if delivery is None or delivery.hook_id != hook_id or not store.redeliver(delivery_id, now=time.time()):
+        raise HookNotFound()
+    queued = store.delivery(delivery_id)
+    return Reply(202, json=(queued or delivery).view())
+
+
 def openapi(context: RequestContext) -> Reply:
     if context.media.format != JSON:
         raise NotAcceptable("The OpenAPI document is available as application/json only.")
@@ -557,4 +598,7 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route(OWNERS_PATH, "POST", claim_owner, params=())
     app.route(ADVISORIES_PATH, "POST", record_advisory, params=())
     app.route(AUDIT_PATH, "GET", read_audit_log, params=AUDITING)
+    app.route(f"{HOOKS_PATH}/<hook_id:re:{UUID_FILTER}>/deliveries", "GET", list_hook_deliveries, params=DELIVERY_PAGING)
+    app.route(f"{HOOKS_PATH}/<hook_id:re:{UUID_FILTER}>/deliveries/<delivery_id:re:{UUID_FILTER}>/redeliver", "POST",
+              redeliver_hook_delivery, params=())
     return app

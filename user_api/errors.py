@@ -98,6 +98,10 @@ class PackageNotFound(UserApiError, NotFound):
     default_detail = "No such package in this registry."
 
 
+class HookNotFound(UserApiError, NotFound):
+    default_detail = "No such hook, or no such delivery of it."
+
+
 class UsernameTaken(UserApiError):
     default_detail = "This username is taken."
 

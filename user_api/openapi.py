@@ -20,7 +20,7 @@ from user_api.models import (
 )
 from user_api.negotiation import MERGE_PATCH_JSON
 from user_api.params import (
-    AUDIT_MAX_LIMIT, AUDIT_NAME_MAX, DEFAULT_SIZE, KEYWORD_MAX, LIST_MAX_PAGE, MAX_SIZE, SEARCH_MAX_PAGE, SEARCH_TOTAL_CAP,
+    AUDIT_MAX_LIMIT, AUDIT_NAME_MAX, DEFAULT_SIZE, DELIVERIES_MAX_LIMIT, KEYWORD_MAX, LIST_MAX_PAGE, MAX_SIZE, SEARCH_MAX_PAGE, SEARCH_TOTAL_CAP,
 )  # fmt: skip
 from user_api.problems import PROBLEM_TYPES_BY_ERROR, TYPE_PREFIX
 
@@ -338,6 +338,7 @@ def _admin_schemas(username: dict[str, Any]) -> dict[str, Any]:
         },
         **_advisory_schemas(package),
         **_audit_schemas(),
+        **_delivery_schemas(),
     }
 
 
@@ -449,6 +450,7 @@ def _admin_paths() -> dict[str, Any]:
                     "application/json": {"schema": _ref("AuditPage")}}}}, (401, 403)),
             },
         },
+        **_hook_delivery_paths(),
         "/-/user-api/owners": {
             "post": {
                 "operationId": "claimOwner",
@@ -474,6 +476,63 @@ def _admin_paths() -> dict[str, Any]:
             },
         },
     }
+
+
+def _hook_delivery_paths() -> dict[str, Any]:
+    uuid_schema = {"type": "string", "format": "uuid"}
+    hook = {"name": "hook", "in": "path", "required": True, "description": "The hook's id (npm hook ls)", "schema": uuid_schema}
+    delivery = {"name": "delivery", "in": "path", "required": True, "description": "The delivery's id (its x-npm-delivery header)",
+                "schema": uuid_schema}
+    paging = [
+        {"name": "offset", "in": "query", "required": False, "description": "Deliveries to skip (the `next` of the page before)",
+         "schema": {"type": "integer", "minimum": 0, "default": 0}},
+        {"name": "limit", "in": "query", "required": False, "description": "Deliveries per page",
+         "schema": {"type": "integer", "minimum": 1, "maximum": DELIVERIES_MAX_LIMIT, "default": 50}},
+    ]
+    not_found = {**_problem(404), "description": "No such hook (or delivery of it), or the caller is not an administrator"}
+    return {
+        "/-/user-api/hooks/{hook}/deliveries": {
+            "get": {
+                "operationId": "listHookDeliveries",
+                "summary": "Read a hook's delivery log, newest first: status, attempts, last answer or error, latency "
+                "(admins only; `registry-gen hooks deliveries`). To anyone else the hook is not there (404).",
+                "parameters": [hook, *paging],
+                "responses": {**_responses({"200": {"description": "A page of deliveries", "content": {
+                    "application/json": {"schema": _ref("DeliveryPage")}}}}, (401,)), "404": not_found},
+            },
+        },
+        "/-/user-api/hooks/{hook}/deliveries/{delivery}/redeliver": {
+            "post": {
+                "operationId": "redeliverHookDelivery",
+                "summary": "Queue a delivery again (a parked one too), due now, with the same delivery id "
+                "(admins only; `registry-gen hooks redeliver`). The running deliverer attempts it within seconds.",
+                "parameters": [hook, delivery],
+                "responses": {**_responses({"202": {"description": "Queued", "content": {
+                    "application/json": {"schema": _ref("Delivery")}}}}, (401, 403)), "404": not_found},
+            },
+        },
+    }
+
+
+def _delivery_schemas() -> dict[str, Any]:
+    optional_text, optional_int = {"type": ["string", "null"]}, {"type": ["integer", "null"]}
+    delivery = {
+        "type": "object",
+        "required": ["id", "hook", "seq", "event", "package", "status", "attempts"],
+        "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "description": "The delivery id (x-npm-delivery), the same on every attempt"},
+            "hook": {"type": "string"}, "seq": {"type": "integer", "description": "The journal entry delivered"},
+            "event": {"type": "string"}, "package": {"type": "string"},
+            "status": {"type": "string", "enum": ["pending", "delivered", "parked"]},
+            "attempts": {"type": "integer"}, "last_attempt": optional_text, "response_code": optional_int,
+            "last_error": optional_text, "latency_ms": optional_int,
+        },
+    }
+    page = {"type": "object", "required": ["deliveries", "next"], "additionalProperties": False,
+            "properties": {"deliveries": {"type": "array", "items": _ref("Delivery")},
+                           "next": {"type": ["integer", "null"], "description": "The `offset` of the next page; null at the end"}}}
+    return {"Delivery": delivery, "DeliveryPage": page}
 
 
 def _token_paths(user_id: dict[str, Any]) -> dict[str, Any]:

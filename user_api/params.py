@@ -41,6 +41,8 @@ AUDITING: Final = frozenset({"since", "from", "limit", "package", "actor"})
 AUDIT_NAME_MAX: Final = 214  # npm's longest package name; account names are shorter
 AUDIT_DEFAULT_LIMIT: Final = 100
 AUDIT_MAX_LIMIT: Final = 500
+DELIVERY_PAGING: Final = frozenset({"offset", "limit"})
+DELIVERIES_MAX_LIMIT: Final = 200
 _DIGITS: Final = re.compile(r"^[0-9]{1,9}$")
 _DATE: Final = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -154,3 +156,8 @@ def parse_audit_query(values: dict[str, str]) -> tuple[AuditFilter, int]:
             raise BadRequest(errors=[FieldError("must be a date (2025-01-31)", parameter="from")])
     limit = _integer(values, "limit", AUDIT_DEFAULT_LIMIT, 1, AUDIT_MAX_LIMIT)
     return AuditFilter(after_seq, from_time, values.get("package") or None, values.get("actor") or None), limit
+
+
+def parse_delivery_paging(values: dict[str, str]) -> tuple[int, int]:
+    """A hook's delivery log, newest first: (`offset`, `limit` 1..200, default 50)."""
+    return _integer(values, "offset", 0, 0, None), _integer(values, "limit", 50, 1, DELIVERIES_MAX_LIMIT)

@@ -44,6 +44,7 @@ PROBLEM_TYPES_BY_ERROR: Final[dict[type[e.UserApiError], ProblemType]] = {
     e.PermissionDenied: ProblemType(403, "forbidden", "Forbidden"),
     e.UserNotFound: ProblemType(404, None, "Not Found"),
     e.PackageNotFound: ProblemType(404, None, "Not Found"),
+    e.HookNotFound: ProblemType(404, None, "Not Found"),
     e.UsernameTaken: ProblemType(409, "username-taken", "Username taken"),
     e.LastAdmin: ProblemType(409, "last-admin", "Last administrator"),
     e.PreconditionFailed: ProblemType(412, "precondition-failed", "Precondition failed"),

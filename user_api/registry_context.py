@@ -23,6 +23,7 @@ from user_api.models import User
 from user_api.policy import Caller
 from user_api.ratelimit import LoginGuard
 from user_api.store import UserStore
+from user_api.store_shared import SharedLoginGuard, SharedWebLogins
 from user_api.weblogin import WebLoginPool
 from user_api.web import BEARER_REALM, JSON_BODY_LIMIT, HttpError, WebLimits, json_response
 
@@ -45,9 +46,9 @@ class RegistryContext:
     store: UserStore
     writes: WriteService
     limits: RegistryLimits
-    web_logins: WebLoginPool
+    web_logins: WebLoginPool | SharedWebLogins  # in this process, or shared on PostgreSQL (web.web_login_sessions)
     pages: jinja2.Environment
-    logins: LoginGuard  # shared with the /user app (ratelimit.shared_login_guard)
+    logins: LoginGuard | SharedLoginGuard  # shared with the /user app (web.login_guard)
 
     @property
     def publish_limit(self) -> int:

@@ -23,7 +23,7 @@ import jinja2
 from registry_gen.errors import LockTimeout, StateUnavailable, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
-from registry_gen.refresher import IndexRefresher
+from registry_gen.refresher import IndexRewrites
 from registry_gen.writes import WriteService
 from user_api import routes_accounts as accounts
 from user_api import routes_disttags as disttags
@@ -34,8 +34,7 @@ from user_api import routes_weblogin as weblogin
 from user_api.errors import StoreUnavailable
 from user_api.registry_context import CONTEXT_KEY, RegistryContext, RegistryLimits, publish_body_limit
 from user_api.store import UserStore
-from user_api.web import HttpError, error_status, json_response, loggable_path, login_guard, web_limits
-from user_api.weblogin import WebLoginPool
+from user_api.web import HttpError, error_status, json_response, loggable_path, login_guard, web_limits, web_login_sessions
 
 __all__ = ["ROUTES", "RegistryLimits", "create_registry_app", "publish_body_limit"]
 
@@ -140,10 +139,10 @@ def create_registry_app(
     *,
     storage: ContentStorage | None = None,
     limits: RegistryLimits | None = None,
-    refresher: IndexRefresher | None = None,
+    refresher: IndexRewrites | None = None,
 ) -> bottle.Bottle:
     """The registry's dynamic endpoints as a fresh Bottle app (see the module docstring).
-    `refresher`: the server's IndexRefresher (without one, each write rewrites -/all at once)."""
+    `refresher`: the server's IndexRefresher or Leader (without one, each write rewrites -/all at once)."""
     limits = limits or web_limits(settings)
     app = bottle.Bottle(catchall=True)
     app.router.add_filter("pkg", _package_filter)
@@ -153,8 +152,7 @@ def create_registry_app(
         store=store,
         writes=WriteService(settings, storage, reserved_names=SERVER_PATHS, refresher=refresher),
         limits=limits,
-        web_logins=WebLoginPool(capacity=limits.web_login_sessions, per_address=limits.web_login_per_address,
-                                lifetime_seconds=limits.web_login_seconds),
+        web_logins=web_login_sessions(store, limits),
         pages=jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True),
         logins=login_guard(store, limits),
     )

@@ -191,7 +191,7 @@ def _prepare_tree(settings: Settings, static: bool) -> None:
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
-    from registry_gen.refresher import IndexRefresher
+    from registry_gen.leader import start_leader
     from user_api.access_log import AccessLog, configure_server_logging
     from user_api.guard import guarded_channel, store_token_check, waitress_options
     from user_api.hooks_service import start_deliverer
@@ -228,7 +228,8 @@ def _run(
     store = open_user_store(settings)
     holder["store"] = store
     _remind_upgrade_steps(store)
-    refresher = IndexRefresher(settings) if settings.index_refresh_seconds else None
+    leader = start_leader(settings)
+    refresher = _refresher(settings, leader)
     deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
     holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake))
     _greet(settings, _public_url(settings.host, port), threads, static)
@@ -246,16 +247,28 @@ def _run(
     except KeyboardInterrupt:
         pass
     finally:
-        _shut_down(server, store, watcher, refresher, deliverer)
+        _shut_down(server, store, watcher, refresher, deliverer, leader)
 
 
-def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any, deliverer: Any) -> None:
+def _refresher(settings: Settings, leader: Any) -> Any:
+    """Who rewrites -/all and -/search.json after writes: the leader of the instances on PostgreSQL
+    (registry_gen.leader), else this process's IndexRefresher; None: each write rewrites them."""
+    from registry_gen.refresher import IndexRefresher
+
+    if not settings.index_refresh_seconds:
+        return None
+    return leader if leader is not None else IndexRefresher(settings)
+
+
+def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any, deliverer: Any, leader: Any = None) -> None:
     if watcher is not None:
         watcher.stop()
     server.close()
     deliverer.stop()
     if refresher is not None:
         refresher.flush()  # what the last writes deferred, before the process goes
+    if leader is not None:
+        leader.stop()  # its term ends with its session: another instance leads within a tick
     store.close()
 
 

@@ -31,8 +31,10 @@ from registry_gen.layout import (
     JSON_TYPE,
     USER_API_PREFIXES,
 )
+from registry_gen.hosting import document_cache
 from registry_gen.ownership import erase_maintainer_email
-from registry_gen.refresher import IndexRefresher
+from registry_gen.purge import cache_key, shared_cache
+from registry_gen.refresher import IndexRewrites
 from registry_gen.settings import Settings
 from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
@@ -42,7 +44,8 @@ from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
 from user_api.registry_context import CONTEXT_KEY
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
-from user_api.web import etag_matches, wsgi_path
+from user_api import store_audit
+from user_api.web import client_address, etag_matches, wsgi_path
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -84,8 +87,10 @@ class StaticTree:
     paths and `os.stat` rather than pathlib objects (their parsing and `str()` were most of a
     request's cost), one `open` + `fstat` for the file sent, and Last-Modified values remembered."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, document_cache: str = DOCUMENT_CACHE, cache_key_header: str | None = None):
         self.root = os.fspath(root).rstrip("/") or "/"
+        self.document_cache = document_cache  # with s-maxage when a cache in front is purged (registry_gen.purge)
+        self.cache_key_header = cache_key_header  # the surrogate-key header that cache reads, if any
 
     def _locate(self, path: str) -> list[str] | None:
         segments = [s for s in path.split("/") if s]
@@ -165,9 +170,11 @@ class StaticTree:
         headers = [
             ("ETag", etag),
             ("Last-Modified", _http_date(sent.st_mtime)),
-            ("Cache-Control", TARBALL_CACHE if is_tarball else DOCUMENT_CACHE),
+            ("Cache-Control", TARBALL_CACHE if is_tarball else self.document_cache),
             ("X-Content-Type-Options", "nosniff"),
         ]
+        if self.cache_key_header is not None:
+            headers.append((self.cache_key_header, cache_key(target[len(self.root) :].lstrip("/"))))
         if vary:
             headers.append(("Vary", ", ".join(vary)))
         if self._not_modified(environ, (etag, other_coding), sent.st_mtime):
@@ -240,7 +247,7 @@ def _etags(identity: str, served: os.stat_result, *, gzip: bool) -> tuple[str, s
 
 
 def create_server_app(
-    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRefresher | None = None,
+    settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRewrites | None = None,
     after_write: Callable[[], None] | None = None,
 ) -> WsgiApp:
     """The combined app; `static=False` for `registry-gen api` behind a static host. `after_write`
@@ -248,7 +255,10 @@ def create_server_app(
     deliverer: the reply is made already, so the write never waits on a delivery)."""
     user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store, refresher=refresher)
-    plain_tree = StaticTree(settings.out_dir)
+    shared = shared_cache(settings.purge)
+    plain_tree = StaticTree(
+        settings.out_dir, document_cache=document_cache(0, shared), cache_key_header=shared.key_header if shared else None
+    )
     tree: WsgiApp | None = plain_tree if static else None
     # Read rules (registry.yaml `packages:`): checked here for `serve`, asked by nginx otherwise.
     guard = ReadGuard(settings, store) if settings.packages.in_force else None
@@ -259,14 +269,21 @@ def create_server_app(
     mirror = MirrorGate(settings, registry_app.config[CONTEXT_KEY].writes, plain_tree, guard) if settings.packages.proxies else None
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        with store_audit.during_request(environ, client_address(environ)):
+            return route(environ, start_response)
+
+    def route(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = wsgi_path(environ)
+        method = environ.get("REQUEST_METHOD")
         if is_user_app_path(path):
-            return user_app(environ, start_response)  # type: ignore[no-any-return]
+            answer = user_app(environ, start_response)
+            if after_write is not None and method not in ("GET", "HEAD"):
+                after_write()  # a redeliver (POST /-/user-api/hooks/...) is attempted now, not at the next timer
+            return answer  # type: ignore[no-any-return]
         if path == READ_CHECK_PATH:
             return read_check(environ, start_response)
         if guard is not None and path == SEARCH_PATH:
             return guard.search(environ, start_response)  # each caller sees what they may read
-        method = environ.get("REQUEST_METHOD")
         if mirror is not None and method in ("GET", "HEAD") and mirror.claims(path):
             return mirror(environ, start_response)
         if tree is not None and method in ("GET", "HEAD") and not is_dynamic_get(path):

@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Final, Protocol
 
+from user_api import store_audit
 from user_api.credentials import PasswordHasher, is_legacy_hash, new_token, token_digest, token_prefix
 from user_api.errors import (
     FieldError,
@@ -300,6 +301,14 @@ def _cidr_list(cidr: Sequence[str] | None) -> list[str]:
     return networks
 
 
+def account_changes(before: User, after: User, *, password: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The audit log's events of an account update (never its email or full name: personal data)."""
+    changes = [(f"user:{name}", {"before": old, "after": new}) for name, old, new in (
+        ("rename", before.username, after.username), ("role", before.role, after.role), ("status", before.status, after.status))
+        if old != new]  # fmt: skip
+    return changes + ([("user:password", {})] if password else [])
+
+
 class SqlUserStore:
     """Implements user_api.store.UserStore on a Dialect."""
 
@@ -445,6 +454,7 @@ class SqlUserStore:
             assert row is not None
             user = user_from_row(row)
             sync_grams(tx, user.id, None, user, self.dialect)
+            store_audit.record(tx, "user:create", user.username, user.id, {"role": user.role, "status": user.status})
         log.info("user created: id=%s username=%s role=%s", user.id, user.username, user.role)
         return user
 
@@ -483,6 +493,8 @@ class SqlUserStore:
             assert row is not None
             user = user_from_row(row)
             sync_grams(tx, key, current, user, self.dialect)
+            for event, detail in account_changes(current, user, password="password_hash" in changes):
+                store_audit.record(tx, event, user.username, user.id, detail)
         log.info("user updated: id=%s fields=%s", user.id, ",".join(sorted(changes)) or "-")
         return user
 
@@ -574,6 +586,7 @@ class SqlUserStore:
                 (DELETED_HASH, self.dialect.encode_time(utcnow()), key),
             )
             sync_grams(tx, key, current, None, self.dialect)
+            store_audit.record(tx, "user:remove", current.username, current.id)
         log.info("user deleted: id=%s", key)
         return True
 
@@ -660,7 +673,7 @@ class SqlUserStore:
         now = utcnow()
         with self._write() as tx:
             owner = None if key is None else tx.one(
-                "SELECT pk FROM users WHERE id = ? AND status = 'active'", (key,)
+                "SELECT pk, username FROM users WHERE id = ? AND status = 'active'", (key,)
             )
             if owner is None:
                 raise UserNotFound()
@@ -671,6 +684,7 @@ class SqlUserStore:
                  json.dumps(networks), description, self.dialect.encode_time(now),
                  None if expires is None else self.dialect.encode_time(expires)),
             )
+            store_audit.record(tx, "token:create", owner[1], str(key), {"token_key": info_key, "readonly": bool(readonly)})
         log.info("token created: key=%s user=%s readonly=%s", info_key, key, bool(readonly))
         info = TokenInfo(info_key, str(key), now, bool(readonly), token_prefix(token), tuple(networks), description, expires)
         return token, info
@@ -717,13 +731,24 @@ class SqlUserStore:
                 "DELETE FROM user_tokens WHERE key = ? AND user_pk = (SELECT pk FROM users WHERE id = ?)",
                 (key, owner),
             )
+            if removed:
+                self._record_revoke(tx, "u.id = ?", owner, key)
         return removed > 0
+
+    @staticmethod
+    def _record_revoke(tx: Tx, condition: str, value: str, key: str) -> None:
+        row = tx.one(f"SELECT u.username, u.id FROM users u WHERE {condition}", (value,))
+        if row is not None:
+            store_audit.record(tx, "token:revoke", str(row[0]), str(row[1]), {"token_key": key})
 
     def revoke_token_value(self, token: str) -> bool:
         if not isinstance(token, str) or not 0 < len(token) <= MAX_TOKEN_LENGTH:
             return False
         with self._write() as tx:
+            found = tx.one("SELECT key, user_pk FROM user_tokens WHERE token_hash = ?", (token_digest(token),))
             removed = tx.run("DELETE FROM user_tokens WHERE token_hash = ?", (token_digest(token),))
+            if removed and found is not None:
+                self._record_revoke(tx, "u.pk = ?", found[1], str(found[0]))
         return removed > 0
 
     # ---- groups (the read rules of registry.yaml name them) -----------------------------------
@@ -749,14 +774,18 @@ class SqlUserStore:
             raise UserNotFound()
         with self._write() as tx:
             # Locked (PostgreSQL): a delete_user running at once cannot leave groups to a tombstone.
-            row = tx.one(f"SELECT pk FROM users WHERE id = ? AND status <> 'deleted'{self.dialect.for_update}", (key,))
+            row = tx.one(f"SELECT pk, username FROM users WHERE id = ? AND status <> 'deleted'{self.dialect.for_update}", (key,))
             if row is None:
                 raise UserNotFound()
+            before = {str(name[0]) for name in tx.all("SELECT name FROM account_groups WHERE user_pk = ?", (row[0],))}
             for name in added:
                 tx.run(INSERT_GROUP, (row[0], name))
             for name in removed:
                 tx.run("DELETE FROM account_groups WHERE user_pk = ? AND name = ?", (row[0], name))
             names = tx.all("SELECT name FROM account_groups WHERE user_pk = ?", (row[0],))
+            after = {str(name[0]) for name in names}
+            if after != before:
+                store_audit.record(tx, "user:groups", str(row[1]), key, {"before": sorted(before), "after": sorted(after)})
         if added or removed:
             log.info("groups changed: id=%s added=%s removed=%s", key, ",".join(added) or "-", ",".join(removed) or "-")
         return frozenset(str(name[0]) for name in names)

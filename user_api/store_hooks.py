@@ -9,10 +9,12 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from registry_gen.hooks.rules import Hook, HookRefused
 from registry_gen.hooks.store import PENDING, Attempt, Delivery, NewDelivery, StoredHook
 from registry_gen.timestamps import now_iso
+from user_api import store_audit
 from user_api.errors import StoreUnavailable
 from user_api.sqlstore import Dialect, Tx, canonical_uuid
 
@@ -76,6 +78,16 @@ def _delivery(row: Sequence[Any]) -> Delivery:
                     *row[9:14])  # fmt: skip
 
 
+def _record(tx: Tx, event: str, hook: Hook) -> None:
+    """The audit log's entry of a hook change: what it watches, never its endpoint's query or secret."""
+    watched = ("~" if hook.type == "owner" else "") + hook.name
+    store_audit.record(tx, event, hook.owner, hook.owner_id, {"hook": hook.id, "watches": watched, "host": _host(hook.endpoint)})
+
+
+def _host(endpoint: str) -> str:
+    return urlsplit(endpoint).hostname or ""
+
+
 class SqlHookStore:
     """HookStore on a user store's Dialect (its connections, its transactions)."""
 
@@ -108,7 +120,8 @@ class SqlHookStore:
             tx.run("INSERT INTO hooks (id, user_pk, type, name, endpoint, secret, created_at, updated_at)"
                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (hook_id, owner[0], type_, name, endpoint, secret_cipher, now, now))  # fmt: skip
             row = tx.one(f"{_HOOK} WHERE h.id = ?", (hook_id,))
-        assert row is not None
+            assert row is not None
+            _record(tx, "hook:add", _hook(row))
         return _hook(row)
 
     def get_hook(self, hook_id: str) -> Hook | None:
@@ -135,6 +148,8 @@ class SqlHookStore:
             changed = tx.run("UPDATE hooks SET endpoint = ?, secret = ?, updated_at = ? WHERE id = ?",
                              (endpoint, secret_cipher, now_iso(), hook_id))  # fmt: skip
             row = tx.one(f"{_HOOK} WHERE h.id = ?", (hook_id,)) if changed else None
+            if row is not None:
+                _record(tx, "hook:update", _hook(row))
         return None if row is None else _hook(row)
 
     def delete_hook(self, hook_id: str) -> Hook | None:
@@ -143,6 +158,7 @@ class SqlHookStore:
             if row is not None:
                 tx.run("DELETE FROM hook_deliveries WHERE hook_id = ?", (hook_id,))
                 tx.run("DELETE FROM hooks WHERE id = ?", (hook_id,))
+                _record(tx, "hook:remove", _hook(row))
         return None if row is None else _hook(row)
 
     # ---- the outbox
@@ -203,6 +219,11 @@ class SqlHookStore:
         with self._tx(write=False) as tx:
             rows = tx.all(f"{_DELIVERY} {where} ORDER BY seq DESC, hook_id LIMIT ? OFFSET ?", (*params, limit, offset))
         return [_delivery(row) for row in rows]
+
+    def delivery(self, delivery_id: str) -> Delivery | None:
+        with self._tx(write=False) as tx:
+            row = tx.one(f"{_DELIVERY} WHERE id = ?", (delivery_id,))
+        return None if row is None else _delivery(row)
 
     def redeliver(self, delivery_id: str, *, now: float) -> bool:
         """Makes a delivery pending again, due now, with a fresh attempt count and age."""

@@ -1,6 +1,6 @@
 """The user store's part of `registry-gen migrate` (registry_gen.migrate, entry-point group
-`registry_gen.migrators`): accounts, tokens, groups, upgrade steps, hooks and their deliveries
-copied whole between `<data_dir>/users.sqlite3` and PostgreSQL, in either direction.
+`registry_gen.migrators`): accounts, tokens, groups, upgrade steps, hooks and their deliveries,
+the account changes of the audit log copied whole between `<data_dir>/users.sqlite3` and PostgreSQL, in either direction.
 
 Rows come over as they are: password hashes (argon2, verified the same anywhere), token digests (a
 token made before still authenticates), the hooks' secrets as sealed (they open with the same
@@ -8,6 +8,8 @@ token made before still authenticates), the hooks' secrets as sealed (they open 
 the hook cursor). Only the types differ between the two: times (ISO text on SQLite, timestamptz on
 PostgreSQL) and the readonly flag. What each store derives (the search index, the gram tables, the
 live count) is made again on the target, not copied: the two index grams of different lengths.
+What several instances share only while they run (store_shared: web-login sessions, the login
+guard's buckets, the leader's terms) is not copied either: the embedded default keeps it in memory.
 
 The source is only read: a read-only SQLite connection, plain SELECTs on PostgreSQL.
 """
@@ -35,6 +37,7 @@ TABLES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
     ("hook_deliveries", ("id", "hook_id", "seq", "package", "event", "status", "attempts", "created", "due", "claimed_by",
                          "claimed_until", "last_attempt", "response_code", "last_error", "latency_ms", "excerpt")),
     ("hook_cursor", ("id", "seq")),
+    ("account_audit", ("seq", "time", "event", "actor", "actor_id", "subject", "who", "detail")),  # user_api.store_audit
 )  # fmt: skip
 TIME_COLUMNS: Final = {("users", "created_at"), ("users", "updated_at"), ("user_tokens", "created_at"),
                        ("user_tokens", "expires_at"), ("upgrade_steps", "since")}  # fmt: skip
@@ -103,10 +106,24 @@ def _check_version(version: int, latest: int, where: object) -> None:
                                f"run `registry-gen user list` once with the release that matches both ends, then migrate")  # fmt: skip
 
 
+def has_table(conn: Any, table: str) -> bool:
+    """Tables added without a schema step (account_audit) exist only once this release opened the store."""
+    if isinstance(conn, sqlite3.Connection):
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+    return conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None
+
+
+def rows_of(conn: Any, table: str, names: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    if not has_table(conn, table):
+        return []
+    return [tuple(row) for row in conn.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY 1").fetchall()]
+
+
 def counts_of(conn: Any | None) -> dict[str, int]:
     if conn is None:
         return {table: 0 for table, _ in TABLES}
-    found = {table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]) for table, _ in TABLES[:-1]}
+    found = {table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]) if has_table(conn, table) else 0
+             for table, _ in TABLES if table != "hook_cursor"}  # fmt: skip
     cursor = conn.execute("SELECT seq FROM hook_cursor")  # one row: the journal number hooks were expanded up to
     return {**found, "hook_cursor": int((cursor.fetchone() or (0,))[0])}
 
@@ -123,11 +140,8 @@ class UserStoreMigrator:
         with reading(source) as conn:
             if conn is None:
                 return  # no account was ever made: nothing to copy, no store to make
-            tables = [
-                (table, names, [converted(table, names, tuple(row), to_postgres=to_postgres)
-                                for row in conn.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY 1").fetchall()])
-                for table, names in TABLES
-            ]  # fmt: skip
+            tables = [(table, names, [converted(table, names, row, to_postgres=to_postgres) for row in rows_of(conn, table, names)])
+                      for table, names in TABLES]  # fmt: skip
         dialect = _target_dialect(target)
         try:
             dialect.restore(tables)

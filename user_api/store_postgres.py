@@ -14,7 +14,9 @@ from typing import Any, Final
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
 from user_api.groups import legacy_groups
+from user_api.store_audit import POSTGRES_TABLE as ACCOUNT_AUDIT_TABLE
 from user_api.store_hooks import HOOK_TABLES
+from user_api.store_shared import SHARED_TABLES
 from user_api.sqlstore import (
     BIND_RECORDED_MAINTAINERS,
     USER_COLUMNS,
@@ -415,6 +417,8 @@ class PostgresDialect:
                 conn.execute("SET LOCAL statement_timeout = 0")
                 conn.execute(SCHEMA)  # its first statement takes the schema lock, held to the commit
                 conn.execute(HOOK_TABLES)
+                conn.execute(SHARED_TABLES)  # web-login sessions, login buckets (store_shared); no schema bump: only tables added
+                conn.execute(ACCOUNT_AUDIT_TABLE)
                 migrate(conn)
                 unknown = [] if legacy is None else adopt_legacy_groups(_PgTx(cursor), legacy.rows)
             if legacy is not None:
@@ -541,7 +545,8 @@ class PostgresDialect:
                 overriding = " OVERRIDING SYSTEM VALUE" if table == "users" else ""  # pk kept: tokens and groups name it
                 marks = ", ".join("%s" for _ in names)
                 cursor.executemany(f"INSERT INTO {table} ({', '.join(names)}){overriding} VALUES ({marks})", rows)
-            cursor.execute("SELECT setval(pg_get_serial_sequence('users', 'pk'), max(pk)) FROM users HAVING max(pk) IS NOT NULL")
+            for table, key in (("users", "pk"), ("account_audit", "seq")):  # numbering goes on after the keys copied
+                cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{key}'), max({key})) FROM {table} HAVING max({key}) IS NOT NULL")
             fill_grams(conn, 0)
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from registry_gen.errors import ConfigError
 from user_api.grams import MAX_GRAM, RECOUNT, UPSERT_COUNTS, counted, gram_rows
 from user_api.groups import legacy_groups
 from user_api.models import utcnow
+from user_api.store_audit import SQLITE_TABLE as ACCOUNT_AUDIT_TABLE
 from user_api.store_hooks import HOOK_TABLES
 from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, adopt_legacy_groups, columns, count_rows
 
@@ -237,7 +238,7 @@ class SqliteDialect:
         with legacy_groups(self.path.parent) as legacy:  # the groups file of an earlier release, if any
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _statements(TABLES + HOOK_TABLES + TRIGGERS):
+                for statement in _statements(TABLES + HOOK_TABLES + ACCOUNT_AUDIT_TABLE + TRIGGERS):
                     conn.execute(statement)
                 migrate(conn, version)
                 unknown = [] if legacy is None else adopt_legacy_groups(_SqliteTx(conn.cursor()), legacy.rows)

@@ -37,11 +37,14 @@ from registry_gen.hooks.rules import HookRefused, HooksNotConfigured
 from registry_gen.publish import ArchiveTooLarge, BadRequest
 from registry_gen.settings import AuthLimits, Settings
 from registry_gen.writes import BrokenMeta, BuildRefused
+from user_api import store_audit
 from user_api import errors as e
 from user_api.policy import Caller, address_allowed
 from user_api.problems import headers_for, problem_type_for
 from user_api.ratelimit import LoginGuard, shared_login_guard
 from user_api.store import UserStore
+from user_api.store_shared import SharedLoginGuard, SharedWebLogins, shared_dialect
+from user_api.weblogin import WebLoginPool
 
 JSON_BODY_LIMIT: Final = 1024 * 1024  # everything but a publish: documents, logins, tags
 NO_STORE: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
@@ -78,12 +81,23 @@ def web_limits(settings: Settings) -> WebLimits:
     return WebLimits(**dataclasses.asdict(settings.auth_limits))
 
 
-def login_guard(store: object, limits: WebLimits) -> LoginGuard:
-    """The store's one LoginGuard (shared by the /user app and the npm side), at these rates."""
-    return shared_login_guard(
-        store, per_address=(limits.login_per_address_per_minute, limits.login_per_address_burst),
-        per_account=(limits.login_per_account_per_minute, limits.login_per_account_burst),
-    )
+def login_guard(store: object, limits: WebLimits) -> LoginGuard | SharedLoginGuard:
+    """The store's one LoginGuard (shared by the /user app and the npm side), at these rates; on
+    PostgreSQL its buckets are tables every instance shares (user_api.store_shared)."""
+    per_address = (limits.login_per_address_per_minute, limits.login_per_address_burst)
+    per_account = (limits.login_per_account_per_minute, limits.login_per_account_burst)
+    dialect = shared_dialect(store)
+    if dialect is not None:
+        return SharedLoginGuard(dialect, per_address, per_account)
+    return shared_login_guard(store, per_address=per_address, per_account=per_account)
+
+
+def web_login_sessions(store: object, limits: WebLimits) -> WebLoginPool | SharedWebLogins:
+    """npm's web-login sessions: in this process, or on PostgreSQL a table every instance shares."""
+    sizes = {"capacity": limits.web_login_sessions, "per_address": limits.web_login_per_address,
+             "lifetime_seconds": limits.web_login_seconds}  # fmt: skip
+    dialect = shared_dialect(store)
+    return WebLoginPool(**sizes) if dialect is None else SharedWebLogins(dialect, **sizes)
 
 
 class HttpError(Exception):
@@ -293,4 +307,5 @@ def _noted(environ: Mapping[str, Any], caller: Caller) -> Caller:
     """The access log names the authenticated user (user_api.access_log)."""
     if isinstance(environ, dict):
         note_user(environ, caller.user.username)
+        environ[store_audit.CALLER_KEY] = caller  # who made an account change (user_api.store_audit)
     return caller

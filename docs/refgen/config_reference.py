@@ -45,6 +45,7 @@ TYPE_NAMES = {
     "HookSettings": "mapping (the `hooks.*` keys below)",
     "AccessRules": "mapping of package-name patterns to rules (below)",
     "tuple[Uplink, ...]": "mapping of uplink names to the `uplinks.<name>.*` keys below",
+    "PurgeSettings": "mapping (the `purge.*` keys below)",
 }
 # Keys whose null means something a reader would not guess from the type.
 SHOWN_TYPES = {"storage_conditional_writes": "`auto`, `true` or `false`"}

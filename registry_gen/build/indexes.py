@@ -6,7 +6,7 @@ the registry's size:
 - the front page (recent packages, two-character ranges with counts);
 - the browse tree: a page per name prefix (`site.name_key`), listing its packages while they fit
   in `site.PAGE_SIZE`, else its one-character-longer sub-ranges with counts;
-- the search shards (`site.search_keys`): a shard past SEARCH_LEAF_MAX packages is cut into
+- the search shards (`site_search.search_keys`): a shard past SEARCH_LEAF_MAX packages is cut into
   leaves of consecutive names, kept as the leaves of a one-level B-tree;
 - `-/all` and `-/search.json`, one URL each listing every package (deferred by the long-running
   writers to registry_gen.refresher).

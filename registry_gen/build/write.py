@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from registry_gen import site
+from registry_gen import site, site_search
 from registry_gen.build.context import ProgressCallback
 from registry_gen.build.read import converted_cache, load_cached, ordered_map, version_extras, worker_count
 from registry_gen.build.results import FileChanges
@@ -180,7 +180,7 @@ def listing_of(settings: Settings, summary: Mapping[str, Any]) -> ListingPlace:
     text = " ".join([name, str(summary.get("description") or ""), *keywords, *people]).lower()
     listed = bool(summary["versions"]) and settings.packages.is_public(name)
     return ListingPlace(
-        listed, str(summary.get("modified") or ""), site.name_key(name), text, tuple(site.search_keys(summary)), site.search_entry(summary)
+        listed, str(summary.get("modified") or ""), site.name_key(name), text, tuple(site_search.search_keys(summary)), site.search_entry(summary)
     )
 
 

@@ -155,16 +155,40 @@ def retry_delay(attempts: int, base: float, jitter: float) -> float:
     return min(base * 2 ** max(attempts - 1, 0), MAX_DELAY_SECONDS) * (0.5 + jitter / 2)
 
 
+# NAT64's well-known prefix (RFC 6052) carries an IPv4 address in its last 32 bits; its local-use
+# prefix (RFC 8215) may carry any. 6to4 (2002::/16), IPv4-mapped and the deprecated IPv4-compatible
+# (::/96, which a SIT tunnel still routes) addresses carry one too.
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")
+NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
+
+
+def embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches through a translator or tunnel, if any: a hook to
+    [2002:a9fe:a9fe::] or [64:ff9b::a9fe:a9fe] reaches 169.254.169.254 on a host that routes them."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip.ipv4_mapped is not None or ip.sixtofour is not None:
+        return ip.ipv4_mapped or ip.sixtofour
+    if any(ip in prefix for prefix in (IPV4_COMPATIBLE, NAT64_WELL_KNOWN, NAT64_LOCAL_USE)):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def address_allowed(address: str, allow_networks: Sequence[str]) -> bool:
     """Whether a hook may connect to `address`: a public unicast address, or one inside a range the
     operator allowed. Loopback, link-local (cloud metadata at 169.254.169.254), private (and
-    fd00:ec2::254), shared, reserved, multicast and unspecified addresses are refused by default."""
+    fd00:ec2::254), shared, reserved, multicast and unspecified addresses are refused by default,
+    also when written inside an IPv6 address (IPv4-mapped, 6to4, NAT64): the IPv4 one decides."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if any(ip in ipaddress.ip_network(network) for network in allow_networks):
+    inner = embedded_ipv4(ip)
+    allowed = [ipaddress.ip_network(network) for network in allow_networks]
+    if any(candidate in network for network in allowed for candidate in (ip, inner) if candidate is not None):
         return True
-    return ip.is_global and not ip.is_multicast
+    if ip in NAT64_LOCAL_USE:
+        return False  # a site's own translator: where it leads is the site's, not the Internet
+    checked = inner or ip
+    return checked.is_global and not checked.is_multicast
 
 
 def excerpt(body: bytes) -> str:

@@ -122,20 +122,27 @@
   var list = document.getElementById("search-list");
   var browse = document.getElementById("browse");
   var MAX_SHOWN = 200;
+  var DESCRIPTION_KEY_LENGTH = 3; // registry_gen.site_search.DESCRIPTION_KEY_LENGTH
   var shards = {}; // shard key -> promise of its packages (a missing shard holds none)
 
-  // Words as the build cuts them (registry_gen.site.search_tokens): lower-case runs of a-z0-9.
+  // Words as the build cuts them (registry_gen.site_search.search_tokens): lower-case runs of a-z0-9.
   function tokens(text) {
     return String(text).toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
   }
 
+  function words(texts, shortest) {
+    var found = [];
+    texts.forEach(function (t) { found = found.concat(tokens(t).filter(function (w) { return w.length >= shortest; })); });
+    return found;
+  }
+
   function prepare(p) {
-    var words = tokens(p.name);
-    p.keywords.forEach(function (k) { words = words.concat(tokens(k)); });
-    p.maintainers.forEach(function (m) { words = words.concat(tokens(m)); });
-    p.tokens = words.filter(function (w) { return w.length >= 2; });
-    p.haystack = [p.name, p.description, p.keywords.join(" "), p.maintainers.join(" ")].join("\n").toLowerCase();
     p.lowerName = p.name.toLowerCase();
+    p.nameWords = words([p.name], 2);
+    p.keywordWords = words(p.keywords, 2);
+    p.maintainerWords = words(p.maintainers, 2);
+    p.descriptionWords = words([p.description], DESCRIPTION_KEY_LENGTH);
+    p.haystack = [p.name, p.description, p.keywords.join(" "), p.maintainers.join(" ")].join("\n").toLowerCase();
     return p;
   }
 
@@ -147,8 +154,8 @@
     });
   }
 
-  // Only the shard of one two-character key is fetched: -/web/search/<key>.json. A shard that
-  // more packages share than one file should hold lists its leaves instead: <key>/<id>.json each.
+  // A shard is fetched by key: -/web/search/<key>.json. A shard that more packages share than one
+  // file should hold lists its leaves instead: <key>/<id>.json each.
   function loadShard(key) {
     if (!shards[key]) {
       var base = form.getAttribute("data-shards");
@@ -167,35 +174,75 @@
     return shards[key];
   }
 
-  function rank(p, query) {
-    if (p.lowerName === query) return 0;
-    if (p.lowerName.indexOf(query) === 0) return 1;
-    if (p.lowerName.indexOf(query) >= 0) return 2;
-    return 3;
+  function startingWith(list, lead) {
+    for (var i = 0; i < list.length; i++) if (list[i].indexOf(lead) === 0) return list[i];
+    return null;
   }
 
-  // The first word of two characters or more picks the shard and must start a word of the package;
-  // every other word must appear anywhere in its name, description, keywords or maintainers.
+  // Why package `p` matches the first word `lead` of `query`, the best reason first (its rank):
+  // its exact name, the start of its name, a word of its name, of a keyword, of a maintainer, of
+  // its description (a lead of three characters or more, as the build keys description words).
+  // Null when nothing of it starts with the lead.
+  function why(p, lead, query) {
+    if (p.lowerName === query) return { rank: 0, text: "exact name" };
+    if (p.lowerName.indexOf(query) === 0 || p.lowerName.replace(/^@/, "").indexOf(lead) === 0) {
+      return { rank: 1, text: "name starts with “" + lead + "”" };
+    }
+    var word = startingWith(p.nameWords, lead);
+    if (word) return { rank: 2, text: "word of the name “" + word + "”" };
+    word = startingWith(p.keywordWords, lead);
+    if (word) return { rank: 3, text: "keyword “" + word + "”" };
+    word = startingWith(p.maintainerWords, lead);
+    if (word) return { rank: 4, text: "maintainer “" + word + "”" };
+    word = lead.length >= DESCRIPTION_KEY_LENGTH ? startingWith(p.descriptionWords, lead) : null;
+    if (word) return { rank: 5, text: "description word “" + word + "”" };
+    return null;
+  }
+
+  // The first word of two characters or more picks the shards (its first two characters', and
+  // from three characters on its first three's, which hold description words) and must start a
+  // word of the package; every other word must appear anywhere in its name, description,
+  // keywords or maintainers.
   function plan(text) {
-    var words = tokens(text);
-    var lead = words.filter(function (w) { return w.length >= 2; })[0];
+    var all = tokens(text);
+    var lead = all.filter(function (w) { return w.length >= 2; })[0];
     if (!lead) return null;
-    var rest = words.slice();
-    rest.splice(words.indexOf(lead), 1);
-    return { lead: lead, key: lead.slice(0, 2), rest: rest };
+    var rest = all.slice();
+    rest.splice(all.indexOf(lead), 1);
+    var keys = [lead.slice(0, 2)];
+    if (lead.length >= DESCRIPTION_KEY_LENGTH) keys.push(lead.slice(0, DESCRIPTION_KEY_LENGTH));
+    return { lead: lead, keys: keys, rest: rest };
   }
 
+  // The packages of the shards (one package may be in several) that match, best reason first,
+  // by name within a reason; each with the reason it is shown with.
   function search(packages, wanted, text) {
     var query = text.trim().toLowerCase();
-    var found = packages.filter(function (p) {
-      return p.tokens.some(function (w) { return w.indexOf(wanted.lead) === 0; })
-        && wanted.rest.every(function (term) { return p.haystack.indexOf(term) >= 0; });
+    var seen = {};
+    var found = [];
+    packages.forEach(function (p) {
+      if (seen[p.name]) return;
+      seen[p.name] = true;
+      var reason = why(p, wanted.lead, query);
+      if (reason && wanted.rest.every(function (term) { return p.haystack.indexOf(term) >= 0; })) {
+        found.push({ p: p, reason: reason });
+      }
     });
-    found.sort(function (a, b) { return rank(a, query) - rank(b, query) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0); });
+    found.sort(function (a, b) {
+      return a.reason.rank - b.reason.rank || (a.p.name < b.p.name ? -1 : a.p.name > b.p.name ? 1 : 0);
+    });
     return found;
   }
 
-  function entry(p) {
+  // For the tests of the ranking (tests/site): the pure part of the search, on plain records.
+  window.registrySearch = function (records, text) {
+    var wanted = plan(text);
+    if (!wanted) return [];
+    return search(records.map(prepare), wanted, text).map(function (m) { return { name: m.p.name, rank: m.reason.rank, why: m.reason.text }; });
+  };
+
+  function entry(match) {
+    var p = match.p;
     var item = document.createElement("li");
     item.className = "package";
     var head = document.createElement("div");
@@ -222,6 +269,10 @@
       meta.textContent = p.keywords.join(", ");
       item.appendChild(meta);
     }
+    var reason = document.createElement("p");
+    reason.className = "meta why";
+    reason.textContent = "Match: " + match.reason.text;
+    item.appendChild(reason);
     return item;
   }
 
@@ -238,17 +289,18 @@
       list.textContent = "";
       results.hidden = true;
       browse.hidden = false;
-      status.textContent = "Type at least two letters or digits: search matches the start of words in names, keywords and maintainers.";
+      status.textContent = "Type at least two letters or digits: search matches the start of words in names, keywords, maintainers and descriptions.";
       return;
     }
-    loadShard(wanted.key).then(function (packages) {
+    Promise.all(wanted.keys.map(loadShard)).then(function (lists) {
+      var packages = [].concat.apply([], lists);
       if (input.value.trim() !== query) return; // a newer query is on its way
       var found = search(packages, wanted, query);
       list.textContent = "";
       var fragment = document.createDocumentFragment();
       found.slice(0, MAX_SHOWN).forEach(function (p) { fragment.appendChild(entry(p)); });
       list.appendChild(fragment);
-      status.textContent = found.length === 0 ? "No package matches “" + query + "” (search matches the start of words in names, keywords and maintainers)."
+      status.textContent = found.length === 0 ? "No package matches “" + query + "” (search matches the start of words in names, keywords, maintainers and, from three letters on, descriptions)."
         : found.length + (found.length === 1 ? " package matches" : " packages match")
           + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".";
       results.hidden = found.length === 0;

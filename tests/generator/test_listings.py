@@ -50,7 +50,7 @@ def test_one_new_package_rewrites_its_own_range_and_shards_and_the_front_page_on
     archive = make_tarball(settings.content_dir, "alps", "1.0.0", keywords=["mountain"])
     result = run_build(settings, changed=[archive])
     listings = {path for path in result.written if not path.startswith(("alps/", "-/package/alps/", "-/web/package/alps/"))}
-    shards = {site.search_shard_path(key) for key in ("al", "mo")}
+    shards = {site.search_shard_path(key) for key in ("al", "mo", "tes", "pac")}  # its description: "alps test package"
     expected = {"-/web/index.html", f"{site.browse_folder('al')}/index.html", *shards, *(s + ".gz" for s in shards)}
     assert listings - {"-/all/index.html", "-/all/index.html.gz", "-/search.json", "-/search.json.gz"} == expected
     assert _names(settings, site.search_shard_path("al")) == ["alpha", "alpine-tools", "alps"]

@@ -53,8 +53,19 @@ def test_npm10_hook_add_publish_delivers_signed_then_ls_and_rm(tmp_path: Path) -
         assert "You have 1 hook configured." in listed and 'response code was "200"' in listed, listed
         [hook] = http("GET", f"{server.base}-/npm/v1/hooks", token=_token(npm)).json["objects"]
         assert "secret" not in hook  # never shown again
+        # npm hook update: a new endpoint and secret; the next event goes there, signed with the new secret.
+        moved = Receiver("the-new-secret").up()
+        try:
+            updated = npm.run("hook", "--no-unicode", "update", hook["id"], moved.url, "the-new-secret", cwd=tmp_path)
+            assert f"+ demo-pkg  ->  {moved.url}" in updated.stdout
+            npm.run("publish", cwd=write_package(source, "demo-pkg", "1.2.0"))
+            [after] = moved.wait_for(1, deadline=10)
+            assert after.signed and after.body["version"] == "1.2.0"
+            assert [d.body["version"] for d in receiver.received] == ["1.1.0"]  # the old endpoint got nothing more
+        finally:
+            moved.down()
         removed = npm.run("hook", "--no-unicode", "rm", hook["id"], cwd=tmp_path)
-        assert f"- demo-pkg  X  {receiver.url}" in removed.stdout
+        assert f"- demo-pkg  X  {moved.url}" in removed.stdout
         assert "You don't have any hooks configured yet." in npm.run("hook", "--no-unicode", "ls", cwd=tmp_path).stdout
     finally:
         server.stop()

@@ -13,6 +13,7 @@ import itertools
 import json
 import re
 import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,28 @@ def _owners_hook(reg: Registry, name: str) -> str:
     return str(reply.json["id"])
 
 
+def _parked_delivery(reg: Registry, name: str) -> str:
+    """The redeliver path of a parked delivery of an owner's hook on `name` (a fresh one per call): the
+    deliverer's expansion of the journal runs here; the attempt is recorded as parked, not made."""
+    from registry_gen.hooks.deliverer import Deliverer
+    from registry_gen.hooks.store import PARKED, Attempt
+    from user_api.hooks_service import hook_store
+
+    hook_id, store = _owners_hook(reg, name), hook_store(reg.store)
+    reg.publish(name, f"1.2.{next(_addresses)}")
+    Deliverer(reg.settings, store, lambda: None, lambda hook, package: None).expand()  # type: ignore[arg-type, return-value]
+    for claimed in store.claim_due("matrix", now=time.time(), lease=60, limit=100):
+        store.record_attempt(claimed.id, "matrix", Attempt("2026-01-01T00:00:00.000Z", PARKED, 0.0, None, "parked by the test", None, None))
+    [delivery] = store.deliveries(hook_id, offset=0, limit=10)
+    return f"/-/user-api/hooks/{hook_id}/deliveries/{delivery.id}/redeliver"
+
+
+def _deliveries(reg: Registry) -> list[dict[str, Any]]:
+    from user_api.hooks_service import hook_store
+
+    return [delivery.view() for delivery in hook_store(reg.store).deliveries(None, offset=0, limit=1000)]
+
+
 def _hook_change(name: str, reg: Registry, actor: str) -> dict[str, Any]:
     return {"body": {"endpoint": f"{HOOK_ENDPOINT}/{actor}", "secret": f"a-new-secret-of-{actor}"}}
 ROUTES = [
@@ -185,6 +208,9 @@ ROUTES = [
           DENIED[:4] + (404, 200, 200), watched=_hooks),
     Route("hook-remove", "DELETE", lambda n, r: f"/-/npm/v1/hooks/hook/{_owners_hook(r, n)}", lambda n, r, a: {},
           DENIED[:4] + (404, 200, 200), watched=_hooks),
+    # Admins only: to anyone else (the hook's owner too) a hook's delivery log is not there.
+    Route("hook-redeliver", "POST", lambda n, r: _parked_delivery(r, n), lambda n, r, a: {}, DENIED[:4] + (404, 404, 202),
+          watched=_deliveries),
     # Admin actions on a package: claim a maintainer name for an account, record an advisory.
     Route("owner-claim", "POST", lambda n, r: "/-/user-api/owners", _json(lambda n: {"package": n, "username": "stranger"}),
           DENIED + (403, 200)),
@@ -268,7 +294,8 @@ def test_the_matrix_covers_every_write_route_of_the_registry(registry: Registry)
     }
     user_covered = {("POST", "/user"): "user-create", ("PUT", "/user"): "user-update", ("PATCH", "/user/"): "user-patch",
                     ("DELETE", "/user/"): "user-delete",
-                    ("POST", "/-/user-api/owners"): "owner-claim", ("POST", "/-/user-api/advisories"): "advisory-add"}
+                    ("POST", "/-/user-api/owners"): "owner-claim", ("POST", "/-/user-api/advisories"): "advisory-add",
+                    ("POST", "/-/user-api/hooks/"): "hook-redeliver"}
     assert user_writes - {("POST", "/-/user-api/tokens")} == set(user_covered)
     assert set(user_covered.values()) <= {r.id for r in ROUTES}
 

@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -184,7 +185,7 @@ class _RecordingHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(reply)
 
-    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = _record  # noqa: N815 - stdlib naming
+    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = do_OPTIONS = do_PURGE = _record  # noqa: N815 - stdlib naming
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
@@ -203,3 +204,74 @@ def recording_upstream() -> Iterator[tuple[int, list[Recorded]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+VARNISHD = os.environ.get("VARNISHD", shutil.which("varnishd") or "/usr/sbin/varnishd")
+# The VCL README "Caches in front" gives operators: PURGE from loopback purges by xkey (the
+# surrogate keys a purge names) or else the URL; X-Cache says whether an answer came from the cache.
+VARNISH_VCL = """vcl 4.1;
+import xkey;
+
+backend origin {{ .host = "127.0.0.1"; .port = "{port}"; }}
+
+acl purgers {{ "127.0.0.1"; }}
+
+sub vcl_recv {{
+    if (req.method == "PURGE") {{
+        if (client.ip !~ purgers) {{
+            return (synth(403, "Forbidden"));
+        }}
+        if (req.http.xkey) {{
+            set req.http.n-gone = xkey.purge(req.http.xkey);
+            return (synth(200, "Invalidated " + req.http.n-gone + " objects"));
+        }}
+        return (purge);
+    }}
+}}
+
+sub vcl_deliver {{
+    if (obj.hits > 0) {{
+        set resp.http.X-Cache = "HIT";
+    }} else {{
+        set resp.http.X-Cache = "MISS";
+    }}
+}}
+"""
+
+
+@contextlib.contextmanager
+def varnish_server(runtime: Path, port: int, backend_port: int) -> Iterator[str]:
+    """Debian's Varnish (with varnish-modules' xkey) in the foreground on 127.0.0.1:port, caching
+    the origin on 127.0.0.1:backend_port; yields its base URL."""
+    runtime.mkdir(parents=True, exist_ok=True)
+    vcl = runtime / "registry.vcl"
+    vcl.write_text(VARNISH_VCL.format(port=backend_port))
+    argv = [VARNISHD, "-F", "-n", str(runtime / "work"), "-a", f"127.0.0.1:{port}", "-f", str(vcl), "-s", "malloc,32m", "-j", "none", "-T", "none"]
+    with server_process(argv, runtime / "varnishd.log", port):
+        yield f"http://127.0.0.1:{port}/"
+
+
+@contextlib.contextmanager
+def server_process(
+    argv: Sequence[str], log_path: Path, port: int, *, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A server process (output to `log_path`) that listens on 127.0.0.1:port; stopped on exit."""
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below, after the process
+    process = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, process, deadline=60)
+        yield process
+    finally:
+        stop_process(process)
+        log.close()
+
+
+@contextlib.contextmanager
+def api_process(root: Path, config: Path, port: int) -> Iterator[Path]:
+    """`registry-gen api --config CONFIG` on 127.0.0.1:port behind a proxy on loopback, in `root`
+    (no REGISTRY_* variable of the test run leaks in); yields its log file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    argv = [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
+            "--trusted-proxy", "127.0.0.1"]  # fmt: skip
+    with server_process(argv, root / "api.log", port, cwd=root, env=env):
+        yield root / "api.log"

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +26,7 @@ from registry_gen.cli import main as registry_gen
 from registry_gen.settings import load_settings
 from tests.hosts.clients import ClientRun
 from tests.hosts.conftest import CellPackages
-from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
+from tests.hosts.servers import api_process, free_port, nginx_server
 from tests.registry_api.helpers import RegistryProcess, add_user
 from tests.registry_api.helpers import http as http_request
 from tests.support import make_tarball
@@ -89,21 +87,10 @@ def nginx_private(tmp_path_factory: pytest.TempPathFactory, cell_content: tuple[
     base = f"http://127.0.0.1:{nginx_port}/"
     config = _prepare(root, cell_content, base)
     assert run_build(load_settings(config)).errors == []
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    log = open(root / "api.log", "w")  # noqa: SIM115 - closed after the process
-    api = subprocess.Popen(
-        [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(api_port),
-         "--trusted-proxy", "127.0.0.1"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for_port(api_port, api, deadline=60)
+    with api_process(root, config, api_port):
         upstream = f"127.0.0.1:{api_port}"
         with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=upstream, extra_args=["--config", str(config)]):
             yield PrivateRegistry("nginx+api", base, _accounts(base, config), root / "public", root / "nginx" / "read_cache")
-    finally:
-        stop_process(api)
-        log.close()
 
 
 REGISTRIES = {"serve": "serve_private", "nginx+api": "nginx_private"}

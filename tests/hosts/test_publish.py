@@ -10,9 +10,6 @@ client's cache, acceptance 3).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +20,7 @@ import pytest
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
 from tests.hosts.clients import ClientRun
-from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
+from tests.hosts.servers import api_process, free_port, nginx_server
 from tests.registry_api.helpers import RegistryProcess, add_user
 
 pytestmark = pytest.mark.slow
@@ -59,21 +56,10 @@ def nginx_api_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wri
     settings = Settings(content_dir=root / "content", out_dir=root / "public", base_url=base, data_dir=root / "data")
     (root / "content").mkdir()
     run_build(settings)  # nginx needs the tree before the first publish
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
-    log = open(root / "api.log", "w")  # noqa: SIM115 - closed after the process
-    api = subprocess.Popen(
-        [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(api_port),
-         "--trusted-proxy", "127.0.0.1"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for_port(api_port, api, deadline=60)
+    with api_process(root, config, api_port):
         with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=f"127.0.0.1:{api_port}") as served:
             assert served == base
             yield WritableRegistry("nginx+api", base, root / "public")
-    finally:
-        stop_process(api)
-        log.close()
 
 
 REGISTRIES = {"serve": "serve_registry", "nginx+api": "nginx_api_registry"}

@@ -13,7 +13,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from tests.hosts.clients import clean_env
-from tests.hosts.servers import free_port, stop_process, wait_for_port
+from tests.hosts.servers import free_port, server_process
 
 NPM = os.environ.get("NPM", "npm")
 CACHE = Path(os.environ.get("REGISTRY_GEN_TEST_CACHE", Path.home() / ".cache" / "registry-gen-tests"))
@@ -100,16 +100,8 @@ def verdaccio_server(
     storage.mkdir(parents=True, exist_ok=True)
     config = write_config(root, storage, htpasswd, publishers, proxy)
     port = port or free_port()
-    log = open(root / "verdaccio.log", "w")  # noqa: SIM115 - closed after the process
     env = clean_env()
     env["HOME"] = str(root)
-    process = subprocess.Popen(
-        ["node", str(entry), "--config", str(config), "--listen", f"127.0.0.1:{port}"],
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        wait_for_port(port, process, deadline=60)
+    argv = ["node", str(entry), "--config", str(config), "--listen", f"127.0.0.1:{port}"]
+    with server_process(argv, root / "verdaccio.log", port, cwd=root, env=env):
         yield f"http://127.0.0.1:{port}/"
-    finally:
-        stop_process(process)
-        log.close()

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from registry_gen import site
+from registry_gen import site, site_search
 from registry_gen.build.indexes import SEARCH_LEAF_MAX
 from tests.hosts.clients import CLIENTS, ClientRun, clean_env, install_client
 from tests.support import static_server
@@ -410,7 +410,7 @@ def test_every_real_package_is_browsable_and_searchable(registry: Registry) -> N
     assert all(len(p.read_bytes()) < 200_000 for p in seen)  # no browse page grows with the registry
     shards: dict[str, set[str]] = {}
     for name in sorted(listed):
-        keys = site.search_keys({"name": name})
+        keys = site_search.search_keys({"name": name})
         if keys:  # names with a word of two characters or more
             if keys[0] not in shards:
                 shards[keys[0]] = _shard_members(web / "search", keys[0])

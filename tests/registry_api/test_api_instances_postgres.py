@@ -45,13 +45,14 @@ class Api:
     config: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # e.g. REGISTRY_GEN_FAILPOINT for this instance only
 
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
     def start(self) -> Api:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")} | self.env
         self.process = subprocess.Popen(
             [sys.executable, "-m", "registry_gen", "api", "--config", str(self.config), "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=self.config.parent, env=env, stdout=subprocess.DEVNULL, stderr=(self.config.parent / "api.log").open("ab"),
@@ -118,20 +119,28 @@ def postgres() -> Iterator[PostgresServer]:
         server.stop()
 
 
-@pytest.fixture
-def registry(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:
-    url = postgres_state_url(postgres)
+def instance_config(folder: Path, shared: Path, database_url: str, base_url: str, extra: str = "") -> Path:
+    """The registry.yaml of one instance (its own folder, as its own host), `extra` appended."""
+    folder.mkdir(parents=True)
+    config = folder / "registry.yaml"
+    config.write_text(
+        f"content_dir: {shared / 'content'}\nout_dir: {shared / 'public'}\ndata_dir: data\n"
+        f"base_url: {base_url}\ndatabase_url: '{database_url}'\nsignup: open\n{extra}"
+    )
+    return config
+
+
+def instances_on(url: str, tmp_path: Path, hosts: tuple[str, ...], extra: str = "") -> tuple[Path, list[Api]]:
+    """Api instances (not started) on the database `url`, one folder per host, sharing content/ and
+    public/ under tmp_path/shared; `extra` is more of each registry.yaml. (the shared folder, the instances)"""
     shared = tmp_path / "shared"
     (shared / "content").mkdir(parents=True)
-    apis = []
-    for host in ("a", "b"):
-        (tmp_path / host).mkdir()
-        config = tmp_path / host / "registry.yaml"
-        config.write_text(
-            f"content_dir: {shared / 'content'}\nout_dir: {shared / 'public'}\ndata_dir: data\n"
-            f"base_url: {BASE_URL}\ndatabase_url: '{url}'\nsignup: open\n"
-        )
-        apis.append(Api(config))
+    return shared, [Api(instance_config(tmp_path / host, shared, url, BASE_URL, extra)) for host in hosts]
+
+
+@pytest.fixture
+def registry(postgres: PostgresServer, tmp_path: Path) -> Iterator[Registry]:
+    shared, apis = instances_on(postgres_state_url(postgres), tmp_path, ("a", "b"))
     found = Registry(shared, apis)
     try:
         for api in apis:

@@ -259,7 +259,7 @@ def test_search_by_keyboard_alone(tree: str, page: Page) -> None:
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=acme$"))
     expect(results).to_have_text(["@acme/widget.kit_core-x"])
-    assert page.problems == []  # type: ignore[attr-defined]
+    assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined] (shards no word starts: 404)
 
 
 def test_copy_buttons_by_keyboard(tree: str, browser: Browser) -> None:

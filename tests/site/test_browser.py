@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import re
 import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
@@ -289,7 +291,7 @@ def test_search_box_fetches_only_the_shard_of_the_typed_word(demo: tuple[Setting
     expect(results.first).to_have_text("@acme/widget.kit_core-x")
     expect(page.locator("#search-status")).to_have_text("1 package matches.")
     expect(page.locator("#browse")).to_be_hidden()
-    assert fetched == ["search/wi.json"]
+    assert fetched == ["search/wi.json", "search/wid.json"]  # its names' shard and its descriptions' (none: a 404)
     screenshot(page, "search")
     search.fill("filler number")  # the first word picks the shard, every other word narrows it
     expect(results).to_have_count(FILLERS)
@@ -301,10 +303,15 @@ def test_search_box_fetches_only_the_shard_of_the_typed_word(demo: tuple[Setting
     expect(results).to_have_text(["left.pad_x"])
     search.fill("@acme/widget")  # a scope is a word too
     expect(results).to_have_text(["@acme/widget.kit_core-x"])
-    search.fill("pads")  # a word of the description only (the shard of "pa" holds left.pad_x for "pad")
+    search.fill("pads")  # a word of the description only: found through the shard of "pad"
+    expect(results).to_have_text(["left.pad_x"])
+    expect(page.locator("#search-list .why")).to_have_text(["Match: description word “pads”"])
+    search.fill("occasi")  # the start of a description word
+    expect(results).to_have_text(["@acme/widget.kit_core-x"])
+    search.fill("zz-no-such-word")
     expect(page.locator("#search-status")).to_contain_text("No package matches")
     shards = [path for path in fetched if path.count("/") == 1]  # leaves of a cut shard: see the next test
-    assert shards == ["search/wi.json", "search/fi.json", "search/wa.json", "search/st.json", "search/ac.json", "search/pa.json"]
+    assert shards == [f"search/{key}.json" for key in ("wi", "wid", "fi", "fil", "wa", "wan", "st", "str", "ac", "acm", "pa", "pad", "oc", "occ", "zz")]
     search.fill("")
     expect(page.locator("#browse")).to_be_visible()
     expect(page.locator("#search-results")).to_be_hidden()
@@ -312,7 +319,7 @@ def test_search_box_fetches_only_the_shard_of_the_typed_word(demo: tuple[Setting
     page.goto(web_url(url, "index.html?q=strings"))
     expect(results).to_have_text(["left.pad_x"])
     expect(page.locator("#q")).to_have_value("strings")
-    assert page.problems == []  # type: ignore[attr-defined]
+    assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined] (a shard no word starts: 404)
 
 
 def test_a_shard_cut_into_leaves_is_fetched_whole_and_searched_as_one(demo: tuple[Settings, str], page: Page) -> None:
@@ -326,11 +333,12 @@ def test_a_shard_cut_into_leaves_is_fetched_whole_and_searched_as_one(demo: tupl
     page.locator("#q").fill("filler")
     results = page.locator("#search-list .package-name")
     expect(results).to_have_text([f"filler-{n:02d}" for n in range(FILLERS)])
-    assert sorted(fetched) == sorted(["search/fi.json", *(f"search/fi/{leaf}.json" for leaf in listing["leaves"])])
+    # "fil": the shard of description words starting so, which none has (a 404, found nothing)
+    assert sorted(fetched) == sorted(["search/fi.json", "search/fil.json", *(f"search/fi/{leaf}.json" for leaf in listing["leaves"])])
     page.locator("#q").fill("filler number 3")  # narrowing reuses the leaves: nothing fetched again
     expect(results).to_have_text(["filler-03"])
-    assert len(fetched) == 1 + len(listing["leaves"])
-    assert page.problems == []  # type: ignore[attr-defined]
+    assert len(fetched) == 2 + len(listing["leaves"])
+    assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined]
 
 
 def test_a_one_character_query_fetches_nothing(demo: tuple[Settings, str], page: Page) -> None:
@@ -354,7 +362,7 @@ def test_a_word_without_a_shard_shows_no_results(demo: tuple[Settings, str], pag
     page.goto(web_url(url, "index.html?q=qxzzy"))
     expect(page.locator("#search-status")).to_have_text(re.compile(r"^No package matches “qxzzy”"))
     expect(page.locator("#search-results")).to_be_hidden()
-    assert fetched == ["search/qx.json"]
+    assert fetched == ["search/qx.json", "search/qxz.json"]
     assert [p for p in page.problems if "status of 404" not in p] == []  # type: ignore[attr-defined]
 
 
@@ -494,4 +502,69 @@ def test_the_not_found_page_offers_a_search_that_finds_the_package(demo: tuple[S
     page.get_by_role("link", name="Search for it").click()
     expect(page).to_have_url(re.compile(r"/-/web/index\.html\?q=left$"))
     expect(page.locator("#search-list .package-name")).to_have_text(["left.pad_x"])
-    assert fetched == ["search/le.json"]
+    assert fetched == ["search/le.json", "search/lef.json"]
+
+
+# ---------------------------------------------------------------- ranking (the search box's pure part)
+
+RANK_WORDS = ["express", "expr", "minimal", "minimalist", "router", "web", "sinatra", "exp", "mini", "rout", "we", "app"]
+
+
+def expected_match(record: dict[str, Any], text: str) -> int | None:
+    """The rank the search box gives `record` for `text` (site.js `why`), written out again
+    independently: exact name 0, name start 1, name word 2, keyword 3, maintainer 4,
+    description word (a lead of three characters or more) 5; None when it does not match."""
+    words = [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+    lead = next(w for w in words if len(w) >= 2)
+    rest = words[:]
+    rest.remove(lead)
+    haystack = "\n".join([record["name"], record["description"], " ".join(record["keywords"]), " ".join(record["maintainers"])]).lower()
+    if not all(term in haystack for term in rest):
+        return None
+
+    def starts(texts: list[str], shortest: int = 2) -> bool:
+        return any(w.startswith(lead) for t in texts for w in re.split(r"[^a-z0-9]+", t.lower()) if len(w) >= shortest)
+
+    name = record["name"].lower()
+    if name == text.strip().lower():
+        return 0
+    checks = [
+        name.startswith(text.strip().lower()) or name.lstrip("@").startswith(lead),
+        starts([record["name"]]),
+        starts(record["keywords"]),
+        starts(record["maintainers"]),
+        len(lead) >= 3 and starts([record["description"]], 3),
+    ]
+    return next((rank for rank, hit in enumerate(checks, 1) if hit), None)
+
+
+def random_record(rng: random.Random, index: int) -> dict[str, Any]:
+    pick = lambda n: rng.sample(RANK_WORDS, rng.randint(0, n))  # noqa: E731
+    name = "-".join(pick(2) or ["pkg"]) + rng.choice(["", f"-{index}", f".{index}x"])
+    return {
+        "name": rng.choice(["", "@scope/"]) + name if rng.random() < 0.8 else rng.choice(RANK_WORDS),
+        "description": " ".join(pick(5)).capitalize(),
+        "keywords": pick(3),
+        "maintainers": pick(1),
+        "version": "1.0.0",
+        "modified": "",
+    }
+
+
+def test_the_ranking_puts_the_exact_name_first_then_name_starts_keywords_and_descriptions(demo: tuple[Settings, str], page: Page) -> None:
+    """A property test of the search box's ranking, on 300 random queries over random records:
+    exactly the packages that match are found, best reason first (exact name, name start, name
+    word, keyword, maintainer, description word), by name within a reason, each with its reason."""
+    settings, url = demo
+    page.goto(web_url(url, "index.html"))
+    rng = random.Random(31)
+    for round_ in range(300):
+        records = [random_record(rng, n) for n in range(rng.randint(1, 25))]
+        unique = list({r["name"]: r for r in reversed(records)}.values())  # names are unique in a registry
+        text = " ".join(rng.sample(RANK_WORDS, rng.choice((1, 1, 1, 2))))
+        found = page.evaluate("([records, text]) => window.registrySearch(records, text)", [unique, text])
+        expected = sorted(((rank, r["name"]) for r in unique if (rank := expected_match(r, text)) is not None))
+        assert [(m["rank"], m["name"]) for m in found] == expected, (round_, text, records)
+        assert all(m["why"] for m in found)
+        if any(r["name"] == text for r in unique):
+            assert found[0]["name"] == text and found[0]["why"] == "exact name"

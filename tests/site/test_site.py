@@ -485,7 +485,9 @@ def test_search_shards_hold_what_the_search_box_filters_on(settings: Settings) -
         "modified": entry["modified"],
     }
     shards = sorted(p.name for p in web(settings, "search").glob("*.json"))
-    assert shards == ["bo.json", "br.json", "fi.json", "se.json", "te.json", "to.json"]
+    # two characters for words of names, keywords and maintainers; three for words of descriptions
+    assert shards == ["bo.json", "br.json", "fi.json", "fin.json", "pac.json", "se.json", "te.json", "tes.json", "thi.json", "to.json"]
+    assert shard(settings, "fin") == ["@team/finder"] and shard(settings, "tes") == ["toaster"]  # "toaster test package"
     assert shard(settings, "to") == ["@team/finder", "toaster"] and shard(settings, "br") == ["toaster"]
     assert web(settings, "search/fi.json.gz").is_file()
 
@@ -504,7 +506,9 @@ def test_a_new_package_rewrites_the_front_page_its_range_and_its_shards_only(set
         "-/web/browse/bb/index.html",
         "-/web/index.html",
         "-/web/search/bb.json",
+        "-/web/search/pac.json",  # its description, "bbx test package"
         "-/web/search/sh.json",
+        "-/web/search/tes.json",
     ]
     assert {p: (settings.out_dir / p).stat().st_mtime_ns for p in untouched} == before
     assert shard(settings, "sh") == ["aaa", "bbb", "bbx", "ccc"] and listed(web(settings, "browse/bb/index.html")) == ["bbb", "bbx"]
@@ -652,6 +656,10 @@ def test_one_changed_package_rewrites_only_its_pages_range_and_shards(settings: 
         "-/web/package/bbb/v/1.1.0/index.html",
         "-/web/search/bb.json",
         "-/web/search/bb.json.gz",
+        "-/web/search/pac.json",  # its description, "bbb test package"
+        "-/web/search/pac.json.gz",
+        "-/web/search/tes.json",
+        "-/web/search/tes.json.gz",
     ]
     assert {name: page_of(settings, name).stat().st_mtime_ns for name in ("aaa", "ccc")} == untouched
     assert "1.1.0" in page_of(settings, "bbb").read_text()

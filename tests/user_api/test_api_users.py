@@ -686,9 +686,12 @@ def test_openapi_document_is_served(api: Api) -> None:
     assert document["openapi"] == "3.1.0"
     assert set(document["paths"]) == {
         "/user", "/user/search", "/user/{id}", "/user/{id}/tokens", "/user/{id}/tokens/{key}",
-        "/-/user-api/tokens", "/-/user-api/openapi.json", "/-/user-api/owners", "/-/user-api/advisories", "/-/user-api/audit"}
+        "/-/user-api/tokens", "/-/user-api/openapi.json", "/-/user-api/owners", "/-/user-api/advisories", "/-/user-api/audit",
+        "/-/user-api/hooks/{hook}/deliveries", "/-/user-api/hooks/{hook}/deliveries/{delivery}/redeliver"}
     assert set(document["paths"]["/user"]) == {"get", "post", "put"}
     assert set(document["paths"]["/-/user-api/audit"]) == {"get"}  # the audit log is read, never written, over HTTP
+    redeliver = document["paths"]["/-/user-api/hooks/{hook}/deliveries/{delivery}/redeliver"]
+    assert set(redeliver) == {"post"} and {"202", "401", "403", "404"} <= set(redeliver["post"]["responses"])
     # The admin-only routes, with the problems they answer.
     for path, success in (("/-/user-api/owners", "200"), ("/-/user-api/advisories", "201")):
         assert set(document["paths"][path]) == {"post"}

@@ -315,3 +315,19 @@ def test_the_watch_command_builds_rebuilds_and_stops_on_sigterm(settings: Settin
     assert "watching" in stdout and "build 1 (initial build)" in stdout and "rebuilt from-cli" in stdout
     assert "error: bad.tgz" in stderr
     assert "stopped after" in stdout
+
+
+def test_a_watch_build_purges_the_cache_in_front(served: Settings) -> None:
+    """A hand-dropped archive is a change like a publish: the cache in front is told its paths."""
+    from registry_gen.purge import PurgeSettings
+    from tests.hosts.servers import recording_upstream
+
+    with recording_upstream() as (port, records):
+        settings = dataclasses.replace(served, purge=PurgeSettings(url=f"http://127.0.0.1:{port}{{path}}"))
+        with Watcher(settings, settle_seconds=0.3, max_wait_seconds=20) as running:
+            assert running.wait_for_builds(1, DEADLINE)
+            make_tarball(settings.content_dir, "watched-purge", "1.0.0")
+            settled(running, lambda: has_version(settings, "watched-purge", "1.0.0"), "the dropped version")
+            poll(lambda: any(r.path == "/watched-purge" for r in list(records)), "the purge of its document")
+    assert all(r.method == "PURGE" for r in records)
+    assert "/watched-purge/-/watched-purge-1.0.0.tgz" in {r.path for r in records}

@@ -1,0 +1,60 @@
+"""The words the site's static search finds a package by, and the search shards they put it in.
+
+Pure functions of a package's summary: the build stores each package's keys with its listing
+(registry_gen.build.indexes decides the leaves), and the search box (site_template/static/site.js)
+cuts the typed words the same way and fetches the shards of the first one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+SEARCH_KEY_LIMIT = 32  # shards one package may sit in (a publish rewrites at most this many)
+# A description word's shard is keyed by its first three characters, a name's, keyword's or
+# maintainer's by two: descriptions hold ten times the words, and two-character shards of them
+# (`co`, `re`, `pr`) would hold most of a registry. A query of two characters searches names,
+# keywords and maintainers only; from three on, descriptions too.
+DESCRIPTION_KEY_LENGTH = 3
+# English function words are not indexed in descriptions: they are in most of them (`the`, `for`,
+# `with`), so their shards would hold nearly every package and nobody searches for them. Words of
+# the trade (`module`, `library`, `node`) are kept: people do search for them. npmjs.com drops no
+# stop-word from names, and neither do we: these apply to descriptions only.
+DESCRIPTION_STOP_WORDS = frozenset(
+    "about above after again all also and any are aren because been before being below between both but "
+    "can cannot could did does doing don down during each etc few for from further had has have having her "
+    "here hers him his how into its itself just more most not now off once only other our ours out over own "
+    "same she should some such than that the their theirs them then there these they this those through too "
+    "under until upon very via was were what when where which while who whom why will with within without "
+    "would yet you your yours".split()
+)
+_TOKEN_SPLIT = re.compile(r"[^a-z0-9]+")
+
+
+def search_tokens(summary: Mapping[str, Any]) -> list[str]:
+    """Words the site search finds a package by, in order: name parts, keywords, maintainers."""
+    words: list[str] = _TOKEN_SPLIT.split(str(summary.get("name", "")).lower())
+    for keyword in summary.get("keywords") or []:
+        words.extend(_TOKEN_SPLIT.split(str(keyword).lower()))
+    for person in summary.get("maintainers") or []:
+        if isinstance(person, Mapping):
+            words.extend(_TOKEN_SPLIT.split(str(person.get("name", "")).lower()))
+    return list(dict.fromkeys(w for w in words if len(w) >= 2))
+
+
+def description_words(summary: Mapping[str, Any]) -> list[str]:
+    """The words of a package's description the site search finds it by, in order: three
+    characters or more, not a stop-word, not already one of its `search_tokens`."""
+    tokens = set(search_tokens(summary))
+    words = _TOKEN_SPLIT.split(str(summary.get("description") or "").lower())
+    return list(dict.fromkeys(w for w in words if len(w) >= DESCRIPTION_KEY_LENGTH and w not in DESCRIPTION_STOP_WORDS and w not in tokens))
+
+
+def search_keys(summary: Mapping[str, Any]) -> list[str]:
+    """The search shards a package is in: the first two characters of each of its tokens, then the
+    first three of each of its description words, at most SEARCH_KEY_LIMIT of them (name parts
+    come first, so a package is always found by its name; a long description's last words may
+    find it only among the packages its other words fetch)."""
+    keys = [token[:2] for token in search_tokens(summary)] + [word[:DESCRIPTION_KEY_LENGTH] for word in description_words(summary)]
+    return list(dict.fromkeys(keys))[:SEARCH_KEY_LIMIT]

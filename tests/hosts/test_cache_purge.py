@@ -1,0 +1,137 @@
+"""Issue 28, caches in front: a real Varnish (Debian's, with varnish-modules' xkey) in front of
+nginx (config from `registry-gen host-config nginx`) in front of `registry-gen api`.
+
+Documents are kept by the cache (s-maxage) and tagged with their package (xkey); after a publish
+the API purges the changed package's key, so the cache serves the new version within a second.
+The control points the purge at a port where nothing listens: the publish still succeeds at
+once, and the cache still serves the stale document (so the purge, not a lifetime, made the first
+one fresh). Tarballs stay cached through a purge of their package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from registry_gen.build import run_build
+from registry_gen.settings import Settings
+from tests.hosts.clients import ClientRun
+from tests.hosts.servers import api_process, free_port, nginx_server, varnish_server
+from tests.registry_api.helpers import add_user
+
+pytestmark = pytest.mark.slow
+NAME = "cache-purge-demo"
+FRESH_WITHIN = 1.0  # seconds after a 201 (issue 28, acceptance 2)
+
+
+@dataclass(frozen=True)
+class CachedRegistry:
+    cache: str  # Varnish: what clients use (base_url)
+    origin: str  # nginx behind it
+    api_log: Path
+
+
+@contextlib.contextmanager
+def cached_registry(root: Path, purge_port: int | None = None, by_path: bool = False) -> Iterator[CachedRegistry]:
+    """Varnish -> nginx -> api; the purge goes to Varnish, or to `purge_port` (the control): by
+    surrogate key (xkey), or `by_path` (one PURGE per changed URL, no keys)."""
+    cache_port, nginx_port, api_port = free_port(), free_port(), free_port()
+    cache = f"http://127.0.0.1:{cache_port}/"
+    root.mkdir(parents=True)
+    config = root / "registry.yaml"
+    target = f"http://127.0.0.1:{purge_port or cache_port}" + ("{path}" if by_path else "/")
+    keys = "" if by_path else "  key_header: xkey\n"
+    config.write_text(
+        f"content_dir: content\nout_dir: public\ndata_dir: data\nbase_url: {cache}\nsignup: open\n"
+        f"purge:\n  url: {target}\n  method: PURGE\n  timeout_seconds: 1\n{keys}"
+    )
+    (root / "content").mkdir()
+    run_build(Settings(content_dir=root / "content", out_dir=root / "public", base_url=cache, data_dir=root / "data"))
+    with api_process(root, config, api_port) as api_log:
+        with nginx_server(root / "public", root / "nginx", nginx_port, f"127.0.0.1:{api_port}", ["--config", str(config)]) as origin:
+            with varnish_server(root / "varnish", cache_port, nginx_port):
+                yield CachedRegistry(cache, origin, api_log)
+
+
+def _get(url: str) -> tuple[dict[str, str], bytes]:
+    with urllib.request.urlopen(url, timeout=30) as reply:  # noqa: S310 - 127.0.0.1
+        return {k.lower(): v for k, v in reply.headers.items()}, reply.read()
+
+
+def _latest(base: str) -> tuple[str, str]:
+    headers, body = _get(base + NAME)
+    return json.loads(body)["dist-tags"]["latest"], headers.get("x-cache", "")
+
+
+def _write_package(folder: Path, version: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"name": NAME, "version": version, "main": "index.js", "license": "MIT"}
+    (folder / "package.json").write_text(json.dumps(manifest) + "\n")
+    (folder / "index.js").write_text(f"module.exports = {json.dumps(version)};\n")
+    return folder
+
+
+def _publish_first_and_cache(registry: CachedRegistry, client: ClientRun, source: Path) -> str:
+    """npm publishes 1.0.0 through the cache; its document and tarball are read twice there: the
+    second read is a hit. Returns the tarball's URL."""
+    source.parent.mkdir(parents=True, exist_ok=True)
+    add_user(registry.cache, "cacher", "cacher-password-1")
+    client.login("cacher", "cacher-password-1", source.parent)
+    client.publish(_write_package(source, "1.0.0"))
+    headers, _ = _get(registry.cache + NAME)
+    assert "s-maxage=" in headers["cache-control"] and "max-age=0, must-revalidate" in headers["cache-control"]
+    assert headers.get("xkey", NAME) == NAME and headers["etag"]
+    assert _latest(registry.cache) == ("1.0.0", "HIT")
+    tarball = registry.cache + f"{NAME}/-/{NAME}-1.0.0.tgz"
+    assert "immutable" in _get(tarball)[0]["cache-control"]
+    assert _get(tarball)[0]["x-cache"] == "HIT"
+    return tarball
+
+
+def _poll_latest(base: str, wanted: str, seconds: float) -> tuple[str, str, float]:
+    """Reads the document until its latest is `wanted` or `seconds` pass: (latest, X-Cache, seconds taken)."""
+    start = time.monotonic()
+    while True:
+        latest, cache = _latest(base)
+        taken = time.monotonic() - start
+        if latest == wanted or taken > seconds:
+            return latest, cache, taken
+        time.sleep(0.02)  # a polling interval, not a synchronisation
+
+
+@pytest.mark.parametrize("by_path", [False, True], ids=["xkey", "paths"])
+def test_a_publish_purges_the_cache_in_front(by_path: bool, tmp_path: Path, make_client) -> None:
+    with cached_registry(tmp_path / "registry", by_path=by_path) as registry:
+        client: ClientRun = make_client("npm11", registry.cache)
+        tarball = _publish_first_and_cache(registry, client, tmp_path / "work" / "source")
+
+        client.publish(_write_package(tmp_path / "work" / "source", "1.1.0"))
+        assert _latest(registry.origin)[0] == "1.1.0"  # the origin at once
+        latest, _, taken = _poll_latest(registry.cache, "1.1.0", FRESH_WITHIN)
+        assert latest == "1.1.0", f"the cache still served {latest} {taken:.2f}s after the publish"
+        assert _latest(registry.cache) == ("1.1.0", "HIT")  # cached again after the purge
+        assert _get(tarball)[0]["x-cache"] == "HIT"  # the package's purge left its tarball cached
+
+
+def test_without_a_working_purge_the_cache_stays_stale_and_the_publish_succeeds(tmp_path: Path, make_client) -> None:
+    dead_port = free_port()  # nothing listens there: every purge fails
+    with cached_registry(tmp_path / "registry", purge_port=dead_port) as registry:
+        client: ClientRun = make_client("npm11", registry.cache)
+        _publish_first_and_cache(registry, client, tmp_path / "work" / "source")
+
+        start = time.monotonic()
+        client.publish(_write_package(tmp_path / "work" / "source", "1.1.0"))  # raises unless npm saw success
+        published_in = time.monotonic() - start
+        assert _latest(registry.origin)[0] == "1.1.0"
+        latest, cache, _ = _poll_latest(registry.cache, "1.1.0", FRESH_WITHIN + 0.5)
+        assert (latest, cache) == ("1.0.0", "HIT"), "without the purge the cache must still hold the old document"
+        assert published_in < 30
+        log = registry.api_log.read_text()
+        assert "cache purge failed" in log and "Traceback" not in log
