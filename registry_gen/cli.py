@@ -201,6 +201,7 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
         commands_import,
         commands_init,
         commands_keys,
+        commands_migrate,
         commands_stats,
         commands_mirror,
         commands_verify,
@@ -210,7 +211,7 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
 
     for module in (
         commands_init, commands_watch, commands_verify, commands_host_config, commands_import, commands_keys, commands_advisory,
-        commands_audit, commands_stats, commands_mirror,
+        commands_audit, commands_stats, commands_mirror, commands_migrate,
     ):  # fmt: skip
         module.register(app, settings_from_options)
     for entry in entry_points(group=PLUGIN_GROUP):

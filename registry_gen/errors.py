@@ -96,6 +96,11 @@ class StorageUnavailable(StorageError):
     throttled). Nothing was half-written; the same request may succeed later (HTTP 503)."""
 
 
+class MigrationRefused(RegistryError):
+    """`registry-gen migrate` will not copy: the target already holds data, or the source is not
+    what the move expects. Nothing was written."""
+
+
 class StateUnavailable(RegistryError):
     """The state's database (PostgreSQL) cannot be reached right now: nothing was half-written;
     the same request may succeed later (HTTP 503)."""

@@ -533,6 +533,22 @@ class PostgresDialect:
             conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         return count
 
+    def restore(self, tables: Sequence[tuple[str, Sequence[str], Sequence[tuple[Any, ...]]]]) -> None:
+        """Rows copied whole from another store (`registry-gen migrate`), keys kept, into this empty
+        one in one transaction: each table's rows replace its defaults (hook_cursor's row); the
+        users' identity goes on after the highest key copied, the grams are made from the users."""
+        conn = self._connection()
+        with conn.transaction(), conn.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = 0")  # an operator's move, not a request
+            for table, names, rows in tables:
+                cursor.execute(f"DELETE FROM {table}")  # names: user_api.store_migrate's own list
+                overriding = " OVERRIDING SYSTEM VALUE" if table == "users" else ""  # pk kept: tokens and groups name it
+                marks = ", ".join("%s" for _ in names)
+                cursor.executemany(f"INSERT INTO {table} ({', '.join(names)}){overriding} VALUES ({marks})", rows)
+            for table, key in (("users", "pk"), ("account_audit", "seq")):  # numbering goes on after the keys copied
+                cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', '{key}'), max({key})) FROM {table} HAVING max({key}) IS NOT NULL")
+            fill_grams(conn, 0)
+
     def close(self) -> None:
         with self._lock:
             connections, self._connections = self._connections, []

@@ -330,6 +330,23 @@ class SqliteDialect:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # a bulk load leaves a WAL as big as the data
         return int(inserted)
 
+    def restore(self, tables: Sequence[tuple[str, Sequence[str], Sequence[tuple[Any, ...]]]]) -> None:
+        """Rows copied whole from another store (`registry-gen migrate`), keys kept, into this empty
+        one in one transaction: each table's rows replace its defaults (hook_cursor's row); the
+        triggers fill the search index and the live count, the grams are made from the users."""
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table, names, rows in tables:
+                conn.execute(f"DELETE FROM {table}")  # names: user_api.store_migrate's own list
+                marks = ", ".join("?" for _ in names)
+                conn.executemany(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({marks})", rows)
+            fill_grams(conn, 0)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def close(self) -> None:
         with self._lock:
             connections, self._connections = self._connections, []

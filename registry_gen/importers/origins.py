@@ -1,7 +1,8 @@
 """Where an imported package came from, and the rule that keeps imports out of packages owned here.
 
-The ledger (`<data_dir>/import-origins/<name>.json`, one file per package, written only by
-imports under the write lock) records the origin a package follows (a registry URL, a Verdaccio
+The ledger (the state ledger's `import_origins` rows, one per package, written only by imports
+under the write lock; an earlier release's `<data_dir>/import-origins/` folder of JSON files is
+moved in on first use and left renamed `import-origins.migrated`) records the origin a package follows (a registry URL, a Verdaccio
 storage folder) and each archive an import from that origin put into content/ (key, size, sha512,
 mtime). A package is *owned here* for an import from origin O when content/ holds anything for it
 that no import from O wrote: a version published through the API, an archive dropped in by hand,
@@ -9,26 +10,28 @@ a version imported from another origin, a registry-meta.json with no import behi
 never merges into such a package unless an administrator names it (`--merge-into NAME`); the
 package then follows O, with what it held then, until something is published here again.
 
-A ledger lost (a registry moved without its data folder) only makes imports refuse more."""
+A record lost only makes imports refuse more."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from registry_gen.state import open_state
+from registry_gen.state import Journal, open_state
 from registry_gen.importers.integrity import file_sri
 from registry_gen.names import package_dir
 from registry_gen.settings import Settings
 from registry_gen.storage import meta_key
-from registry_gen.writer import atomic_write_bytes
 
 LEDGER_FOLDER = "import-origins"
+MIGRATED_SUFFIX = ".migrated"
 ARCHIVE_SUFFIXES = (".tgz", ".tar.gz", ".zip")
 DEFAULT_PORTS = {"http": 80, "https": 443}
+log = logging.getLogger(__name__)
 
 
 def registry_origin(url: str) -> str:
@@ -90,27 +93,23 @@ class OriginLedger:
         self.settings = settings
         self.content = settings.content_dir
 
-    def path(self, name: str) -> Path:
-        return self.settings.data_dir / LEDGER_FOLDER / f"{package_dir(name)}.json"
-
     def read(self, name: str) -> OriginRecord | None:
-        try:
-            data = json.loads(self.path(name).read_bytes())
-            files = {str(k): FileMark(int(v["size"]), str(v["sha512"]), v.get("mtime_ns")) for k, v in data["files"].items()}
-            return OriginRecord(str(data["name"]), str(data["origin"]), files)
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None  # unreadable: as if absent, so imports refuse rather than trust it
+        with self._ledger() as ledger:
+            row = ledger.import_origin(name)
+        return None if row is None else parse_record(name, *row)
 
     def write(self, record: OriginRecord) -> None:
-        files = {key: {"size": m.size, "sha512": m.sha512, "mtime_ns": m.mtime_ns} for key, m in sorted(record.files.items())}
-        data = {"name": record.name, "origin": record.origin, "files": files}
-        atomic_write_bytes(self.path(record.name), (json.dumps(data, indent=2) + "\n").encode())
+        with self._ledger() as ledger:
+            ledger.record_import_origin(record.name, record.origin, files_json(record))
 
     def forget(self, name: str) -> None:
         """Drops the package's record: whatever content/ holds for it is then this registry's own."""
-        self.path(name).unlink(missing_ok=True)
+        with self._ledger() as ledger:
+            ledger.forget_import_origin(name)
+
+    def _ledger(self) -> Journal:
+        move_folder_in(self.settings)
+        return open_state(self.settings).journal()
 
     def held(self, name: str) -> tuple[list[str], bool]:
         """(the archive keys content/ holds for `name`, whether it has a registry-meta.json).
@@ -146,3 +145,54 @@ class OriginLedger:
     def refusal(self, name: str, origin: str) -> str | None:
         keys, has_meta = self.held(name)
         return owned_here(name, origin, keys, has_meta, self.read(name), self.matches)
+
+
+def parse_record(name: str, origin: str, files: str) -> OriginRecord | None:
+    """A stored record; None for an unreadable one (as if absent, so imports refuse rather than trust it)."""
+    try:
+        data = json.loads(files)
+        marks = {str(k): FileMark(int(v["size"]), str(v["sha512"]), v.get("mtime_ns")) for k, v in data.items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return OriginRecord(name, origin, marks)
+
+
+def files_json(record: OriginRecord) -> str:
+    files = {key: {"size": m.size, "sha512": m.sha512, "mtime_ns": m.mtime_ns} for key, m in sorted(record.files.items())}
+    return json.dumps(files, separators=(",", ":"))
+
+
+def folder_rows(folder: Path) -> list[tuple[str, str, str]]:
+    """(name, origin, files JSON) of each readable file of an earlier release's folder; an
+    unreadable one is left out (it was read as absent then too) and said."""
+    rows = []
+    for path in sorted(folder.rglob("*.json")):
+        record = _file_record(path)
+        if record is None:
+            log.warning("%s: not an import-origin record; left out", path)
+            continue
+        rows.append((record.name, record.origin, files_json(record)))
+    return rows
+
+
+def _file_record(path: Path) -> OriginRecord | None:
+    try:
+        data = json.loads(path.read_bytes())
+        return parse_record(str(data["name"]), str(data["origin"]), json.dumps(data["files"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def move_folder_in(settings: Settings) -> None:
+    """An earlier release's `<data_dir>/import-origins/` into the ledger, once, in one transaction;
+    the folder is then left renamed `import-origins.migrated` (nothing reads it again)."""
+    folder = settings.data_dir / LEDGER_FOLDER
+    if not folder.is_dir():
+        return
+    with open_state(settings).journal() as ledger:
+        ledger.adopt_import_origins(folder_rows(folder))
+    try:
+        folder.rename(folder.with_name(LEDGER_FOLDER + MIGRATED_SUFFIX))
+    except FileNotFoundError:
+        return  # another process moved it in at the same time (its rows and ours are the same)
+    log.warning("moved the import origins of %s into the ledger; the folder is kept as %s", folder, LEDGER_FOLDER + MIGRATED_SUFFIX)

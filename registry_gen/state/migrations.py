@@ -72,6 +72,16 @@ STEPS: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE journal ADD COLUMN who TEXT NOT NULL DEFAULT '{}';
         """,
     ),
+    (
+        4,
+        """
+        -- Where each imported package came from (registry_gen.importers.origins): the origin it follows
+        -- and each archive an import wrote (JSON: key -> size, sha512, mtime_ns). It lived in
+        -- <data_dir>/import-origins/, which OriginLedger moves in once (the data folder is not the
+        -- state folder this step is given) and leaves renamed import-origins.migrated.
+        CREATE TABLE import_origins (name TEXT PRIMARY KEY, origin TEXT NOT NULL, files TEXT NOT NULL) WITHOUT ROWID;
+        """,
+    ),
 )
 LATEST: Final = STEPS[-1][0]
 LEGACY_STATE: Final = "state.sqlite3"

@@ -53,6 +53,13 @@ LEDGER_STEPS: Final[tuple[tuple[int, str], ...]] = (
         ALTER TABLE journal ADD COLUMN who text NOT NULL DEFAULT '{}';
         """,
     ),
+    (
+        3,
+        """
+        -- Where each imported package came from: the SQLite ledger's step 4.
+        CREATE TABLE import_origins (name text COLLATE "C" PRIMARY KEY, origin text NOT NULL, files text NOT NULL);
+        """,
+    ),
 )
 LEDGER_LATEST: Final = LEDGER_STEPS[-1][0]
 CACHE_VERSION: Final = 1  # any change to CACHE_SCHEMA bumps it: the cache tables are dropped and made again
@@ -154,8 +161,8 @@ def import_embedded_ledger(db: PgDb, state_folder: Path) -> None:
         return
     from registry_gen.state.sqlite_ledger import SqliteLedger
 
-    with SqliteLedger(path) as old:
-        for table, columns in _LEDGER_COLUMNS.items():
+    with SqliteLedger.reading(path) as old:  # only read: a ledger at the latest step opens read-only
+        for table, columns in LEDGER_COLUMNS.items():
             rows = old.db.execute(f"SELECT {columns} FROM {table}").fetchall()  # names from the table below
             marks = ", ".join("?" for _ in columns.split(","))
             db.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
@@ -164,12 +171,13 @@ def import_embedded_ledger(db: PgDb, state_folder: Path) -> None:
     log.warning("moved the ledger of %s into the database (%s pins); the file is left as it was", path, _count(db, "pins"))
 
 
-_LEDGER_COLUMNS: Final = {
+LEDGER_COLUMNS: Final = {
     "pins": "name, version, shasum, record",
     "first_seen": "name, version, stamp",
     "keyring": "id, public_keys",
     "writes": "id, status, started, actor, actor_id, files, events, who",
     "journal": "seq, write_id, time, actor, actor_id, kind, package, versions, detail, who",
+    "import_origins": "name, origin, files",
 }
 
 

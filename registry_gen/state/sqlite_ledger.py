@@ -122,6 +122,32 @@ class SqliteLedger:
         """A package that left the registry: a later one of the same name starts afresh."""
         self.db.execute("DELETE FROM first_seen WHERE name = ?", (name,))
 
+    # -- import origins (registry_gen.importers.origins): each call its own transaction
+
+    def import_origin(self, name: str) -> tuple[str, str] | None:
+        """(origin, files as JSON) of an imported package, or None."""
+        row = self.db.execute("SELECT origin, files FROM import_origins WHERE name = ?", (name,)).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def record_import_origin(self, name: str, origin: str, files: str) -> None:
+        self.db.execute(
+            "INSERT INTO import_origins (name, origin, files) VALUES (?, ?, ?)"
+            " ON CONFLICT (name) DO UPDATE SET origin = excluded.origin, files = excluded.files", (name, origin, files)
+        )  # fmt: skip
+
+    def forget_import_origin(self, name: str) -> None:
+        self.db.execute("DELETE FROM import_origins WHERE name = ?", (name,))
+
+    def adopt_import_origins(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Records of the old folder, in one transaction; a package the table knows keeps its row."""
+        self.begin()
+        try:
+            self.db.executemany("INSERT INTO import_origins (name, origin, files) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING", rows)
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
     # -- the keyring
 
     def signing_keys(self) -> str:

@@ -73,6 +73,8 @@ def s3_client(endpoint_url: str | None, timeouts: Timeouts) -> Any:
         from botocore.config import Config
     except ImportError as exc:
         raise ConfigError("storage: s3://… needs boto3: pip install 'registry-gen[s3]'") from exc
+    # botocore says at INFO where it found the credentials, on every start: not news to an operator.
+    logging.getLogger("botocore.credentials").setLevel(logging.WARNING)
     config = Config(
         connect_timeout=timeouts.connect, read_timeout=timeouts.read,
         retries={"total_max_attempts": timeouts.attempts, "mode": "standard"},

@@ -82,7 +82,7 @@ def test_route_handlers_are_module_level_functions(tmp_path: Path) -> None:
 STATE_PACKAGE = "registry_gen/state/"
 USER_STORES = {
     "user_api/store_sqlite.py", "user_api/store_postgres.py", "user_api/sqlstore.py", "user_api/store_hooks.py", "user_api/store_shared.py",
-    "user_api/store_audit.py", "user_api/grams.py", "user_api/groups.py",
+    "user_api/store_audit.py", "user_api/grams.py", "user_api/groups.py", "user_api/store_migrate.py",
 }
 DATABASE_MODULES = {"sqlite3", "psycopg", "psycopg_pool"}
 SQL = re.compile(r"\b(SELECT\s.+\sFROM|INSERT\s+(OR\s+\w+\s+)?INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TEMP\s+)?(TABLE|INDEX)|DROP\s+TABLE|PRAGMA\s+\w+)\b", re.S | re.I)
