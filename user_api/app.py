@@ -65,6 +65,7 @@ from user_api.negotiation import (
 )
 from user_api.openapi import build_openapi
 from user_api.params import (
+    ACCOUNT_AUDITING,
     AUDITING,
     DELIVERY_PAGING,
     LIST_MAX_PAGE,
@@ -73,6 +74,7 @@ from user_api.params import (
     SEARCH_TOTAL_CAP,
     SEARCHING,
     Paging,
+    parse_account_audit_query,
     parse_audit_query,
     parse_delivery_paging,
     parse_keyword,
@@ -84,6 +86,7 @@ from user_api.problems import encode_problem, headers_for, problem_document, pro
 from user_api.ratelimit import LoginGuard, RateLimiter
 from user_api.store_shared import SharedLoginGuard
 from user_api.store import KEEP, UserStore
+from user_api import store_audit
 from user_api.store_hooks import SqlHookStore
 from user_api import web
 from user_api.web import WebLimits, etag_matches, read_body
@@ -97,6 +100,7 @@ OPENAPI_PATH: Final = "/-/user-api/openapi.json"
 OWNERS_PATH: Final = "/-/user-api/owners"  # admin: bind a maintainer name to an account
 ADVISORIES_PATH: Final = "/-/user-api/advisories"  # admin: record an advisory for npm audit
 AUDIT_PATH: Final = "/-/user-api/audit"  # admin: read the audit log (registry_gen.audit); nothing changes it
+ACCOUNT_AUDIT_PATH: Final = AUDIT_PATH + "/accounts"  # admin: its account changes (user_api.store_audit)
 HOOKS_PATH: Final = "/-/user-api/hooks"  # admin: a hook's delivery log and redeliver (`registry-gen hooks`)
 COMMON_HEADERS: Final = {
     "Vary": "Accept",
@@ -514,18 +518,31 @@ def record_advisory(context: RequestContext) -> Reply:
     return Reply(201, json={"advisories": added}, xml_root="advisories", item_names={"advisories": "advisory"})
 
 
-def read_audit_log(context: RequestContext) -> Reply:
-    """An administrator reads the audit log, oldest first, a page at a time (`next` is the
-    `since` of the next page). Read-only tokens may read it; no route changes an entry."""
+def _audit_reader(context: RequestContext) -> None:
+    """Only administrators read the audit log (read-only tokens too), as JSON."""
     if context.caller is None or not context.caller.is_admin:
         raise PermissionDenied("Only administrators may read the audit log.")
     if context.media.format != JSON:
         raise NotAcceptable("The audit log is available as application/json only.")
+
+
+def read_audit_log(context: RequestContext) -> Reply:
+    """An administrator reads the audit log's package writes, oldest first, a page at a time
+    (`next` is the `since` of the next page). No route changes an entry."""
+    _audit_reader(context)
     wanted, limit = parse_audit_query(context.query)
     from registry_gen.state import open_state  # the state's modules load with the first read of it
 
     with open_state(context.services.settings).journal() as journal:
         return Reply(200, json=audit.page(journal, wanted, limit))
+
+
+def read_account_audit(context: RequestContext) -> Reply:
+    """An administrator reads the audit log's account changes (their own numbering), oldest
+    first, a page at a time. No route changes an entry."""
+    _audit_reader(context)
+    wanted, after, limit = parse_account_audit_query(context.query)
+    return Reply(200, json=store_audit.entries_page(getattr(context.services.store, "dialect"), wanted, after, limit))
 
 
 def _admins_hooks(context: RequestContext) -> SqlHookStore:
@@ -598,6 +615,7 @@ def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits |
     app.route(OWNERS_PATH, "POST", claim_owner, params=())
     app.route(ADVISORIES_PATH, "POST", record_advisory, params=())
     app.route(AUDIT_PATH, "GET", read_audit_log, params=AUDITING)
+    app.route(ACCOUNT_AUDIT_PATH, "GET", read_account_audit, params=ACCOUNT_AUDITING)
     app.route(f"{HOOKS_PATH}/<hook_id:re:{UUID_FILTER}>/deliveries", "GET", list_hook_deliveries, params=DELIVERY_PAGING)
     app.route(f"{HOOKS_PATH}/<hook_id:re:{UUID_FILTER}>/deliveries/<delivery_id:re:{UUID_FILTER}>/redeliver", "POST",
               redeliver_hook_delivery, params=())

@@ -361,7 +361,31 @@ def _audit_schemas() -> dict[str, Any]:
             "detail": {"type": "object", "description": "Tags, owners, messages: before and after where it matters"},
         },
     }
+    account_entry = {
+        "type": "object",
+        "required": ["account_seq", "time", "actor", "actor_id", "who", "event", "account", "detail"],
+        "additionalProperties": False,
+        "properties": {
+            "account_seq": {"type": "integer", "minimum": 1, "description": "The change's number in the account log"},
+            "time": {"type": "string", "description": "When the change was made (ISO 8601, UTC)"},
+            "actor": {"type": "string", "description": "Who made it: an account's name, or the command of a CLI change"},
+            "actor_id": {"type": ["string", "null"], "description": "The acting account's immutable id"},
+            "who": {**names, "description": "Where the change came from, as for a package write"},
+            "event": {"type": "string", "description": "user:create, user:remove, user:role, token:create, hook:add..."},
+            "account": {"type": "string", "description": "The account changed"},
+            "detail": {"type": "object", "description": "Before and after where it matters; never a secret or an email"},
+        },
+    }
     return {
+        "AccountAuditPage": {
+            "type": "object",
+            "required": ["entries", "next"],
+            "additionalProperties": False,
+            "properties": {
+                "entries": {"type": "array", "items": account_entry},
+                "next": {"type": ["string", "null"], "description": "The `since` of the next page; null at the log's end"},
+            },
+        },
         "AuditPage": {
             "type": "object",
             "required": ["entries", "next"],
@@ -427,6 +451,28 @@ def _advisory_schemas(package: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _account_audit_path(audit_parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    """The audit log's account changes: the package writes' paging and actor, plus the account."""
+    account = {"name": "account", "in": "query", "required": False, "description": "Only the changes to this account",
+               "schema": {"type": "string", "maxLength": AUDIT_NAME_MAX}}  # fmt: skip
+    return {
+        "/-/user-api/audit/accounts": {
+            "get": {
+                "operationId": "readAccountAudit",
+                "summary": "Read the audit log's account changes (accounts created, removed, roles, passwords, "
+                "tokens, groups, hooks), oldest first, a page at a time (admins only; `registry-gen audit-log "
+                "--account`). Append-only: no route changes or removes an entry.",
+                "parameters": [
+                    *[p for p in audit_parameters if p["name"] in ("since", "from", "limit", "actor")],
+                    account,
+                ],
+                "responses": _responses({"200": {"description": "A page of account changes", "content": {
+                    "application/json": {"schema": _ref("AccountAuditPage")}}}}, (401, 403)),
+            },
+        },
+    }
+
+
 def _admin_paths() -> dict[str, Any]:
     def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
         return {"name": name, "in": "query", "required": False, "description": description, "schema": schema}
@@ -450,6 +496,7 @@ def _admin_paths() -> dict[str, Any]:
                     "application/json": {"schema": _ref("AuditPage")}}}}, (401, 403)),
             },
         },
+        **_account_audit_path(audit_parameters),
         **_hook_delivery_paths(),
         "/-/user-api/owners": {
             "post": {

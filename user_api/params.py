@@ -38,6 +38,7 @@ PAGING: Final = frozenset({"page", "size"})
 SEARCHING: Final = PAGING | {"keyword", "keywork"}
 
 AUDITING: Final = frozenset({"since", "from", "limit", "package", "actor"})
+ACCOUNT_AUDITING: Final = frozenset({"since", "from", "limit", "account", "actor"})
 AUDIT_NAME_MAX: Final = 214  # npm's longest package name; account names are shorter
 AUDIT_DEFAULT_LIMIT: Final = 100
 AUDIT_MAX_LIMIT: Final = 500
@@ -156,6 +157,15 @@ def parse_audit_query(values: dict[str, str]) -> tuple[AuditFilter, int]:
             raise BadRequest(errors=[FieldError("must be a date (2025-01-31)", parameter="from")])
     limit = _integer(values, "limit", AUDIT_DEFAULT_LIMIT, 1, AUDIT_MAX_LIMIT)
     return AuditFilter(after_seq, from_time, values.get("package") or None, values.get("actor") or None), limit
+
+
+def parse_account_audit_query(values: dict[str, str]) -> tuple[AuditFilter, int, int]:
+    """The account changes' route: the audit route's `since` (an account change's number), `from`,
+    `limit` and `actor`, plus `account` (whose changes). (filter, after number, limit)"""
+    if len(values.get("account", "")) > AUDIT_NAME_MAX:
+        raise BadRequest(errors=[FieldError(f"must be at most {AUDIT_NAME_MAX} characters", parameter="account")])
+    wanted, limit = parse_audit_query(values)
+    return AuditFilter(0, wanted.from_time, None, wanted.actor, values.get("account") or None), wanted.after_seq, limit
 
 
 def parse_delivery_paging(values: dict[str, str]) -> tuple[int, int]:

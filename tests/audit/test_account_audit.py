@@ -59,6 +59,20 @@ def _account_changes(server: RegistryProcess, admin: str) -> tuple[str, str]:
     return alice_id, str(spare.json["key"])
 
 
+def _account_pages(base: str, token: str, query: str, limit: int) -> list[dict[str, Any]]:
+    """Every entry of the admin route over account changes, a page of `limit` at a time."""
+    entries: list[dict[str, Any]] = []
+    since = "0"
+    for _ in range(50):
+        reply = http("GET", f"{base}-/user-api/audit/accounts?{query}&limit={limit}&since={since}", token=token)
+        assert reply.status == 200, reply.body
+        entries += reply.json["entries"]
+        if reply.json["next"] is None:
+            return entries
+        since = reply.json["next"]
+    raise AssertionError("the account changes' pages did not end")
+
+
 def test_account_changes_are_in_the_audit_log_with_who_made_them(tmp_path: Path) -> None:
     root = tmp_path / "registry"
     root.mkdir()
@@ -69,6 +83,13 @@ def test_account_changes_are_in_the_audit_log_with_who_made_them(tmp_path: Path)
         admin = str(http("POST", server.base + "-/user-api/tokens", body={"username": ADMIN[0], "password": ADMIN[1]}).json["token"])
         alice_id, revoked_key = _account_changes(server, admin)
         _cli(root, "groups", "alice", "--add", "team")
+        paged = _account_pages(server.base, admin, "account=alice", limit=3)
+        by_boss = _account_pages(server.base, admin, "actor=boss", limit=100)
+        stranger = add_user(server.base, "carol", "carol-password-1")
+        assert http("GET", server.base + "-/user-api/audit/accounts", token=stranger).status == 403
+        assert http("GET", server.base + "-/user-api/audit/accounts").status == 401
+        assert http("GET", server.base + "-/user-api/audit/accounts?package=alice", token=admin).status == 400
+        assert http("DELETE", server.base + "-/user-api/audit/accounts", token=admin).status in (404, 405)
     finally:
         server.stop()
 
@@ -92,6 +113,10 @@ def test_account_changes_are_in_the_audit_log_with_who_made_them(tmp_path: Path)
         assert entry["who"]["address"] == "127.0.0.1" and entry["account"] == "alice"
     assert alice[2]["actor_id"] != alice_id and alice[4]["actor_id"] == alice_id
     assert alice[2]["who"]["token_key"] and alice[8]["who"]["token_key"]  # the key, never the token
+    assert paged == alice  # the admin route pages the same entries as the CLI lists
+    assert {e["actor"] for e in by_boss} == {"boss"}
+    assert [(e["event"], e["account"]) for e in by_boss if e["account"] != "boss"] == [
+        ("user:role", "alice"), ("user:role", "alice"), ("user:remove", "bob")]
     [removed] = _audit(root, "--account", "bob", "--actor", "boss")
     assert removed["event"] == "user:remove"
     everything = _cli(root, "audit-log", "--format", "jsonl")

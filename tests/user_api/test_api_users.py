@@ -687,9 +687,11 @@ def test_openapi_document_is_served(api: Api) -> None:
     assert set(document["paths"]) == {
         "/user", "/user/search", "/user/{id}", "/user/{id}/tokens", "/user/{id}/tokens/{key}",
         "/-/user-api/tokens", "/-/user-api/openapi.json", "/-/user-api/owners", "/-/user-api/advisories", "/-/user-api/audit",
+        "/-/user-api/audit/accounts",
         "/-/user-api/hooks/{hook}/deliveries", "/-/user-api/hooks/{hook}/deliveries/{delivery}/redeliver"}
     assert set(document["paths"]["/user"]) == {"get", "post", "put"}
     assert set(document["paths"]["/-/user-api/audit"]) == {"get"}  # the audit log is read, never written, over HTTP
+    assert set(document["paths"]["/-/user-api/audit/accounts"]) == {"get"}
     redeliver = document["paths"]["/-/user-api/hooks/{hook}/deliveries/{delivery}/redeliver"]
     assert set(redeliver) == {"post"} and {"202", "401", "403", "404"} <= set(redeliver["post"]["responses"])
     # The admin-only routes, with the problems they answer.
