@@ -50,7 +50,7 @@ def import_htpasswd(settings: Settings, path: Path) -> tuple[dict[str, str], lis
             if password_hash.startswith(PLAIN):
                 password_hash = PasswordHasher().hash(password_hash[len(PLAIN) :])
             try:
-                store.import_users([ImportedUser(user.lower(), password_hash)])
+                store.import_users([ImportedUser(user.lower(), password_hash)], audit_source="htpasswd")
             except UsernameTaken:
                 skipped.append((user, "an account with this name exists already; kept it"))
                 continue

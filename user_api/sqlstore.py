@@ -20,7 +20,7 @@ import itertools
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, Final, Protocol
@@ -124,7 +124,7 @@ class Dialect(Protocol):
         matches: int,
     ) -> list[tuple[Any, ...]]: ...
 
-    def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int: ...
+    def bulk_insert(self, rows: Iterable[tuple[Any, ...]], audit: Callable[[], list[tuple[Any, ...]]] | None = None) -> int: ...
 
     def close(self) -> None: ...
 
@@ -590,9 +590,12 @@ class SqlUserStore:
         log.info("user deleted: id=%s", key)
         return True
 
-    def import_users(self, records: Iterable[ImportedUser]) -> int:
-        """Bulk path for migrations and benchmarks: one transaction, search index built at the end."""
+    def import_users(self, records: Iterable[ImportedUser], *, audit_source: str | None = None) -> int:
+        """Bulk path for imports and benchmarks: one transaction, search index built at the end.
+        `audit_source` (an import of real accounts: "htpasswd"): each account's `user:create` goes
+        into the audit log in that transaction; None (benchmarks, tests): no entries."""
         now = self.dialect.encode_time(utcnow())
+        made: list[tuple[str, str, str, str]] = []
 
         def rows() -> Iterator[tuple[Any, ...]]:
             for index, record in enumerate(records):
@@ -606,11 +609,13 @@ class SqlUserStore:
                     problems.append("password_hash must be an argon2 PHC string or an htpasswd hash (bcrypt, crypt, {SHA})")
                 if problems:
                     raise InvalidFields(errors=[FieldError(p, pointer=f"#/{index}") for p in problems])
-                yield (str(uuid.uuid4()), record.username, record.email, record.full_name, record.role,
+                made.append((str(uuid.uuid4()), record.username, record.role, record.status))
+                yield (made[-1][0], record.username, record.email, record.full_name, record.role,
                        record.status, record.password_hash, now, now)
 
+        audit = None if audit_source is None else (lambda: store_audit.imported_rows(made, audit_source))
         try:
-            count = self.dialect.bulk_insert(rows())
+            count = self.dialect.bulk_insert(rows(), audit)
         except Exception as exc:
             if self.dialect.is_username_conflict(exc):
                 raise UsernameTaken() from exc

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Final
@@ -64,13 +64,25 @@ def _origin(subject: str, subject_id: str | None) -> tuple[str, str | None, Who]
     return str(caller.user.username), str(caller.user.id), who
 
 
+INSERT: Final = "INSERT INTO account_audit (time, event, actor, actor_id, subject, who, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+def entry_row(event: str, subject: str, subject_id: str | None, detail: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
+    """The values of one entry (INSERT's), made now, with who is making the change."""
+    actor, actor_id, who = _origin(subject, subject_id)
+    return (now_iso(), event, actor, actor_id, subject, json.dumps(who.to_json()), json.dumps(dict(detail or {})))
+
+
 def record(tx: Tx, event: str, subject: str, subject_id: str | None, detail: Mapping[str, Any] | None = None) -> None:
     """Appends one entry, in the transaction `tx` of the change it records."""
-    actor, actor_id, who = _origin(subject, subject_id)
-    tx.run(
-        "INSERT INTO account_audit (time, event, actor, actor_id, subject, who, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (now_iso(), event, actor, actor_id, subject, json.dumps(who.to_json()), json.dumps(dict(detail or {}))),
-    )
+    tx.run(INSERT, entry_row(event, subject, subject_id, detail))
+
+
+def imported_rows(users: Iterable[tuple[str, str, str, str]], source: str) -> list[tuple[Any, ...]]:
+    """The `user:create` entries of the accounts a bulk import made ((id, username, role, status)
+    each), inserted by the store in the import's own transaction."""
+    return [entry_row("user:create", name, user_id, {"role": role, "status": status, "imported": source})
+            for user_id, name, role, status in users]  # fmt: skip
 
 
 def _entry(row: tuple[Any, ...]) -> AccountEntry:

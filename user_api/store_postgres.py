@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any, Final
 from registry_gen.errors import ConfigError
 from user_api.grams import COUNTED_GRAM, INDEXED_GRAM, PREFIX, counted, fold, gram_rows
 from user_api.groups import legacy_groups
+from user_api import store_audit
 from user_api.store_audit import POSTGRES_TABLE as ACCOUNT_AUDIT_TABLE
 from user_api.store_hooks import HOOK_TABLES
 from user_api.store_shared import SHARED_TABLES
@@ -500,7 +501,7 @@ class PostgresDialect:
             [*params, *skip_prefix, limit, offset],
         )
 
-    def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int:
+    def bulk_insert(self, rows: Iterable[tuple[Any, ...]], audit: Callable[[], list[tuple[Any, ...]]] | None = None) -> int:
         conn = self._connection()
         count = 0
         with conn.transaction(), conn.cursor() as cursor:
@@ -515,6 +516,8 @@ class PostgresDialect:
                     copy.write_row((*row, 1))
                     count += 1
             cursor.execute("ALTER TABLE users ENABLE TRIGGER users_track_stats")
+            if audit is not None:
+                cursor.executemany(store_audit.INSERT.replace("?", "%s"), audit())  # the accounts' entries, in their transaction
             fill_grams(conn, last_pk)
             cursor.execute(
                 "UPDATE user_stats SET live_users = (SELECT count(*) FROM users WHERE status <> 'deleted')"

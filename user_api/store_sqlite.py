@@ -6,7 +6,7 @@ import os
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +16,7 @@ from registry_gen.errors import ConfigError
 from user_api.grams import MAX_GRAM, RECOUNT, UPSERT_COUNTS, counted, gram_rows
 from user_api.groups import legacy_groups
 from user_api.models import utcnow
+from user_api import store_audit
 from user_api.store_audit import SQLITE_TABLE as ACCOUNT_AUDIT_TABLE
 from user_api.store_hooks import HOOK_TABLES
 from user_api.sqlstore import BIND_RECORDED_MAINTAINERS, USER_COLUMNS, Tx, adopt_legacy_groups, columns, count_rows
@@ -299,7 +300,7 @@ class SqliteDialect:
             (match_expression(keyword, include_email=include_email), *skip_prefix, limit, offset),
         )
 
-    def bulk_insert(self, rows: Iterable[tuple[Any, ...]]) -> int:
+    def bulk_insert(self, rows: Iterable[tuple[Any, ...]], audit: Callable[[], list[tuple[Any, ...]]] | None = None) -> int:
         conn = self._connection()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -313,6 +314,8 @@ class SqliteDialect:
                 rows,
             )
             inserted = conn.execute("SELECT count(*) FROM users").fetchone()[0] - before
+            if audit is not None:
+                conn.executemany(store_audit.INSERT, audit())  # the accounts' entries, in their transaction
             conn.execute("INSERT INTO users_fts (users_fts) VALUES ('rebuild')")
             # One segment per level instead of the rebuild's many: phrase counts read ~20% less.
             conn.execute("INSERT INTO users_fts (users_fts) VALUES ('optimize')")

@@ -250,6 +250,26 @@ def test_import_users_in_bulk(store: UserStore) -> None:
     assert store.count_users() == 502
 
 
+def _account_entries(store: UserStore) -> list[tuple[str, str, dict[str, object]]]:
+    from registry_gen.audit import AuditFilter
+    from user_api.store_audit import read_entries
+
+    with store.dialect.read() as tx:  # type: ignore[attr-defined]
+        return [(entry.event, entry.subject, dict(entry.detail)) for entry in read_entries(tx, AuditFilter())]
+
+
+def test_an_import_of_accounts_puts_each_in_the_audit_log_in_its_transaction(store: UserStore) -> None:
+    password_hash = FAST_HASHER.hash("bulk-password")
+    store.import_users([ImportedUser("imp-a", password_hash), ImportedUser("imp-b", password_hash)], audit_source="htpasswd")
+    imported = {"role": "user", "status": "active", "imported": "htpasswd"}
+    assert _account_entries(store) == [("user:create", "imp-a", imported), ("user:create", "imp-b", imported)]
+    with pytest.raises(UsernameTaken):  # rolled back whole: no entry without its account
+        store.import_users([ImportedUser("imp-c", password_hash), ImportedUser("imp-a", password_hash)], audit_source="htpasswd")
+    assert [subject for _, subject, _ in _account_entries(store)] == ["imp-a", "imp-b"]
+    store.import_users([ImportedUser("bench-user", password_hash)])  # a benchmark's fill records nothing
+    assert len(_account_entries(store)) == 2
+
+
 def test_import_is_all_or_nothing(store: UserStore) -> None:
     store.create_user("taken", "password-1")
     password_hash = FAST_HASHER.hash("bulk-password")
