@@ -248,6 +248,40 @@ _ERRORS = {
 }
 
 
+@dataclass(frozen=True)
+class BucketOrigin:
+    """Reads from the tree bucket: `endpoint` (http(s)://HOST[:PORT], path-style), the bucket, the tree's prefix."""
+
+    endpoint: str
+    bucket: str
+    prefix: str
+
+
+_BUCKET_PART = re.compile(r"^[A-Za-z0-9._~!*'()+,=:@-]+(?:/[A-Za-z0-9._~!*'()+,=:@-]+)*$")
+
+
+def _bucket_values(origin: BucketOrigin | None) -> dict[str, str | None]:
+    """The template's values for a bucket origin: the upstream server, the Host header, the path
+    before each key (`/BUCKET/PREFIX`); all None for the folder."""
+    if origin is None:
+        return {"bucket_server": None, "bucket_scheme": None, "bucket_host": None, "bucket_path": None}
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(origin.endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"the bucket endpoint must be http(s)://HOST[:PORT]; got {origin.endpoint!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = "/".join(p for p in (origin.bucket, origin.prefix) if p)
+    if not _BUCKET_PART.match(path):
+        raise ValueError(f"the tree bucket and prefix cannot be written into an nginx config: {path!r}")
+    return {
+        "bucket_server": _plain(f"{parts.hostname}:{port}", "bucket endpoint"),
+        "bucket_scheme": parts.scheme,
+        "bucket_host": _quoted(parts.netloc),
+        "bucket_path": "/" + path,
+    }
+
+
 def nginx_site(
     out_dir: Path | str,
     listen: str,
@@ -259,6 +293,7 @@ def nginx_site(
     read_check: ReadCheck | None = None,
     proxied: Sequence[tuple[str, bool]] = (),
     shared_cache: SharedCache | None = None,
+    bucket: BucketOrigin | None = None,
 ) -> str:
     """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
 
@@ -271,11 +306,14 @@ def nginx_site(
     `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
     `proxied`: the `packages:` patterns in order, as (anchored regex, whether it proxies): the
     documents of proxied names go through the API (the mirror), and their missing tarballs.
+    `bucket`: the static reads come from the tree bucket (path-style proxy_pass) instead of `out_dir`.
     Every value reaching the template is checked here (no directive can be split or injected).
     """
     servers = _api_servers(api_upstream)
     if read_check is not None and not servers:
         raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
+    if bucket is not None and any(proxies for _, proxies in proxied):
+        raise ValueError("proxied packages (proxy: in packages:) are answered from the API's own folder: serve the tree from the folder, not the bucket")
     root = Path(out_dir).resolve()
     from registry_gen.nginx_access import http_part, server_part
 
@@ -299,6 +337,7 @@ def nginx_site(
         server_part=server_part(read_check) if read_check is not None else "",
         static_json_paths=STATIC_UNDER_API,
         **_cache_values(document_max_age, shared_cache),
+        **_bucket_values(bucket),
         package_document=PACKAGE_DOCUMENT,
         abbreviated_document=ABBREVIATED_DOCUMENT,
         abbreviated_type=ABBREVIATED_TYPE,
@@ -357,6 +396,7 @@ def nginx_config(
     read_check: ReadCheck | None = None,
     proxied: Sequence[tuple[str, bool]] = (),
     shared_cache: SharedCache | None = None,
+    bucket: BucketOrigin | None = None,
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -367,7 +407,7 @@ def nginx_config(
     site = nginx_site(
         out_dir, listen, api_upstream,
         server_name=server_name, document_max_age=document_max_age, max_body_size=max_body_size,
-        read_check=read_check, proxied=proxied, shared_cache=shared_cache,
+        read_check=read_check, proxied=proxied, shared_cache=shared_cache, bucket=bucket,
     )
     return _templates().get_template("nginx.conf.j2").render(
         site=site,
