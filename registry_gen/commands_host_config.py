@@ -130,6 +130,8 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         common = _nginx_common(settings, server_name, document_max_age, read_cache)
         if from_bucket:
             common["bucket"] = bucket_origin(settings)
+            if settings.packages.in_force:
+                typer.echo("note: read rules guard nginx only; a public-read tree bucket serves private packages to anyone asking it directly", err=True)
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
