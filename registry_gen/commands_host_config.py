@@ -23,6 +23,13 @@ TreeOption = Annotated[Path | None, typer.Option("--tree", help="The built tree 
 MaxAgeOption = Annotated[
     int, typer.Option("--document-max-age", min=0, help="Seconds clients may reuse a package document before revalidating.")
 ]
+FromBucketOption = Annotated[
+    bool,
+    typer.Option(
+        "--from-bucket",
+        help="Serve reads from the tree bucket (`tree:`, else `storage:`/_tree; endpoint from storage_endpoint_url or $AWS_ENDPOINT_URL) instead of the tree folder. The tree prefix must be public-read.",
+    ),
+]
 
 
 def default_listen(base_url: str) -> str:
@@ -107,13 +114,7 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             str | None,
             typer.Option("--read-cache-path", help="With read rules: folder of cached decisions (default: read_cache in the runtime folder with --standalone, else /var/cache/nginx/registry-gen-read)."),
         ] = None,
-        from_bucket: Annotated[
-            bool,
-            typer.Option(
-                "--from-bucket",
-                help="Serve reads from the tree bucket (`tree:`, else `storage:`/_tree; endpoint from storage_endpoint_url or $AWS_ENDPOINT_URL) instead of the tree folder. The tree prefix must be public-read.",
-            ),
-        ] = False,
+        from_bucket: FromBucketOption = False,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -130,8 +131,6 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
         common = _nginx_common(settings, server_name, document_max_age, read_cache)
         if from_bucket:
             common["bucket"] = bucket_origin(settings)
-            if settings.packages.in_force:
-                typer.echo("note: read rules guard nginx only; a public-read tree bucket serves private packages to anyone asking it directly", err=True)
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -173,6 +172,8 @@ def bucket_origin(settings: Settings) -> Any:
 
     if settings.storage is None:
         raise ConfigError("--from-bucket: the config has no storage: (s3://BUCKET/PREFIX), so the tree is in no bucket; set it or drop --from-bucket")
+    if settings.packages.in_force:
+        typer.echo("note: read rules guard nginx only; a public-read tree bucket serves private packages to anyone asking it directly", err=True)
     location = tree_location(settings)
     endpoint = storage_endpoint(settings) or "https://s3.amazonaws.com"
     return BucketOrigin(endpoint.rstrip("/"), location.bucket, location.prefix)

@@ -260,6 +260,15 @@ class BucketOrigin:
 _BUCKET_PART = re.compile(r"^[A-Za-z0-9._~!*'()+,=:@-]+(?:/[A-Za-z0-9._~!*'()+,=:@-]+)*$")
 
 
+def _origin_values(api: bool, read_check: bool, bucket: BucketOrigin | None, proxied: Sequence[tuple[str, bool]]) -> dict[str, str | None]:
+    """The origins, checked together: read rules need the API; the mirror needs the folder."""
+    if read_check and not api:
+        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
+    if bucket is not None and any(proxies for _, proxies in proxied):
+        raise ValueError("proxied packages (proxy: in packages:) are answered from the API's own folder: serve the tree from the folder, not the bucket")
+    return _bucket_values(bucket)
+
+
 def _bucket_values(origin: BucketOrigin | None) -> dict[str, str | None]:
     """The template's values for a bucket origin: the upstream server, the Host header, the path
     before each key (`/BUCKET/PREFIX`); all None for the folder."""
@@ -295,9 +304,8 @@ def nginx_site(
     shared_cache: SharedCache | None = None,
     bucket: BucketOrigin | None = None,
 ) -> str:
-    """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
-
-    `listen` is anything nginx's `listen` takes ("8080", "127.0.0.1:8080", "[::]:80").
+    """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`
+    (or, with `bucket`, the tree bucket: path-style proxy_pass). `listen`: what nginx's takes.
     `api_upstream` ("127.0.0.1:4874", or several: one upstream block, a dead instance skipped) is
     where `registry-gen api` listens: every method but GET and HEAD, and the GET endpoints that
     depend on the caller, go there, so one URL serves reads and writes. Without it the tree is
@@ -306,14 +314,10 @@ def nginx_site(
     `read_check`: the read rules are in force; every read is checked by the API (nginx_access).
     `proxied`: the `packages:` patterns in order, as (anchored regex, whether it proxies): the
     documents of proxied names go through the API (the mirror), and their missing tarballs.
-    `bucket`: the static reads come from the tree bucket (path-style proxy_pass) instead of `out_dir`.
     Every value reaching the template is checked here (no directive can be split or injected).
     """
     servers = _api_servers(api_upstream)
-    if read_check is not None and not servers:
-        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
-    if bucket is not None and any(proxies for _, proxies in proxied):
-        raise ValueError("proxied packages (proxy: in packages:) are answered from the API's own folder: serve the tree from the folder, not the bucket")
+    origin = _origin_values(bool(servers), read_check is not None, bucket, proxied)
     root = Path(out_dir).resolve()
     from registry_gen.nginx_access import http_part, server_part
 
@@ -337,7 +341,7 @@ def nginx_site(
         server_part=server_part(read_check) if read_check is not None else "",
         static_json_paths=STATIC_UNDER_API,
         **_cache_values(document_max_age, shared_cache),
-        **_bucket_values(bucket),
+        **origin,
         package_document=PACKAGE_DOCUMENT,
         abbreviated_document=ABBREVIATED_DOCUMENT,
         abbreviated_type=ABBREVIATED_TYPE,
