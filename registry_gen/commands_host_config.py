@@ -23,6 +23,13 @@ TreeOption = Annotated[Path | None, typer.Option("--tree", help="The built tree 
 MaxAgeOption = Annotated[
     int, typer.Option("--document-max-age", min=0, help="Seconds clients may reuse a package document before revalidating.")
 ]
+FromBucketOption = Annotated[
+    bool,
+    typer.Option(
+        "--from-bucket",
+        help="Serve reads from the tree bucket (`tree:`, else `storage:`/_tree; endpoint from storage_endpoint_url or $AWS_ENDPOINT_URL) instead of the tree folder. The tree prefix must be public-read.",
+    ),
+]
 
 
 def default_listen(base_url: str) -> str:
@@ -107,6 +114,7 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             str | None,
             typer.Option("--read-cache-path", help="With read rules: folder of cached decisions (default: read_cache in the runtime folder with --standalone, else /var/cache/nginx/registry-gen-read)."),
         ] = None,
+        from_bucket: FromBucketOption = False,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -121,6 +129,8 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             )
         read_cache = (read_cache_path or ("read_cache" if standalone else "/var/cache/nginx/registry-gen-read"), read_cache_seconds)
         common = _nginx_common(settings, server_name, document_max_age, read_cache)
+        if from_bucket:
+            common["bucket"] = bucket_origin(settings)
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -152,6 +162,21 @@ def _nginx_common(settings: Settings, server_name: str, document_max_age: int, r
 
         common["read_check"] = ReadCheck(*read_cache)
     return common
+
+
+def bucket_origin(settings: Settings) -> Any:
+    """Where `registry-gen api` with `storage:` puts the built tree, as an nginx origin."""
+    from registry_gen.hosting import BucketOrigin
+    from registry_gen.objectstore import tree_location
+    from registry_gen.storage import storage_endpoint
+
+    if settings.storage is None:
+        raise ConfigError("--from-bucket: the config has no storage: (s3://BUCKET/PREFIX), so the tree is in no bucket; set it or drop --from-bucket")
+    if settings.packages.in_force:
+        typer.echo("note: read rules guard nginx only; a public-read tree bucket serves private packages to anyone asking it directly", err=True)
+    location = tree_location(settings)
+    endpoint = storage_endpoint(settings) or "https://s3.amazonaws.com"
+    return BucketOrigin(endpoint.rstrip("/"), location.bucket, location.prefix)
 
 
 def _register_object_store(host: typer.Typer, settings_from_options: SettingsFactory) -> None:

@@ -248,6 +248,49 @@ _ERRORS = {
 }
 
 
+@dataclass(frozen=True)
+class BucketOrigin:
+    """Reads from the tree bucket: `endpoint` (http(s)://HOST[:PORT], path-style), the bucket, the tree's prefix."""
+
+    endpoint: str
+    bucket: str
+    prefix: str
+
+
+_BUCKET_PART = re.compile(r"^[A-Za-z0-9._~!*'()+,=:@-]+(?:/[A-Za-z0-9._~!*'()+,=:@-]+)*$")
+
+
+def _origin_values(api: bool, read_check: bool, bucket: BucketOrigin | None, proxied: Sequence[tuple[str, bool]]) -> dict[str, str | None]:
+    """The origins, checked together: read rules need the API; the mirror needs the folder."""
+    if read_check and not api:
+        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
+    if bucket is not None and any(proxies for _, proxies in proxied):
+        raise ValueError("proxied packages (proxy: in packages:) are answered from the API's own folder: serve the tree from the folder, not the bucket")
+    return _bucket_values(bucket)
+
+
+def _bucket_values(origin: BucketOrigin | None) -> dict[str, str | None]:
+    """The template's values for a bucket origin: the upstream server, the Host header, the path
+    before each key (`/BUCKET/PREFIX`); all None for the folder."""
+    if origin is None:
+        return {"bucket_server": None, "bucket_scheme": None, "bucket_host": None, "bucket_path": None}
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(origin.endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ValueError(f"the bucket endpoint must be http(s)://HOST[:PORT]; got {origin.endpoint!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    path = "/".join(p for p in (origin.bucket, origin.prefix) if p)
+    if not _BUCKET_PART.match(path):
+        raise ValueError(f"the tree bucket and prefix cannot be written into an nginx config: {path!r}")
+    return {
+        "bucket_server": _plain(f"{parts.hostname}:{port}", "bucket endpoint"),
+        "bucket_scheme": parts.scheme,
+        "bucket_host": _quoted(parts.netloc),
+        "bucket_path": "/" + path,
+    }
+
+
 def nginx_site(
     out_dir: Path | str,
     listen: str,
@@ -259,10 +302,10 @@ def nginx_site(
     read_check: ReadCheck | None = None,
     proxied: Sequence[tuple[str, bool]] = (),
     shared_cache: SharedCache | None = None,
+    bucket: BucketOrigin | None = None,
 ) -> str:
-    """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`.
-
-    `listen` is anything nginx's `listen` takes ("8080", "127.0.0.1:8080", "[::]:80").
+    """An http-context snippet (maps, upstream, server) for /etc/nginx/conf.d/, serving `out_dir`
+    (or, with `bucket`, the tree bucket: path-style proxy_pass). `listen`: what nginx's takes.
     `api_upstream` ("127.0.0.1:4874", or several: one upstream block, a dead instance skipped) is
     where `registry-gen api` listens: every method but GET and HEAD, and the GET endpoints that
     depend on the caller, go there, so one URL serves reads and writes. Without it the tree is
@@ -274,8 +317,7 @@ def nginx_site(
     Every value reaching the template is checked here (no directive can be split or injected).
     """
     servers = _api_servers(api_upstream)
-    if read_check is not None and not servers:
-        raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
+    origin = _origin_values(bool(servers), read_check is not None, bucket, proxied)
     root = Path(out_dir).resolve()
     from registry_gen.nginx_access import http_part, server_part
 
@@ -299,6 +341,7 @@ def nginx_site(
         server_part=server_part(read_check) if read_check is not None else "",
         static_json_paths=STATIC_UNDER_API,
         **_cache_values(document_max_age, shared_cache),
+        **origin,
         package_document=PACKAGE_DOCUMENT,
         abbreviated_document=ABBREVIATED_DOCUMENT,
         abbreviated_type=ABBREVIATED_TYPE,
@@ -357,6 +400,7 @@ def nginx_config(
     read_check: ReadCheck | None = None,
     proxied: Sequence[tuple[str, bool]] = (),
     shared_cache: SharedCache | None = None,
+    bucket: BucketOrigin | None = None,
 ) -> str:
     """A complete nginx.conf around `nginx_site()`, for `nginx -p RUNTIME_DIR -c FILE`.
 
@@ -367,7 +411,7 @@ def nginx_config(
     site = nginx_site(
         out_dir, listen, api_upstream,
         server_name=server_name, document_max_age=document_max_age, max_body_size=max_body_size,
-        read_check=read_check, proxied=proxied, shared_cache=shared_cache,
+        read_check=read_check, proxied=proxied, shared_cache=shared_cache, bucket=bucket,
     )
     return _templates().get_template("nginx.conf.j2").render(
         site=site,

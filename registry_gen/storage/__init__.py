@@ -53,7 +53,11 @@ def open_content_storage(settings: Settings, *, building: bool = True) -> Conten
             f"storage: {settings.storage}: this command builds from the local content folder; with content in a bucket, "
             f"write through `registry-gen api`, or remove `storage:` (and $REGISTRY_STORAGE) to keep content in {settings.content_dir}"
         )
-    endpoint = settings.storage_endpoint_url or next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)
     return S3Storage(
-        parse_s3_url(settings.storage), endpoint_url=endpoint, conditional_writes=settings.storage_conditional_writes
+        parse_s3_url(settings.storage), endpoint_url=storage_endpoint(settings), conditional_writes=settings.storage_conditional_writes
     )
+
+
+def storage_endpoint(settings: Settings) -> str | None:
+    """The S3 endpoint of `storage:`: `storage_endpoint_url`, else $AWS_ENDPOINT_URL(_S3), else None (AWS itself)."""
+    return settings.storage_endpoint_url or next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), None)

@@ -165,3 +165,17 @@ def test_cli_defaults(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> Non
     assert registry_gen(["host-config", "object-store", "--tree", str(tmp_path), "--config", str(config)]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["key"] for line in lines] == ["left-pad/-/left-pad-1.0.0.tgz", "left-pad", "left-pad/index.html"]
+
+
+def test_bucket_origin_is_checked_before_it_reaches_the_config(tmp_path: Path) -> None:
+    from registry_gen.hosting import BucketOrigin, nginx_site
+
+    site = nginx_site(tmp_path, "8080", "127.0.0.1:5000", bucket=BucketOrigin("https://s3.example.com", "reg", "p/_tree"))
+    assert "proxy_pass https://registry_gen_bucket/reg/p/_tree$uri;" in site and "server s3.example.com:443;" in site
+    assert 'proxy_set_header Authorization "";' in site and "try_files" not in site
+    for bad in (BucketOrigin("ftp://s3.example.com", "reg", ""), BucketOrigin("http://h:1/path", "reg", ""),
+                BucketOrigin("http://h:1", "reg", "p;evil"), BucketOrigin("http://h:1", "reg", "a b")):  # fmt: skip
+        with pytest.raises(ValueError):
+            nginx_site(tmp_path, "8080", "127.0.0.1:5000", bucket=bad)
+    with pytest.raises(ValueError, match="proxied packages"):
+        nginx_site(tmp_path, "8080", "127.0.0.1:5000", bucket=BucketOrigin("http://h:1", "reg", ""), proxied=[("^a$", True)])

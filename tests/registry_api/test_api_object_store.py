@@ -1,21 +1,19 @@
 """Content and the built tree in a bucket (issue 28): two `registry-gen api` processes on one real
 PostgreSQL and one real S3 server (moto's server mode, then SeaweedFS), each with its own EMPTY
 work folder. Real npm publishes through A, then another version of the same package through B;
-both are served from the tree bucket through a real nginx in front of it, to a real `npm
-install`; A's work folder wiped and A restarted serves and writes; `registry-gen verify` passes
+both are served from the tree bucket through a real nginx in front of it (the config of
+`registry-gen host-config nginx --from-bucket`), to a real `npm install`; A's work folder wiped and A restarted serves and writes; `registry-gen verify` passes
 on the bucket's tree; B restarted on its stale folder holds every file with the stat A's holds; with the bucket
 stopped, a write gets a prompt 503."""
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +28,7 @@ from registry_gen.hosting import public_read_policy
 
 from tests.conftest import postgres_state_url
 from tests.hosts.clients import CLIENTS, ClientRun, install_client
-from tests.hosts.servers import NGINX, free_port, stop_process, wait_for_port
+from tests.hosts.servers import free_port, nginx_server, stop_process
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.registry_api.test_api_instances_postgres import Api, postgres  # noqa: F401 - the module's PostgreSQL fixture
 from tests.storage.s3servers import S3Server, client, make_bucket, s3_credentials, s3_server
@@ -40,6 +38,7 @@ pytestmark = pytest.mark.slow
 BUCKET = "registry"
 PREFIX = "reg"
 TREE = f"{PREFIX}/_tree/"  # the tree's default place: beside the content, under `_tree`
+CANARY = "canary.json"  # public, but outside the tree (and the content): no spelling of a URL may reach it
 
 
 @dataclass
@@ -63,57 +62,43 @@ class Site:
         return answer["Body"].read(), answer
 
 
-@contextlib.contextmanager
-def bucket_reads(runtime: Path, endpoint: str, port: int) -> Iterator[str]:
-    """A real nginx whose origin is the tree's prefix in the bucket (a stand-in for the bucket
-    origin `host-config nginx` gains in issue 28's reads part): `/<name>` is the object `<name>`,
-    the package document the tree sink stores under the folder's own key."""
-    runtime.mkdir(parents=True, exist_ok=True)
-    conf = runtime / "nginx.conf"
-    conf.write_text(
-        "worker_processes 1;\npid nginx.pid;\nerror_log error.log warn;\nevents { worker_connections 64; }\n"
-        "http {\n  access_log off;\n  client_body_temp_path client_body_temp;\n  proxy_temp_path proxy_temp;\n"
-        "  fastcgi_temp_path fastcgi_temp;\n  uwsgi_temp_path uwsgi_temp;\n  scgi_temp_path scgi_temp;\n"
-        f"  server {{\n    listen 127.0.0.1:{port};\n"
-        f"    location / {{ proxy_pass {endpoint}/{BUCKET}/{TREE.rstrip('/')}$uri; }}\n  }}\n}}\n"
-    )
-    process = subprocess.Popen([NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"],
-                               stdout=subprocess.DEVNULL, stderr=(runtime / "stderr.log").open("wb"))  # fmt: skip
-    try:
-        wait_for_port(port, process)
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        process.send_signal(signal.SIGQUIT)
-        process.wait(timeout=15)
+def bucket_policy(*prefixes: str) -> str:
+    """Anyone may read the objects under each prefix (the tree's, and a canary's outside it)."""
+    statements = [json.loads(public_read_policy(BUCKET, prefix))["Statement"][0] | {"Sid": f"Read{i}"} for i, prefix in enumerate(prefixes)]
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
 @pytest.fixture(params=["moto", "seaweedfs"])
 def site(request: pytest.FixtureRequest, postgres: Any, tmp_path: Path) -> Iterator[Site]:  # noqa: F811 - the imported fixture
     url = postgres_state_url(postgres)
     reads_port = free_port()
-    with s3_credentials(), s3_server(request.param, tmp_path / "s3") as s3, \
-            bucket_reads(tmp_path / "nginx", s3.endpoint, reads_port) as reads:  # fmt: skip
+    with s3_credentials(), s3_server(request.param, tmp_path / "s3") as s3:
         make_bucket(s3.endpoint, BUCKET)
-        client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=public_read_policy(BUCKET, TREE))  # readers are anonymous
+        # Readers are anonymous: the tree is public-read, and so is a canary outside it.
+        client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=bucket_policy(TREE, CANARY))
+        client(s3.endpoint).put_object(Bucket=BUCKET, Key=CANARY, Body=b'{"canary": true}', ContentType="application/json")
         apis, works = [], []
         for host in ("a", "b"):
             (tmp_path / host).mkdir()
             works.append(tmp_path / host / "work")
             config = tmp_path / host / "registry.yaml"
             config.write_text(
-                f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: {reads}\n"
+                f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: http://127.0.0.1:{reads_port}/\n"
                 f"database_url: '{url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
                 f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n"
             )
             apis.append(Api(config))
-        found = Site(s3, reads, apis, works, tmp_path)
-        try:
-            for api in apis:
-                started(api)
-            yield found
-        finally:
-            for api in apis:
-                api.stop()
+        # The emitted config: reads from the tree bucket, writes to either instance.
+        origin = ["--config", str(apis[0].config), "--from-bucket", "--api-upstream", f"127.0.0.1:{apis[1].port}"]
+        with nginx_server(tmp_path / "no-tree", tmp_path / "nginx", reads_port, f"127.0.0.1:{apis[0].port}", origin) as reads:
+            found = Site(s3, reads, apis, works, tmp_path)
+            try:
+                for api in apis:
+                    started(api)
+                yield found
+            finally:
+                for api in apis:
+                    api.stop()
 
 
 def poll(condition: Callable[[], bool], seconds: float) -> bool:
@@ -188,6 +173,10 @@ def test_two_instances_with_empty_work_folders_serve_every_write_from_the_bucket
     # -/all is the index refresher's, a second after the writes: it goes to the bucket too.
     assert poll(lambda: "bucket-pkg" in json.loads(site.read("-/all/index.html")[0]), 30)
 
+    scoped = publish_body("@scope/pkg", "1.0.0", tarball("@scope/pkg", "1.0.0"))
+    assert http("PUT", site.reads + "@scope%2fpkg", token=token, body=scoped).status == 201  # a write through nginx
+    assert_bucket_reads(site, token)
+
     installer = ClientRun(CLIENTS["npm11"], install_client(CLIENTS["npm11"]), site.root / "installer", site.reads)
     project = installer.new_project(site.root / "project")
     installer.add(project, "bucket-pkg@1.0.0")
@@ -213,7 +202,7 @@ def test_two_instances_with_empty_work_folders_serve_every_write_from_the_bucket
     b.stop()
     started(b)
     content_a, content_b = (stats(work / "content") for work in site.works)
-    assert {key: content_b.get(key) for key in content_a} == content_a and len(content_a) == 4  # bucket-pkg: 3 archives, 1 meta
+    assert {key: content_b.get(key) for key in content_a} == content_a and len(content_a) == 6  # bucket-pkg: 3 archives, 1 meta; @scope/pkg: 1, 1
     assert "other-pkg/registry-meta.json" in content_b  # written by B after A's start: A fetches it when it needs it
 
     # The bucket stopped: a write gets a prompt 503, never a hang or a 201.
@@ -222,6 +211,27 @@ def test_two_instances_with_empty_work_folders_serve_every_write_from_the_bucket
     reply = http("PUT", b.base + "bucket-pkg", token=token, body=publish_body("bucket-pkg", "1.3.0", tarball("bucket-pkg", "1.3.0")), timeout=90)
     assert reply.status == 503 and "retry-after" in reply.headers, (reply.status, reply.body)
     assert time.monotonic() - asked < 60
+
+
+def assert_bucket_reads(site: Site, token: str) -> None:
+    """What nginx serves from the bucket: the folder config's mapping and headers, npm's token kept
+    from the bucket, and no spelling that reaches another key than the path it names."""
+    full = http("GET", site.reads + "bucket-pkg", token=token)  # S3 would refuse a Bearer token: nginx drops it
+    assert full.status == 200 and full.headers["content-type"] == "application/json" and "time" in full.json
+    assert full.headers["cache-control"] == "public, max-age=0, must-revalidate" and "x-amz-request-id" not in full.headers
+    short = http("GET", site.reads + "bucket-pkg", headers={"Accept": "application/vnd.npm.install-v1+json"})
+    assert short.headers["content-type"] == "application/vnd.npm.install-v1+json" and short.json != full.json
+    assert http("GET", site.reads + "bucket-pkg/latest").json["version"] == "1.1.0"  # a tag folder: its index.html
+    assert http("GET", site.reads + "-/all").status == 200  # a registry folder under its own key
+    assert (scoped := http("GET", site.reads + "@scope%2fpkg")).status == 200 and scoped.json["name"] == "@scope/pkg"
+    assert http("GET", site.reads + "@scope%2Fpkg").json == http("GET", site.reads + "@scope/pkg").json == scoped.json
+    missing = http("GET", site.reads + "no-such-pkg")  # S3 answers 403 to anonymous readers for a missing key
+    assert missing.status == 404 and missing.json == {"error": "not found"}
+    hostile = ["..%2f..%2fcanary.json", "%2e%2e/%2e%2e/canary.json", "bucket-pkg/%2e%2e/%2e%2e/%2e%2e/canary.json", "-/..%2f..%2f..%2fcanary.json",
+               "bucket-pkg%3Facl", "bucket-pkg%252Findex.html", "bucket-pkg%23x", "bucket-pkg%20"]  # fmt: skip
+    for spelling in hostile:
+        reply = http("GET", site.reads + spelling)
+        assert reply.status in (400, 404) and b"canary" not in reply.body and b"<" not in reply.body, (spelling, reply.status, reply.body)
 
 
 def verify_bucket_tree(site: Site) -> None:
