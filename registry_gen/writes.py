@@ -343,6 +343,7 @@ class WriteService:
             self.objects.tree.publish(result)
         if self.purger is not None:
             self.purger.after_build(result.written, result.removed)
+
     def _sync_content(self, touched: list[str]) -> None:
         """With content in a bucket: the work folder's copy of the packages this build reads (the
         touched ones, and those of writes a crashed writer left pending) made equal to the bucket."""
