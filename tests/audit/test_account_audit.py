@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.audit.pages import admin_pages
 from tests.registry_api.helpers import RegistryProcess, add_user, http
 
 pytestmark = pytest.mark.slow
@@ -59,20 +60,6 @@ def _account_changes(server: RegistryProcess, admin: str) -> tuple[str, str]:
     return alice_id, str(spare.json["key"])
 
 
-def _account_pages(base: str, token: str, query: str, limit: int) -> list[dict[str, Any]]:
-    """Every entry of the admin route over account changes, a page of `limit` at a time."""
-    entries: list[dict[str, Any]] = []
-    since = "0"
-    for _ in range(50):
-        reply = http("GET", f"{base}-/user-api/audit/accounts?{query}&limit={limit}&since={since}", token=token)
-        assert reply.status == 200, reply.body
-        entries += reply.json["entries"]
-        if reply.json["next"] is None:
-            return entries
-        since = reply.json["next"]
-    raise AssertionError("the account changes' pages did not end")
-
-
 def test_account_changes_are_in_the_audit_log_with_who_made_them(tmp_path: Path) -> None:
     root = tmp_path / "registry"
     root.mkdir()
@@ -83,8 +70,8 @@ def test_account_changes_are_in_the_audit_log_with_who_made_them(tmp_path: Path)
         admin = str(http("POST", server.base + "-/user-api/tokens", body={"username": ADMIN[0], "password": ADMIN[1]}).json["token"])
         alice_id, revoked_key = _account_changes(server, admin)
         _cli(root, "groups", "alice", "--add", "team")
-        paged = _account_pages(server.base, admin, "account=alice", limit=3)
-        by_boss = _account_pages(server.base, admin, "actor=boss", limit=100)
+        paged = admin_pages(server.base, admin, "-/user-api/audit/accounts", "account=alice", limit=3)
+        by_boss = admin_pages(server.base, admin, "-/user-api/audit/accounts", "actor=boss", limit=100)
         stranger = add_user(server.base, "carol", "carol-password-1")
         assert http("GET", server.base + "-/user-api/audit/accounts", token=stranger).status == 403
         assert http("GET", server.base + "-/user-api/audit/accounts").status == 401

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.importers.upstream_server import hostile_upstream
+from tests.audit.pages import admin_pages
 from tests.registry_api.helpers import RegistryProcess, add_user, http, write_package
 
 pytestmark = pytest.mark.slow
@@ -55,21 +56,6 @@ def _npm_writes(server: RegistryProcess, tmp_path: Path, token: str) -> None:
     alice.run("unpublish", "demo-pkg@1.1.0", cwd=tmp_path)
 
 
-def _pages(base: str, token: str, query: str, limit: int) -> list[dict[str, Any]]:
-    """Every entry the admin route gives, following `next` a page of `limit` at a time."""
-    entries: list[dict[str, Any]] = []
-    since = "0"
-    for _ in range(50):
-        reply = http("GET", f"{base}-/user-api/audit?{query}&limit={limit}&since={since}", token=token)
-        assert reply.status == 200, reply.body
-        entries += reply.json["entries"]
-        assert len(reply.json["entries"]) <= limit
-        if reply.json["next"] is None:
-            return entries
-        since = reply.json["next"]
-    raise AssertionError("the admin route's pages did not end")
-
-
 def test_every_write_is_listed_with_who_made_it_and_nothing_can_change_it(tmp_path: Path) -> None:
     root = tmp_path / "registry"
     root.mkdir()
@@ -107,8 +93,8 @@ def test_every_write_is_listed_with_who_made_it_and_nothing_can_change_it(tmp_pa
         text = _cli(root, "audit-log", "--package", "demo-pkg").stdout.splitlines()
         assert len(text) == len(DEMO_WRITES) and "alice  package:owner-rm  demo-pkg" in text[5]
 
-        assert _pages(server.base, admin, "package=demo-pkg", limit=3) == listed
-        assert _pages(server.base, admin, "actor=alice", limit=100) == listed
+        assert admin_pages(server.base, admin, "-/user-api/audit", "package=demo-pkg", limit=3) == listed
+        assert admin_pages(server.base, admin, "-/user-api/audit", "actor=alice", limit=100) == listed
         assert http("GET", server.base + "-/user-api/audit", token=alice_token).status == 403
         assert http("GET", server.base + "-/user-api/audit").status == 401
         assert http("GET", server.base + "-/user-api/audit?limit=0", token=admin).status == 400
