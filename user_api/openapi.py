@@ -376,24 +376,18 @@ def _audit_schemas() -> dict[str, Any]:
             "detail": {"type": "object", "description": "Before and after where it matters; never a secret or an email"},
         },
     }
+    return {"AccountAuditPage": _audit_page(account_entry, "the log's end"), "AuditPage": _audit_page(entry, "the journal's end")}
+
+
+def _audit_page(entry: dict[str, Any], end: str) -> dict[str, Any]:
+    """A page of an audit route: its entries and the `since` of the next page."""
     return {
-        "AccountAuditPage": {
-            "type": "object",
-            "required": ["entries", "next"],
-            "additionalProperties": False,
-            "properties": {
-                "entries": {"type": "array", "items": account_entry},
-                "next": {"type": ["string", "null"], "description": "The `since` of the next page; null at the log's end"},
-            },
-        },
-        "AuditPage": {
-            "type": "object",
-            "required": ["entries", "next"],
-            "additionalProperties": False,
-            "properties": {
-                "entries": {"type": "array", "items": entry},
-                "next": {"type": ["string", "null"], "description": "The `since` of the next page; null at the journal's end"},
-            },
+        "type": "object",
+        "required": ["entries", "next"],
+        "additionalProperties": False,
+        "properties": {
+            "entries": {"type": "array", "items": entry},
+            "next": {"type": ["string", "null"], "description": f"The `since` of the next page; null at {end}"},
         },
     }
 
