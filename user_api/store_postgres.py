@@ -329,7 +329,7 @@ def migrate(conn: Any) -> None:
     """Brings a database of an older schema up to SCHEMA_VERSION (inside the schema transaction)."""
     row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
     if row[0] is not None and row[0] < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
-        # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
+        # Accounts of a release whose maintainer entries were rights by name (docs/operating/upgrades.md).
         conn.execute("INSERT INTO upgrade_steps (step, since) VALUES (%s, now()) ON CONFLICT DO NOTHING",
                      (BIND_RECORDED_MAINTAINERS,))  # fmt: skip
     if row[0] is not None and row[0] < 3:
