@@ -94,15 +94,20 @@ class Registry:
         return json.loads((self.shared / "public" / name / PACKAGE_DOCUMENT).read_bytes())
 
     def feed(self, api: Api) -> list[dict[str, Any]]:
-        results: list[dict[str, Any]] = []
-        since = 0
-        for _ in range(100):  # bounded: far more pages than the writes of a test
-            page = http("GET", f"{api.base}-/changes?since={since}&limit=1000").json
-            results += page["results"]
-            if page["last_seq"] == since:
-                return results
-            since = page["last_seq"]
-        raise AssertionError("the feed did not end")
+        return change_feed(api.base)
+
+
+def change_feed(base: str, limit: int = 1000) -> list[dict[str, Any]]:
+    """Every entry of `GET /-/changes` at `base`, page after page of `limit`."""
+    results: list[dict[str, Any]] = []
+    since = 0
+    for _ in range(1000):  # bounded: far more pages than the writes of a test
+        page = http("GET", f"{base}-/changes?since={since}&limit={limit}").json
+        results += page["results"]
+        if page["last_seq"] == since:
+            return results
+        since = page["last_seq"]
+    raise AssertionError("the feed did not end")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ stopped, a write gets a prompt 503."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -68,37 +69,45 @@ def bucket_policy(*prefixes: str) -> str:
     return json.dumps({"Version": "2012-10-17", "Statement": statements})
 
 
-@pytest.fixture(params=["moto", "seaweedfs"])
-def site(request: pytest.FixtureRequest, postgres: Any, tmp_path: Path) -> Iterator[Site]:  # noqa: F811 - the imported fixture
-    url = postgres_state_url(postgres)
+@contextlib.contextmanager
+def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...] = ("a", "b")) -> Iterator[Site]:
+    """One S3 server of `kind` holding the bucket, an api instance per host (own EMPTY work folder,
+    all on `database_url`), started, and nginx in front with the config `host-config nginx
+    --from-bucket` emits, one `--api-upstream` per instance."""
     reads_port = free_port()
-    with s3_credentials(), s3_server(request.param, tmp_path / "s3") as s3:
+    with s3_credentials(), s3_server(kind, root / "s3") as s3:
         make_bucket(s3.endpoint, BUCKET)
         # Readers are anonymous: the tree is public-read, and so is a canary outside it.
         client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=bucket_policy(TREE, CANARY))
         client(s3.endpoint).put_object(Bucket=BUCKET, Key=CANARY, Body=b'{"canary": true}', ContentType="application/json")
         apis, works = [], []
-        for host in ("a", "b"):
-            (tmp_path / host).mkdir()
-            works.append(tmp_path / host / "work")
-            config = tmp_path / host / "registry.yaml"
+        for host in hosts:
+            (root / host).mkdir()
+            works.append(root / host / "work")
+            config = root / host / "registry.yaml"
             config.write_text(
                 f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: http://127.0.0.1:{reads_port}/\n"
-                f"database_url: '{url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
+                f"database_url: '{database_url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
                 f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n"
             )
             apis.append(Api(config))
-        # The emitted config: reads from the tree bucket, writes to either instance.
-        origin = ["--config", str(apis[0].config), "--from-bucket", "--api-upstream", f"127.0.0.1:{apis[1].port}"]
-        with nginx_server(tmp_path / "no-tree", tmp_path / "nginx", reads_port, f"127.0.0.1:{apis[0].port}", origin) as reads:
-            found = Site(s3, reads, apis, works, tmp_path)
+        # The emitted config: reads from the tree bucket, writes to any instance.
+        origin = ["--config", str(apis[0].config), "--from-bucket"]
+        origin += [arg for api in apis[1:] for arg in ("--api-upstream", f"127.0.0.1:{api.port}")]
+        with nginx_server(root / "no-tree", root / "nginx", reads_port, f"127.0.0.1:{apis[0].port}", origin) as reads:
             try:
                 for api in apis:
                     started(api)
-                yield found
+                yield Site(s3, reads, apis, works, root)
             finally:
                 for api in apis:
                     api.stop()
+
+
+@pytest.fixture(params=["moto", "seaweedfs"])
+def site(request: pytest.FixtureRequest, postgres: Any, tmp_path: Path) -> Iterator[Site]:  # noqa: F811 - the imported fixture
+    with bucket_site(request.param, postgres_state_url(postgres), tmp_path) as found:
+        yield found
 
 
 def poll(condition: Callable[[], bool], seconds: float) -> bool:
