@@ -12,6 +12,41 @@ from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
 
 _state_schemas = itertools.count()
 
+# What a registry-gen run with the built-in defaults writes into its working folder: a test that
+# lets one of them land in the checkout (a default `data_dir`, a config without its folders) leaks
+# accounts, trees or state into the developer's copy, which the next `make run` then serves.
+CHECKOUT_OUTPUTS = ("data", "public", "public.state", "state", ".public.lock")
+_ROOT = Path(__file__).resolve().parent.parent
+_outputs_before: set[Path] = set()
+
+
+def checkout_outputs(root: Path) -> set[Path]:
+    """Every file and folder under the checkout's output folders (the folders themselves included)."""
+    found = set()
+    for name in CHECKOUT_OUTPUTS:
+        top = root / name
+        if top.exists() or top.is_symlink():
+            found.add(top)
+            found.update(top.rglob("*") if top.is_dir() else ())
+    return found
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _outputs_before.update(checkout_outputs(_ROOT))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fails the run when it left new files in the checkout's data/, public/ or state folders."""
+    if hasattr(session.config, "workerinput"):  # xdist: the controller checks once, after every worker
+        return
+    leaked = sorted(str(path.relative_to(_ROOT)) for path in checkout_outputs(_ROOT) - _outputs_before)
+    if leaked:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = "tests left files in the checkout (a default data_dir/out_dir relative to the working folder?): " + ", ".join(leaked)
+        if reporter is not None:
+            reporter.write_line(f"error: {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
