@@ -33,8 +33,8 @@ MEMORY_GOAL_MB = 150.0
 # label of the part it is included in, if any).
 PARTS = (
     ("reading archives (inflate + tar headers + manifest)", ("inspect_archive",), None),
-    ("README Markdown (cmark-gfm + nh3)", ("render_readme",), "package and version HTML pages (jinja, README included)"),
-    ("package and version HTML pages (jinja, README included)", ("render_package_site", "package_page"), None),
+    ("README Markdown (cmark-gfm + nh3)", ("render_readme",), "package and version HTML pages (contexts + jinja, README included)"),
+    ("package and version HTML pages (contexts + jinja, README included)", ("render_package_site", "package_page"), None),
     ("front page, name-range pages and search shards", ("front_page", "browse_page", "search_shard"), None),
     ("package documents (JSON + gzip)", ("_write_documents",), None),
     ("tarball copies", ("_write_tarballs",), None),
