@@ -406,7 +406,7 @@ class _NotPlain(Exception):
 
 _USTAR_MAGIC = b"ustar\x0000"
 _PLAIN_FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
-_NUMBER_FIELDS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (329, 337), (337, 345))
+_SHARED_NUMBER_FIELDS = ((108, 116), (116, 124), (136, 148), (329, 337), (337, 345))  # uid, gid, mtime, devices
 
 
 def _octal(field: bytes) -> int:
@@ -418,6 +418,21 @@ def _octal(field: bytes) -> int:
         return int((field if end < 0 else field[:end]).strip() or b"0", 8)
     except ValueError:
         raise _NotPlain("bad number") from None
+
+
+_SHARED_NUMBERS: dict[bytes, int] = {}  # mode, uid, gid, mtime, device fields already read -> value
+_SHARED_NUMBERS_MAX = 4096
+
+
+def _shared_octal(field: bytes) -> int:
+    """_octal of a field most members of an archive share (npm packs every member with the same
+    uid, gid and mtime, and few modes): looked up once read. Sizes and checksums are not kept."""
+    known = _SHARED_NUMBERS.get(field)
+    if known is None:
+        known = _octal(field)
+        if len(_SHARED_NUMBERS) < _SHARED_NUMBERS_MAX:
+            _SHARED_NUMBERS[field] = known
+    return known
 
 
 def _plain_header(block: bytes) -> tuple[str, bytes, int, int] | None:
@@ -432,7 +447,10 @@ def _plain_header(block: bytes) -> tuple[str, bytes, int, int] | None:
         raise _NotPlain("not a plain ustar member")
     if _octal(block[148:156]) != sum(block) - sum(block[148:156]) + 256:  # the unsigned checksum
         raise _NotPlain("checksum")
-    mode, _uid, _gid, size, _mtime, _major, _minor = (_octal(block[a:b]) for a, b in _NUMBER_FIELDS)
+    # Every number field is read, as tarfile does: one it would refuse sends the archive to it.
+    mode, size = _shared_octal(block[100:108]), _octal(block[124:136])
+    for start, end in _SHARED_NUMBER_FIELDS:
+        _shared_octal(block[start:end])
     raw_name, raw_prefix = block[0:100].split(b"\0", 1)[0], block[345:500].split(b"\0", 1)[0]
     if not (raw_name.isascii() and raw_prefix.isascii()):
         raise _NotPlain("non-ASCII name")

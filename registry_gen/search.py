@@ -4,7 +4,8 @@ The build keeps each package's search piece and a lower-case search text in its 
 (registry_gen.state), updated with the package: a publish changes one row, never a document
 listing every package. A query narrows the rows in the state by substring (every term's text must
 be in the package's search text: `State.search_pieces`), then applies npm's rules to what is left
-(`matches`), exactly as they were applied to the whole document before.
+(`matches`), exactly as they were applied to the whole document before, and ranks what matched
+as the site's search box does (`search_rank`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from registry_gen.publish import now_iso
+from registry_gen.site_search import MATCH_REASONS, match_rank
 
 
 def matches(package: Mapping[str, Any], term: str) -> bool:
@@ -32,18 +34,24 @@ def matches(package: Mapping[str, Any], term: str) -> bool:
     return term in haystack
 
 
+def search_rank(package: Mapping[str, Any], text: str) -> tuple[int, str]:
+    """Where a matching package comes in the answer to `text`: by the site search's ranking
+    (registry_gen.site_search.match_rank) of the query's plain terms, a package found only by a
+    substring or a qualifier after every ranked one; by name within a rank."""
+    plain = " ".join(t for t in text.lower().split() if ":" not in t)
+    name = str(package.get("name", ""))
+    people = [str(m.get("username", "")) for m in package.get("maintainers", []) if isinstance(m, Mapping)]
+    keywords = [str(k) for k in package.get("keywords", []) if isinstance(k, str)]
+    rank = match_rank(name, str(package.get("description") or ""), keywords, people, plain)
+    return (len(MATCH_REASONS) if rank is None else rank, name)
+
+
 def search_objects(objects: list[dict[str, Any]], text: str, *, size: int, offset: int) -> dict[str, Any]:
-    """npm's search answer over `objects`: every term must match; exact names first, then names
-    containing the text, then the rest; by name within each."""
+    """npm's search answer over `objects`: every term must match; ranked as the site's search
+    ranks (search_rank)."""
     terms = [t for t in text.lower().split() if t]
     found = [o for o in objects if all(matches(o.get("package", {}), t) for t in terms)]
-    plain = " ".join(t for t in terms if ":" not in t)
-
-    def rank(entry: Mapping[str, Any]) -> tuple[int, str]:
-        name = str(entry.get("package", {}).get("name", ""))
-        return (0 if name == plain else 1 if plain and plain in name else 2, name)
-
-    found.sort(key=rank)
+    found.sort(key=lambda entry: search_rank(entry.get("package", {}), text))
     return {"objects": found[offset : offset + size], "total": len(found), "time": now_iso()}
 
 

@@ -58,3 +58,35 @@ def search_keys(summary: Mapping[str, Any]) -> list[str]:
     find it only among the packages its other words fetch)."""
     keys = [token[:2] for token in search_tokens(summary)] + [word[:DESCRIPTION_KEY_LENGTH] for word in description_words(summary)]
     return list(dict.fromkeys(keys))[:SEARCH_KEY_LIMIT]
+
+
+# Why a package matches a query, best first: the site's search box (site_template/static/site.js
+# `why`) and the API's /-/v1/search (registry_gen.search) rank by this one list.
+MATCH_REASONS = ("exact name", "name starts with", "word of the name", "keyword", "maintainer", "description word")
+
+
+def _words(texts: list[str], shortest: int) -> list[str]:
+    return [w for text in texts for w in _TOKEN_SPLIT.split(text.lower()) if len(w) >= shortest]
+
+
+def match_rank(name: str, description: str, keywords: list[str], maintainers: list[str], text: str) -> int | None:
+    """The index in MATCH_REASONS of the best reason the package matches the query `text`: the
+    query is its exact name, its name starts with the query or with the query's first word of two
+    characters or more (its lead), a word of its name, of a keyword, of a maintainer, or (a lead of
+    DESCRIPTION_KEY_LENGTH characters or more) of its description starts with the lead. None when
+    nothing of it starts with the lead (or the query has no lead)."""
+    lead = next((w for w in _TOKEN_SPLIT.split(text.lower()) if len(w) >= 2), None)
+    if lead is None:
+        return None
+    query, lower_name = text.strip().lower(), name.lower()
+    if lower_name == query:
+        return 0
+    if lower_name.startswith(query) or lower_name.removeprefix("@").startswith(lead):
+        return 1
+    candidates = (_words([name], 2), _words(keywords, 2), _words(maintainers, 2))
+    for rank, words in enumerate(candidates, 2):
+        if any(w.startswith(lead) for w in words):
+            return rank
+    if len(lead) >= DESCRIPTION_KEY_LENGTH and any(w.startswith(lead) for w in _words([description], DESCRIPTION_KEY_LENGTH)):
+        return 5
+    return None

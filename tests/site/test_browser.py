@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect, sync_playwright
 
 from registry_gen import site
+from registry_gen.site_search import MATCH_REASONS, match_rank
 from registry_gen.build import indexes
 from registry_gen.build import run_build
 from registry_gen.settings import Settings
@@ -511,31 +512,16 @@ RANK_WORDS = ["express", "expr", "minimal", "minimalist", "router", "web", "sina
 
 
 def expected_match(record: dict[str, Any], text: str) -> int | None:
-    """The rank the search box gives `record` for `text` (site.js `why`), written out again
-    independently: exact name 0, name start 1, name word 2, keyword 3, maintainer 4,
-    description word (a lead of three characters or more) 5; None when it does not match."""
+    """The rank the search box must give `record` for `text`: the one ranking the API's
+    /-/v1/search uses too (site_search.match_rank), for a record whose other words are all
+    somewhere in its name, description, keywords or maintainers; None when it does not match."""
     words = [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
-    lead = next(w for w in words if len(w) >= 2)
     rest = words[:]
-    rest.remove(lead)
+    rest.remove(next(w for w in words if len(w) >= 2))
     haystack = "\n".join([record["name"], record["description"], " ".join(record["keywords"]), " ".join(record["maintainers"])]).lower()
     if not all(term in haystack for term in rest):
         return None
-
-    def starts(texts: list[str], shortest: int = 2) -> bool:
-        return any(w.startswith(lead) for t in texts for w in re.split(r"[^a-z0-9]+", t.lower()) if len(w) >= shortest)
-
-    name = record["name"].lower()
-    if name == text.strip().lower():
-        return 0
-    checks = [
-        name.startswith(text.strip().lower()) or name.lstrip("@").startswith(lead),
-        starts([record["name"]]),
-        starts(record["keywords"]),
-        starts(record["maintainers"]),
-        len(lead) >= 3 and starts([record["description"]], 3),
-    ]
-    return next((rank for rank, hit in enumerate(checks, 1) if hit), None)
+    return match_rank(record["name"], record["description"], record["keywords"], record["maintainers"], text)
 
 
 def random_record(rng: random.Random, index: int) -> dict[str, Any]:
@@ -565,6 +551,6 @@ def test_the_ranking_puts_the_exact_name_first_then_name_starts_keywords_and_des
         found = page.evaluate("([records, text]) => window.registrySearch(records, text)", [unique, text])
         expected = sorted(((rank, r["name"]) for r in unique if (rank := expected_match(r, text)) is not None))
         assert [(m["rank"], m["name"]) for m in found] == expected, (round_, text, records)
-        assert all(m["why"] for m in found)
+        assert all(m["why"].startswith(MATCH_REASONS[m["rank"]]) for m in found)
         if any(r["name"] == text for r in unique):
             assert found[0]["name"] == text and found[0]["why"] == "exact name"
