@@ -272,7 +272,10 @@ class WriteService:
         return result
 
     def _opened_journal(self) -> Journal:
-        """The journal, opened once per service (with the lock held: writes use it one at a time)."""
+        """The journal, opened once per service (with the lock held: writes use it one at a time),
+        and again when a database restart killed its connection."""
+        if self._journal is not None and not self._journal.usable():
+            self._drop_journal()
         if self._journal is None:
             self._journal = self.state.journal()
         return self._journal

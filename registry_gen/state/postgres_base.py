@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import select
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -127,9 +128,22 @@ class PgDb:
         verb = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
         self.execute(f"SELECT {verb}(?, ?)", (first, second))  # verb: one of two names above
 
+    def still_open(self) -> bool:
+        return _still_open(self.conn)
+
     def close(self) -> None:
         self.rollback()
         POOL.give_back(self.conn, self.url)
+
+
+def _still_open(conn: psycopg.Connection[Any]) -> bool:
+    """An idle connection has nothing to read: bytes waiting (a restart's "terminating connection",
+    or the end of the stream) mean the server left. Checked without a round trip; a healthy one
+    taken for dead (a stray notice) costs a reconnect, a dead one reused costs the request a 503."""
+    if conn.closed:
+        return False
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    return not readable
 
 
 class _Pool:
@@ -141,13 +155,21 @@ class _Pool:
         self._idle: dict[tuple[int, str], list[psycopg.Connection[Any]]] = {}
 
     def connect(self, url: str) -> PgDb:
-        with self._lock:
-            idle = self._idle.get((os.getpid(), url), [])
-            conn = idle.pop() if idle else None
-        if conn is None or conn.closed:
+        conn = self._take_idle(url)
+        if conn is None:
             with reachable(url):
                 conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
         return PgDb(conn, url)
+
+    def _take_idle(self, url: str) -> psycopg.Connection[Any] | None:
+        """An idle connection that is still open, the dead ones closed on the way."""
+        while True:
+            with self._lock:
+                idle = self._idle.get((os.getpid(), url), [])
+                conn = idle.pop() if idle else None
+            if conn is None or _still_open(conn):
+                return conn
+            conn.close()
 
     def give_back(self, conn: psycopg.Connection[Any], url: str) -> None:
         """Kept for reuse when healthy and idle (its temporary tables dropped), else closed."""

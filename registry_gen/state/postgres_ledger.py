@@ -42,6 +42,9 @@ class PgLedger(SqliteLedger):
         if self.owned:
             self.db.rollback()
 
+    def usable(self) -> bool:
+        return self.db.still_open()
+
     def close(self) -> None:
         if self.owned:
             self.db.close()

@@ -71,6 +71,9 @@ class SqliteLedger:
             self.db.execute("ROLLBACK")
         self.db.execute("PRAGMA synchronous=FULL")
 
+    def usable(self) -> bool:
+        return True  # a file: nothing between this process and it can restart
+
     def close(self) -> None:
         self.rollback()
         heldopen.close(self.db, self.path)

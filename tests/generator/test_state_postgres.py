@@ -184,3 +184,13 @@ def test_an_unreachable_database_answers_at_once(settings: Settings) -> None:
     with pytest.raises(StateUnavailable):
         WriteService(settings).land_archive("any", tarball("any", "1.0.0"), ALICE)
     assert time.monotonic() - started < CONNECT_TIMEOUT_SECONDS + 1
+
+
+def test_the_first_write_after_a_database_restart_lands(settings: Settings, state_postgres: PostgresServer) -> None:
+    settings = _postgres_settings(settings, state_postgres)
+    service = WriteService(settings)
+    service.land_archive("restarted", tarball("restarted", "1.0.0"), ALICE)  # leaves idle connections in the pool
+    state_postgres.halt()
+    state_postgres.resume()
+    service.land_archive("restarted", tarball("restarted", "1.0.1"), ALICE)  # on fresh connections, not a 503
+    assert {row[0] for row in _pg(settings, "SELECT version FROM pins WHERE name = 'restarted'")} == {"1.0.0", "1.0.1"}
