@@ -41,7 +41,7 @@ from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
 from user_api.mirror_gate import MirrorGate
 from user_api.negotiation import parse_accept
-from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
+from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all, signing
 from user_api.registry_context import CONTEXT_KEY
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
@@ -266,7 +266,7 @@ def create_server_app(
     guard = ReadGuard(settings, store) if settings.packages.in_force else None
     if tree is not None and guard is not None:
         tree = guard.protect(tree)
-    read_check = guard.decision if guard is not None else allow_all
+    read_check = signing(guard.decision if guard is not None else allow_all, objects.signer if objects is not None else None)
     # Proxied names (`proxy:` in `packages:`): their reads go through the mirror first.
     mirror = MirrorGate(settings, registry_app.config[CONTEXT_KEY].writes, plain_tree, guard) if settings.packages.proxies else None
 

@@ -79,6 +79,7 @@ def s3_client(endpoint_url: str | None, timeouts: Timeouts) -> Any:
         connect_timeout=timeouts.connect, read_timeout=timeouts.read,
         retries={"total_max_attempts": timeouts.attempts, "mode": "standard"},
         s3={"addressing_style": "path"} if endpoint_url else {},
+        signature_version="s3v4",  # also for presigned URLs (botocore may presign with the retired SigV2)
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
     )
     return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
