@@ -137,18 +137,19 @@ def _web_type(relative: str) -> str:
     return guessed
 
 
-def object_headers(relative: str, *, document_max_age: int = 0) -> ObjectHeaders | None:
-    """Content-Type and Cache-Control for one file, or None if it must not be published."""
+def object_headers(relative: str, *, document_max_age: int = 0, shared: SharedCache | None = None) -> ObjectHeaders | None:
+    """Content-Type and Cache-Control for one file, or None if it must not be published; `shared`:
+    a purged cache in front (registry.yaml `purge:`) may keep documents until their purge."""
     kind = classify(relative)
     if kind in (ObjectKind.PRIVATE, ObjectKind.PRECOMPRESSED):
         return None
     if kind is ObjectKind.TARBALL:
         return ObjectHeaders(TARBALL_TYPE, IMMUTABLE_CACHE)
     if kind in (ObjectKind.WEB, ObjectKind.OTHER):
-        return ObjectHeaders(_web_type(relative), document_cache(document_max_age))
+        return ObjectHeaders(_web_type(relative), document_cache(document_max_age, shared))
     if kind is ObjectKind.ABBREVIATED_DOCUMENT:
-        return ObjectHeaders(ABBREVIATED_TYPE, document_cache(document_max_age))
-    return ObjectHeaders(JSON_TYPE, document_cache(document_max_age))
+        return ObjectHeaders(ABBREVIATED_TYPE, document_cache(document_max_age, shared))
+    return ObjectHeaders(JSON_TYPE, document_cache(document_max_age, shared))
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,15 @@ def _aliases(relative: str, kind: ObjectKind) -> list[str]:
     return [folder]
 
 
-def upload_plan(relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0) -> list[Upload]:
+def upload_plan(
+    relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0, shared: SharedCache | None = None
+) -> list[Upload]:
     """Every object to upload for the given tree files, tarballs first, sorted within a phase."""
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     uploads: list[Upload] = []
     for relative in relatives:
-        headers = object_headers(relative, document_max_age=document_max_age)
+        headers = object_headers(relative, document_max_age=document_max_age, shared=shared)
         if headers is None:
             continue
         kind = classify(relative)

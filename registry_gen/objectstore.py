@@ -32,6 +32,7 @@ from registry_gen.access import has_dot_segment
 from registry_gen.errors import ConfigError
 from registry_gen.hosting import TREE_KEY_CHARACTERS, upload_plan
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
+from registry_gen.purge import SharedCache, cache_key, shared_cache
 from registry_gen.state import open_state
 from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint, Timeouts
 from registry_gen.storage.contract import is_content_key
@@ -156,11 +157,15 @@ class Owed:
 class BucketTree:
     """The built tree in a bucket. Uploads in `hosting.upload_plan`'s order (tarballs, then package
     documents, then the rest), so a reader never gets a document naming a tarball the bucket does
-    not hold yet; removals last. What a failed publish left is owed, and published first next time."""
+    not hold yet; removals last. What a failed publish left is owed, and published first next time.
+    With `shared` (a purged cache in front, `purge:`), each object carries the caching headers the
+    folder's server sends: Cache-Control with s-maxage, and its surrogate key as metadata
+    (`x-amz-meta-<key_header>`: a bucket stores no header of another name)."""
 
-    def __init__(self, bucket: S3Storage, out_dir: Path):
+    def __init__(self, bucket: S3Storage, out_dir: Path, shared: SharedCache | None = None):
         self.bucket = bucket
         self.out_dir = out_dir
+        self.shared = shared
         self.owed = Owed(set(), set())
         self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
 
@@ -175,12 +180,16 @@ class BucketTree:
             self._publish_owed()
 
     def _publish_owed(self) -> None:
-        for upload in upload_plan(sorted(self.owed.written)):
+        key_header = self.shared.key_header if self.shared is not None else None
+        for upload in upload_plan(sorted(self.owed.written), shared=self.shared):
             if upload.key.endswith("/"):
                 continue  # a web folder's alias: the site links index.html explicitly
             path = self.out_dir / upload.source
             if path.is_file():  # a later build may have removed it: its removal is owed instead
-                self.bucket.publish(upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control)
+                metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+                self.bucket.publish(
+                    upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
+                )
         self.owed.written.clear()
         for key in sorted(self.owed.removed):
             for alias in {upload.key for upload in upload_plan([key])}:
@@ -309,7 +318,7 @@ def open_object_store(settings: Settings) -> ObjectStore | None:
     content = open_content_storage(settings, building=False)
     assert isinstance(content, S3Storage)
     mirror = ContentMirror(content, settings.content_dir, nested_tree_folder(settings))
-    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir)
+    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir, shared_cache(settings.purge))
     return ObjectStore(content, mirror, tree, open_tree_signer(settings))
 
 

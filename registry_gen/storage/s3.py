@@ -191,11 +191,12 @@ class S3Storage:
         except StoreAnswer as answer:
             raise self._unexpected(answer, "put_object", key) from None
 
-    def publish(self, key: str, data: bytes, *, content_type: str, cache_control: str) -> None:
+    def publish(self, key: str, data: bytes, *, content_type: str, cache_control: str, metadata: dict[str, str] | None = None) -> None:
         """Stores or overwrites a file of the built tree with the headers its readers get (the tree
-        sink, registry_gen.objectstore)."""
+        sink, registry_gen.objectstore); `metadata`: served as `x-amz-meta-NAME` headers."""
+        extra = {"Metadata": metadata} if metadata else {}
         try:
-            self._put(key, data, hashlib.md5(data), ContentType=content_type, CacheControl=cache_control)
+            self._put(key, data, hashlib.md5(data), ContentType=content_type, CacheControl=cache_control, **extra)
         except StoreAnswer as answer:
             raise self._unexpected(answer, "put_object", key) from None
 
