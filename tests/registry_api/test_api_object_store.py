@@ -337,3 +337,24 @@ def assert_signed_for_exactly_one_key(site: Site) -> None:
     if site.s3.kind == "seaweedfs":
         other = document.replace("open-pkg/index.html?", "secret-pkg/index.html?")
         assert http("GET", site.s3.endpoint + other).status == 403
+
+
+def test_an_instance_answers_503_with_retry_after_until_its_start_is_done(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    """While its start waits (here: for the build lock this test holds, as another build would
+    hold it), an instance answers every request with a 503 problem and Retry-After, never a hang
+    nor a 500; once started, the same requests succeed."""
+    from registry_gen.buildlock import holding_build_lock
+
+    with running_site("moto", postgres, tmp_path, hosts=("a",)) as site:
+        (api,) = site.apis
+        token = add_user(api.base, "alice", "alice-password-1")
+        api.stop()
+        with holding_build_lock(site.works[0] / ".public.lock", 10):
+            api.start(ready=False)
+            for method, path, body in (("GET", "-/ping", None), ("GET", "-/whoami", None), ("PUT", "early-pkg", publish_body("early-pkg", "1.0.0", tarball("early-pkg", "1.0.0")))):
+                reply = http(method, api.base + path, token=token, body=body, timeout=10)
+                assert reply.status == 503 and reply.headers["retry-after"].isdigit(), (path, reply.status, reply.body)
+                assert reply.headers["content-type"] == "application/problem+json" and reply.json["status"] == 503 and "starting" in reply.json["detail"]
+            assert api.process is not None and api.process.poll() is None
+        assert poll(lambda: http("GET", api.base + "-/ping", timeout=10).status == 200, 60)
+        assert http("PUT", api.base + "early-pkg", token=token, body=publish_body("early-pkg", "1.0.0", tarball("early-pkg", "1.0.0"))).status == 201
