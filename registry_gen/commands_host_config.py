@@ -137,12 +137,7 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             )
         read_cache = (read_cache_path or ("read_cache" if standalone else "/var/cache/nginx/registry-gen-read"), read_cache_seconds)
         common = _nginx_common(settings, server_name, document_max_age, read_cache)
-        if from_bucket:
-            common["bucket"] = bucket_origin(settings, private_bucket)
-        elif private_bucket:
-            raise ConfigError("--private-bucket: the tree is read from a bucket only with --from-bucket; add it or drop --private-bucket")
-        if private_bucket:
-            common["read_check"] = signed_read_check(read_cache)
+        common.update(bucket_reads(settings, from_bucket, private_bucket, read_cache))
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -174,6 +169,15 @@ def _nginx_common(settings: Settings, server_name: str, document_max_age: int, r
 
         common["read_check"] = ReadCheck(*read_cache)
     return common
+
+
+def bucket_reads(settings: Settings, from_bucket: bool, private: bool, read_cache: tuple[str, int]) -> dict[str, Any]:
+    """The nginx config's arguments for `--from-bucket` (and `--private-bucket`: a read check that signs)."""
+    if private and not from_bucket:
+        raise ConfigError("--private-bucket: the tree is read from a bucket only with --from-bucket; add it or drop --private-bucket")
+    if not from_bucket:
+        return {}
+    return {"bucket": bucket_origin(settings, private)} | ({"read_check": signed_read_check(read_cache)} if private else {})
 
 
 def bucket_origin(settings: Settings, private: bool = False) -> Any:
