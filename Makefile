@@ -47,7 +47,7 @@ FAST_TESTS := tests/core tests/generator tests/signing tests/check/test_lint_rul
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
-## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (README "Compatibility").
+## Verdaccio's client suite @verdaccio/e2e-cli with npm 11, npm 10, pnpm and yarn 4 (docs/compatibility.md).
 e2e: $(TEST_STAMP)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
 

@@ -82,7 +82,7 @@ def build_command(
     """Build the static registry tree from a folder of archives (incremental).
 
     Exits 1 when any archive was refused, any version is in conflict or a registry-meta.json is
-    invalid (the rest of the tree is still built); see README, "Exit codes"."""
+    invalid (the rest of the tree is still built); see docs/reference/commands.md, "Exit codes"."""
     from registry_gen.build import run_build
 
     settings = settings_from_options(
@@ -183,7 +183,7 @@ def create_cli(invoked: str | None = None) -> typer.Typer:
         name="registry-gen",
         help="Static npm registry generator with a tiny user and write API.",
         no_args_is_help=True,
-        add_completion=True,  # --install-completion / --show-completion (README: "Shell completion")
+        add_completion=True,  # --install-completion / --show-completion (docs/reference/commands.md: "Shell completion")
         pretty_exceptions_enable=False,
         # Plain help text: rich's help formatter alone costs ~80 ms of start-up (goal: 0.12 s in all).
         rich_markup_mode=None,

@@ -53,7 +53,7 @@ index_refresh_seconds: 10     # serve/api/watch rewrite -/all and -/search.json 
 check_profile: npm            # registry-gen check: npm | commonjs (the specification's rules too)
 check_ignore: []              # rule ids registry-gen check leaves out, e.g. [engines-array]
 audit_keep_days: null         # days the audit log keeps an entry (`registry-gen audit-prune` drops older ones); null: for good
-uplinks: {{}}                   # registries to mirror, e.g. npmjs: {{url: https://registry.npmjs.org/}} (README "Mirror")
+uplinks: {{}}                   # registries to mirror, e.g. npmjs: {{url: https://registry.npmjs.org/}} (docs/mirror.md)
 packages: {{}}                  # read rules and mirrored names, e.g. '@internal/*': {{read: authenticated}}, '**': {{proxy: npmjs}}
 # limits:                     # caps on archives (SECURITY.md); the defaults:
 #   max_archive_bytes: 209715200

@@ -1,4 +1,4 @@
-"""`registry-gen keys …`: the registry's signing key (see README "Signed packages")."""
+"""`registry-gen keys …`: the registry's signing key (see docs/operating/keys.md)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def mirror_service(settings: Settings) -> Iterator[MirrorService]:
 
     try:
         if not settings.packages.proxies:
-            raise ConfigError("no packages: pattern has proxy: in the config, so nothing is mirrored (see README, \"Mirror\")")
+            raise ConfigError("no packages: pattern has proxy: in the config, so nothing is mirrored (see docs/mirror.md)")
         service = MirrorService(settings)
         try:
             yield service

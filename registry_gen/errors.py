@@ -91,7 +91,13 @@ class StorageError(RegistryError):
     credentials, access denied): an operator must change the configuration."""
 
 
-class StorageUnavailable(StorageError):
+class Unavailable(RegistryError):
+    """A service the registry stands on (a database, the object store) cannot be reached right now:
+    nothing was half-written and the same action may succeed later. Background loops wait for it
+    quietly; requests get a 503."""
+
+
+class StorageUnavailable(StorageError, Unavailable):
     """The content store cannot be reached right now (connection refused, timed out, 5xx,
     throttled). Nothing was half-written; the same request may succeed later (HTTP 503)."""
 
@@ -101,7 +107,7 @@ class MigrationRefused(RegistryError):
     what the move expects. Nothing was written."""
 
 
-class StateUnavailable(RegistryError):
+class StateUnavailable(Unavailable):
     """The state's database (PostgreSQL) cannot be reached right now: nothing was half-written;
     the same request may succeed later (HTTP 503)."""
 

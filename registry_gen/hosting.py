@@ -8,7 +8,7 @@
 * Object stores (S3 and friends): `object_headers()` gives each file's Content-Type and
   Cache-Control, `upload_plan()` the keys to upload and in which order.
 * Hosts without configuration (GitHub Pages): the build writes `.nojekyll` and a JSON `404.html`
-  (see `STATIC_EXTRAS`); see README "Hosting" for what such hosts can and cannot do.
+  (see `STATIC_EXTRAS`); see docs/deploying/one-machine.md for what such hosts can and cannot do.
 """
 
 from __future__ import annotations

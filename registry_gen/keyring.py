@@ -63,7 +63,7 @@ def write_new_key(path: Path, settings: Settings) -> Signer:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError as exc:
-        raise ConfigError(f"{path} exists; keys generate never replaces a key: choose another --out (see README, key rotation)") from exc
+        raise ConfigError(f"{path} exists; keys generate never replaces a key: choose another --out (see docs/operating/keys.md, rotation)") from exc
     with os.fdopen(fd, "wb") as handle:
         handle.write(pem)
         handle.flush()

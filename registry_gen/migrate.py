@@ -190,7 +190,7 @@ def settings_lines(move: Move) -> list[str]:
         lines = [f"database_url: {masked_url(target.database_url)}   # or ${DATABASE_URL_ENV}; the password as you gave it"]
         if target.storage and target.storage != source.storage:
             lines.append(f"storage: {target.storage}   # or ${STORAGE_ENV}; this release's build reads only content_dir "
-                         f"(README, Object store): keep content_dir too until it reads the bucket")  # fmt: skip
+                         f"(docs/deploying/object-store.md): keep content_dir too until it reads the bucket")  # fmt: skip
         if target.storage_endpoint_url and target.storage_endpoint_url != source.storage_endpoint_url:
             lines.append(f"storage_endpoint_url: {target.storage_endpoint_url}")
         if configured_key(source) is None and (Path(source.data_dir) / KEY_FILE).is_file():

@@ -116,7 +116,7 @@ def erase_maintainer_email(settings: Settings, username: str, actor: str = "regi
 # `registry-gen owner bind-recorded` binds each recorded name to the account of that name, once,
 # at the upgrade. An account created after the package's first publish is held back: it may be
 # someone who registered the name later, and binding it would hand them the package. Only an
-# administrator's `owner claim` binds it (SECURITY.md, "Ownership"; README, "Upgrading").
+# administrator's `owner claim` binds it (SECURITY.md, "Ownership"; docs/operating/upgrades.md).
 
 BOUND = "bound"
 HELD_BACK = "held back"

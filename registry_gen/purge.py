@@ -6,8 +6,8 @@ write (registry_gen.writes) and every rewrite of the registry-wide files (regist
 `Purger.after_build` tells the cache exactly which files changed: one request per changed URL
 (`url` with `{path}`), one request carrying the changed packages' surrogate keys (`key_header`,
 e.g. Varnish xkey), and/or a command. A purge never fails a write: one attempt is bounded by
-`timeout_seconds`, a failure is logged and retried from a background thread (README, "Caches in
-front").
+`timeout_seconds`, a failure is logged and retried from a background thread
+(docs/deploying/caches.md).
 
 The pure half (settings, URL paths and keys of tree files, the requests) is tested on its own;
 `Purger` does the I/O.
@@ -46,8 +46,8 @@ class SharedCache:
 @dataclass(frozen=True)
 class PurgeSettings:
     """The caches in front (a CDN, Varnish, nginx proxy_cache), purged after each write's build and
-    each rewrite of the registry-wide files with exactly the changed files (README, "Caches in
-    front"); off without a url or a command (then documents carry no shared-cache lifetime)."""
+    each rewrite of the registry-wide files with exactly the changed files (docs/deploying/caches.md);
+    off without a url or a command (then documents carry no shared-cache lifetime)."""
 
     url: str | None = None
     method: str = "PURGE"

@@ -105,7 +105,7 @@ class Settings:
     audit_keep_days: int | None = None  # the audit log's retention (`registry-gen audit-prune`); None: kept for good
     uplinks: tuple[Uplink, ...] = ()  # the registries `packages:` patterns may proxy (registry_gen.mirror)
     purge: PurgeSettings = field(default_factory=PurgeSettings)  # the caches in front (registry_gen.purge)
-    # ---- the content store (README, "Object store"): None keeps archives and metas in content_dir;
+    # ---- the content store (docs/deploying/object-store.md): None keeps archives and metas in content_dir;
     # `s3://BUCKET/PREFIX` puts them in an S3-compatible bucket ($REGISTRY_STORAGE).
     storage: str | None = None
     storage_endpoint_url: str | None = None  # None: $AWS_ENDPOINT_URL_S3 / $AWS_ENDPOINT_URL, else AWS itself

@@ -35,7 +35,7 @@ def move_state_out_of_tree(settings: Settings) -> Path | None:
         _move(legacy, kept)
         log.warning(
             "%s held an older build state while %s exists: kept it as %s (its first-seen times are not merged; "
-            "see README, \"The layout of the tree\")", legacy, target, kept
+            "see docs/reference/tree.md)", legacy, target, kept
         )
         return kept
     _move(legacy, target)

@@ -165,7 +165,7 @@ class WriteService:
 
     def apply(self, name: str, rule: Rule, actor: Actor | None = None) -> BuildResult | None:
         """Runs `rule` on the current state and commits its change, all under the lock; logs one
-        line naming `actor` and what the write did (README, "Logs")."""
+        line naming `actor` and what the write did (docs/operating/logs.md)."""
         with self.locked(name):
             self._recover()
             current = self._current(name)

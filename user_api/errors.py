@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from registry_gen.errors import Forbidden, NotFound, RegistryError
+from registry_gen.errors import Forbidden, NotFound, RegistryError, Unavailable
 
 
 @dataclass(frozen=True)
@@ -144,5 +144,5 @@ class RateLimited(UserApiError):
         super().__init__(detail)
 
 
-class StoreUnavailable(UserApiError):
+class StoreUnavailable(UserApiError, Unavailable):
     default_detail = "The user database is unavailable; retry later."

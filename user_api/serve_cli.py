@@ -336,14 +336,14 @@ def _shut_down(server: Any, holder: dict[str, Any]) -> None:
 
 
 def _remind_upgrade_steps(store: Any) -> None:
-    """Until an operator runs it, every start says which upgrade step is still to do (README, "Upgrading")."""
+    """Until an operator runs it, every start says which upgrade step is still to do (docs/operating/upgrades.md)."""
     from user_api.sqlstore import BIND_RECORDED_MAINTAINERS
 
     if BIND_RECORDED_MAINTAINERS in store.pending_upgrade_steps():
         typer.echo(
             "warning: the accounts come from a release before maintainers were bound to accounts: their "
             "packages' maintainers cannot publish until an administrator runs `registry-gen owner bind-recorded` "
-            "(README, \"Upgrading\")",
+            "(docs/operating/upgrades.md)",
             err=True,
         )
 

@@ -796,7 +796,7 @@ class SqlUserStore:
         return frozenset(str(name[0]) for name in names)
 
     def pending_upgrade_steps(self) -> list[str]:
-        """The upgrade steps noted when this database was migrated and not yet run (README, "Upgrading")."""
+        """The upgrade steps noted when this database was migrated and not yet run (docs/operating/upgrades.md)."""
         with self._read() as tx:
             return [str(row[0]) for row in tx.all("SELECT step FROM upgrade_steps ORDER BY step")]
 

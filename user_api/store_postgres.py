@@ -6,7 +6,7 @@ import math
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
@@ -329,7 +329,7 @@ def migrate(conn: Any) -> None:
     """Brings a database of an older schema up to SCHEMA_VERSION (inside the schema transaction)."""
     row = conn.execute("SELECT max(version) FROM user_api_schema").fetchone()
     if row[0] is not None and row[0] < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
-        # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
+        # Accounts of a release whose maintainer entries were rights by name (docs/operating/upgrades.md).
         conn.execute("INSERT INTO upgrade_steps (step, since) VALUES (%s, now()) ON CONFLICT DO NOTHING",
                      (BIND_RECORDED_MAINTAINERS,))  # fmt: skip
     if row[0] is not None and row[0] < 3:
@@ -427,9 +427,22 @@ class PostgresDialect:
 
     @contextmanager
     def _transaction(self) -> Iterator[Tx]:
-        conn = self._connection()
-        with conn.transaction(), conn.cursor() as cursor:
+        with ExitStack() as stack:
+            conn = self._begin(stack)
+            cursor = stack.enter_context(conn.cursor())
             yield _PgTx(cursor)
+
+    def _begin(self, stack: ExitStack) -> Any:
+        """A transaction begun on this thread's connection. One that a database restart left dead
+        is replaced once: its BEGIN failed, so nothing of the transaction was sent on it."""
+        conn = self._connection()
+        try:
+            stack.enter_context(conn.transaction())
+        except psycopg.OperationalError:
+            conn.close()
+            conn = self._connection()
+            stack.enter_context(conn.transaction())
+        return conn
 
     def read(self) -> Any:
         return self._transaction()

@@ -132,7 +132,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     """Brings a database of an older schema up to SCHEMA_VERSION (inside the schema transaction)."""
     token_columns = {row[1] for row in conn.execute("PRAGMA table_info(user_tokens)")}
     if version < 2 and conn.execute("SELECT 1 FROM users LIMIT 1").fetchone():
-        # Accounts of a release whose maintainer entries were rights by name (README, "Upgrading").
+        # Accounts of a release whose maintainer entries were rights by name (docs/operating/upgrades.md).
         conn.execute("INSERT OR IGNORE INTO upgrade_steps (step, since) VALUES (?, ?)",
                      (BIND_RECORDED_MAINTAINERS, utcnow().isoformat()))  # fmt: skip
     if version < 2 and "expires_at" not in token_columns:

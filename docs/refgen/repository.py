@@ -1,9 +1,10 @@
 """The repository's own Markdown files shown as pages of the site (README.md, SECURITY.md, ...).
 
 They are included, not copied, so the site and the repository say the same thing. Their links
-point at repository paths (`[SECURITY.md](SECURITY.md)`, `user_api/AUTH.md`): a link to a file the
-site shows becomes a link to its page (anchors kept, so the strict build checks them); a link to
-any other file of the repository becomes its path in code, since the site cannot open it.
+point at repository paths (`[SECURITY.md](SECURITY.md)`, `user_api/AUTH.md`,
+`docs/operating/backups.md`): a link to a file the site shows, or to a page of the site itself,
+becomes a link to its page (anchors kept, so the strict build checks them); a link to any other
+file of the repository becomes its path in code, since the site cannot open it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ PAGES = {
     "SECURITY.md": "security/index",
     "user_api/AUTH.md": "security/accounts",
 }
+SITE_FOLDER = "docs/"  # the site's own pages, which the repository files link as `docs/PAGE.md`
 _LINK = re.compile(r"(?<!!)\[(?P<text>[^\]\n]+)\]\((?P<target>[^)\s]+)\)")
 _FENCE = re.compile(r"^([ \t]*(?:```|~~~))", re.MULTILINE)
 
@@ -33,6 +35,8 @@ def rewritten_link(text: str, target: str, included: str) -> str:
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(included), path))
     if resolved in PAGES:
         return f"[{text}](/{PAGES[resolved]}.md{hash_mark}{anchor})"
+    if resolved.startswith(SITE_FOLDER) and resolved.endswith(".md"):
+        return f"[{text}](/{resolved.removeprefix(SITE_FOLDER)}{hash_mark}{anchor})"
     shown = resolved.rstrip("/")
     if text.strip("`").rstrip("/") in (shown, path.rstrip("/"), posixpath.dirname(shown)):
         return f"`{shown}`"

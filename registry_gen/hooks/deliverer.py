@@ -39,6 +39,7 @@ from registry_gen.hooks.rules import (
 )
 from registry_gen.hooks.secrets import SecretBox
 from registry_gen.hooks.store import DELIVERED, PARKED, PENDING, Attempt, Delivery, HookStore, NewDelivery, StoredHook
+from registry_gen.errors import Unavailable
 from registry_gen.layout import PACKAGE_DOCUMENT
 from registry_gen.settings import Settings
 from registry_gen.state import JournalEntry, open_state
@@ -64,6 +65,7 @@ class Deliverer:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._paused = False
 
     # ---- the thread
 
@@ -84,14 +86,27 @@ class Deliverer:
     def _loop(self) -> None:
         tick = min(2.0, self.settings.hooks.retry_base_seconds)
         while not self._stop.is_set():
-            busy = False
-            try:
-                busy = self.run_once() > 0
-            except Exception:  # noqa: BLE001 - the thread must outlive a bad round; the next one retries
-                log.exception("hooks: a delivery round failed")
-            if not busy:
+            if not self._round():
                 self._wake.wait(tick)
                 self._wake.clear()
+
+    def _round(self) -> bool:
+        """One round, True when it handled something. A database or bucket that is away pauses the
+        deliveries with one line, and one more when they resume, not a traceback every tick."""
+        try:
+            busy = self.run_once() > 0
+        except Unavailable as exc:
+            if not self._paused:
+                log.warning("hooks: deliveries paused: %s; they resume by themselves when it is back", exc)
+            self._paused = True
+            return False
+        except Exception:  # noqa: BLE001 - the thread must outlive a bad round; the next one retries
+            log.exception("hooks: a delivery round failed")
+            return False
+        if self._paused:
+            log.warning("hooks: deliveries resumed")
+            self._paused = False
+        return busy
 
     # ---- one round
 

@@ -257,5 +257,5 @@ def _open(path: Path) -> sqlite3.Connection:
 def _unreadable(path: Path, exc: Exception) -> LedgerUnreadable:
     return LedgerUnreadable(
         f"{path} cannot be read ({exc}); it holds what no build can redo (pinned versions, first-seen times, "
-        "the signing keyring): restore it from your backup (README, Backups); nothing was changed"
+        "the signing keyring): restore it from your backup (docs/operating/backups.md); nothing was changed"
     )

@@ -54,7 +54,7 @@ class ContentStorage(Protocol):
     def atomic_create(self) -> bool:
         """True when `create` is exact against concurrent writers (the store checks and writes in
         one step); False when it is check-then-write, and only the caller's lock or database
-        constraint decides a race (README, "Object store")."""
+        constraint decides a race (docs/deploying/object-store.md)."""
         ...
 
     def exists(self, key: str) -> bool: ...

@@ -4,7 +4,7 @@ Create-only: `PUT` with `If-None-Match: *`, which the store refuses with 412 whe
 (AWS since 2024, and the stores the tests run). Where the store ignores the header (found by a
 probe on first use, or said by `storage_conditional_writes: false`), `create` checks then writes:
 exact under the caller's lock, and in a race between machines the database's UNIQUE(name, version)
-decides which publish happened (README, "Object store").
+decides which publish happened (docs/deploying/object-store.md).
 
 Errors: a store that cannot be reached, times out, throttles or answers 5xx raises
 `StorageUnavailable` (HTTP 503 at the web edge) after boto3's bounded retries; one that refuses
@@ -292,7 +292,7 @@ class S3Storage:
         if not honoured:
             log.warning(
                 "%s ignores If-None-Match: archives are created check-then-write, and in a race between machines "
-                "the database's UNIQUE(name, version) decides (README, \"Object store\")", self.location,
+                "the database's UNIQUE(name, version) decides (docs/deploying/object-store.md)", self.location,
             )
         return honoured
 

@@ -4,7 +4,7 @@
 For each client: a fresh `registry-gen serve` with open sign-up at `http://localhost:PORT/` (the
 suite writes its auth line for `localhost`), then the whole battery with that client. Exit 0 only
 when every test that applies passed; the ones that do not apply are skipped by name and listed in
-README's compatibility section with the reason (NOT_APPLICABLE below).
+compatibility page (docs/compatibility.md) with the reason (NOT_APPLICABLE below).
 
 Downloads are cached outside the checkout: the suite in `~/.cache/registry-gen-tests/e2e-cli-*`,
 the clients in `~/.cache/registry-gen-tests/clients` (the versions of tests/hosts/clients.py).

@@ -1,4 +1,4 @@
-"""README's "Backups": what it says to copy is enough. A registry with hand-dropped archives
+"""docs/operating/backups.md: what it says to copy is enough. A registry with hand-dropped archives
 (their publish times are first-seen times, the one thing a build cannot redo), a meta file and an
 account written while the store's connection is still open is backed up as README says, restored
 into an empty folder, built again: the same package documents, times included, and the account."""
@@ -36,7 +36,7 @@ def _registry(root: Path) -> Settings:
 
 
 def _sqlite_backup(source: Path, target: Path) -> None:
-    """README's way for a SQLite store: the online backup, which takes what still sits in the WAL."""
+    """The backups page's way for a SQLite store: the online backup, which takes what still sits in the WAL."""
     target.parent.mkdir(parents=True, exist_ok=True)
     source_db, copy = sqlite3.connect(source), sqlite3.connect(target)
     try:
@@ -47,7 +47,7 @@ def _sqlite_backup(source: Path, target: Path) -> None:
 
 
 def _backup(live: Settings, backups: Path) -> None:
-    """README's table, row by row."""
+    """The backups page's table, row by row."""
     shutil.copytree(live.content_dir, backups / "content", ignore=shutil.ignore_patterns(".*"))
     _sqlite_backup(live.data_dir / "users.sqlite3", backups / "data" / "users.sqlite3")
     _sqlite_backup(live.state_folder / "ledger.sqlite3", backups / "public.state" / "ledger.sqlite3")

@@ -42,7 +42,7 @@ def times(public: Path) -> dict[str, dict[str, str]]:
 
 @pytest.fixture
 def http_server(folder: Path) -> Iterator[str]:
-    """`python -m http.server -d public`, as the README's simplest host, on an ephemeral port."""
+    """`python -m http.server -d public`, as the docs' simplest host, on an ephemeral port."""
     assert run(["build"], folder).returncode == 1  # broken.tgz is refused; the rest is built
     process = subprocess.Popen(
         [sys.executable, "-u", "-m", "http.server", "0", "-b", "127.0.0.1", "-d", str(folder / "public")],

@@ -119,3 +119,29 @@ def test_an_instance_killed_mid_delivery_leaves_each_event_delivered_once_after_
     finally:
         release.set()
         receiver.down()
+
+
+def test_postgres_down_pauses_deliveries_with_one_line_and_they_resume(instances: tuple[list[Api], str], postgres: PostgresServer) -> None:  # noqa: F811
+    apis, _ = instances
+    receiver = Receiver("outage-secret")
+    receiver.up()
+    token = add_user(apis[0].base, "alice", "alice-password-1")
+    _publish(apis[0], token, "pg-outage", "0.0.1")
+    _hook(apis[0], token, "pg-outage", receiver)
+    logs = [api.config.parent / "api.log" for api in apis]
+    postgres.halt()
+    try:  # every instance's deliverer meets the outage, some of them several rounds in a row
+        until(lambda: all("hooks: deliveries paused" in log.read_text() for log in logs), deadline=60)
+    finally:
+        postgres.resume()
+    _publish(apis[1], token, "pg-outage", "1.0.0")  # at once: the user store replaces the connections the restart killed
+    try:
+        [delivered] = receiver.wait_for(1, deadline=60)
+        assert delivered.body["version"] == "1.0.0"
+        until(lambda: all("hooks: deliveries resumed" in log.read_text() for log in logs), deadline=60)
+        for log in logs:
+            text = log.read_text()
+            assert text.count("hooks: deliveries paused") == 1, text  # one line per outage, not one per round
+            assert "a delivery round failed" not in text, text
+    finally:
+        receiver.down()

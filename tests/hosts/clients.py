@@ -35,7 +35,7 @@ _DROPPED_ENV = {"CI", "GITHUB_ACTIONS", "BUILD_NUMBER", "RUN_ID", "NODE_OPTIONS"
 @dataclass(frozen=True)
 class ClientSpec:
     name: str
-    label: str  # as the README's compatibility table names it
+    label: str  # as the compatibility table (docs/compatibility.md) names it
     kind: str  # npm | pnpm | yarn1 | yarn4
     package: str | None  # npm spec installed into CLIENTS_DIR; None: the npm on PATH
     entry: str  # executable below the install prefix (.js files run with node)
@@ -178,7 +178,7 @@ class ClientRun:
             )
 
     def disable_release_age_gate(self, project: Path) -> None:
-        """pnpm 12 and yarn 4 hold back versions younger than a day by default (see the README)."""
+        """pnpm 12 and yarn 4 hold back versions younger than a day by default (see docs/compatibility.md)."""
         if self.spec.kind == "pnpm":
             (project / "pnpm-workspace.yaml").write_text("minimumReleaseAge: 0\n")
         elif self.spec.kind == "yarn4":

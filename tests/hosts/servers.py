@@ -229,7 +229,7 @@ def recording_upstream() -> Iterator[tuple[int, list[Recorded]]]:
 
 
 VARNISHD = os.environ.get("VARNISHD", shutil.which("varnishd") or "/usr/sbin/varnishd")
-# The VCL README "Caches in front" gives operators: PURGE from loopback purges by xkey (the
+# The VCL docs/deploying/caches.md gives operators: PURGE from loopback purges by xkey (the
 # surrogate keys a purge names) or else the URL; X-Cache says whether an answer came from the cache.
 VARNISH_VCL = """vcl 4.1;
 import xkey;

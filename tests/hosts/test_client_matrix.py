@@ -3,8 +3,8 @@
 A cell: fresh cache, add an unscoped package that depends on a scoped and an unscoped one (plus
 the scoped one directly), run it, then delete node_modules, start another empty cache and
 install from the lockfile (npm ci, pnpm --frozen-lockfile, yarn --frozen-lockfile/--immutable).
-The README's compatibility table lists these cells; a cell known to fail is marked here with
-xfail(strict=True) and the reason the README gives.
+The compatibility table (docs/compatibility.md) lists these cells; a cell known to fail is marked here with
+xfail(strict=True) and the reason the page gives.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.hosts.conftest import HOST_FIXTURES, CellPackages, Host
 
 pytestmark = pytest.mark.slow
 
-# (client, host) -> reason, for cells the README says fail. None at present.
+# (client, host) -> reason, for cells the page says fail. None at present.
 KNOWN_FAILURES: dict[tuple[str, str], str] = {}
 
 

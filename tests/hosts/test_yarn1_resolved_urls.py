@@ -1,6 +1,6 @@
-"""The README's yarn 1 step of "Moving in" (issue 31), run as written with the real yarn 1: a
+"""The yarn 1 step of the docs' "Moving in" page (issue 31), run as written with the real yarn 1: a
 yarn.lock made against the public registry keeps yarn 1 on the public registry's `resolved` URLs
-whatever registry is configured; after the README's `sed` line it installs from this registry
+whatever registry is configured; after the page's `sed` line it installs from this registry
 alone, checksums and all. The public registry is stood in for by a proxy that refuses everything,
 so the test is the same with or without a network."""
 
@@ -21,16 +21,16 @@ from tests.support import make_tarball, recording_static_server, refusing_proxy
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-README_URL = "https://npm.example.com/"
+MOVING_IN = Path(__file__).resolve().parents[2] / "docs" / "moving-in.md"
+PAGE_URL = "https://npm.example.com/"
 PUBLIC = "https://registry.yarnpkg.com/"
 
 
-def readme_rewrite(base: str) -> list[str]:
-    """The README's yarn 1 command, for a registry at `base` instead of its example URL."""
-    found = re.search(r"`(sed -i '[^`]*' yarn\.lock)`", README.read_text(encoding="utf-8"))
-    assert found, "README: no `sed -i '…' yarn.lock` step for yarn 1 in Moving in"
-    return shlex.split(found.group(1).replace(README_URL, base))
+def documented_rewrite(base: str) -> list[str]:
+    """The page's yarn 1 command, for a registry at `base` instead of its example URL."""
+    found = re.search(r"`(sed -i '[^`]*' yarn\.lock)`", MOVING_IN.read_text(encoding="utf-8"))
+    assert found, "docs/moving-in.md: no `sed -i '…' yarn.lock` step for yarn 1"
+    return shlex.split(found.group(1).replace(PAGE_URL, base))
 
 
 def tarballs(asked: list[str]) -> list[str]:
@@ -60,7 +60,7 @@ def test_yarn1_installs_from_here_once_the_lockfile_names_this_registry(tmp_path
         assert any("CONNECT registry.yarnpkg.com:443" in line for line in outside), outside
         assert tarballs(asked) == []  # the configured registry was not asked for a single tarball
 
-        subprocess.run(readme_rewrite(base), cwd=project, check=True, timeout=60)
+        subprocess.run(documented_rewrite(base), cwd=project, check=True, timeout=60)
         assert PUBLIC not in lockfile.read_text() and lockfile.read_text().count(base) == 2
         outside.clear()
         client.fresh_cache()

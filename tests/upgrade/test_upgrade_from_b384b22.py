@@ -7,7 +7,7 @@ adding an owner. Then today's `serve` opens the same folder on the same address.
 `registry-gen owner bind-recorded`, the old owner's publish with its old token is refused; after it,
 accepted. The account created after the package's first publish is held back and listed, and only
 `owner claim` binds it. Times, dist-tags and tokens are kept. On SQLite (where the backup is a file
-copy) the rollback the README describes is exercised: the previous release refuses the migrated
+copy) the rollback docs/operating/upgrades.md describes is exercised: the previous release refuses the migrated
 user database, and with the backup restored it reads and builds the upgraded content/.
 """
 
@@ -115,7 +115,7 @@ def test_owners_publish_again_once_the_recorded_names_are_bound(tmp_path: Path, 
     old = make_old_registry(tmp_path / "registry", database_url)
     root, owner, late = old.root, old.npms["olduser"], old.npms["lateuser"]
     if database_url is None:
-        shutil.copytree(root / "data", tmp_path / "backup-data")  # README, "Upgrading": back up first
+        shutil.copytree(root / "data", tmp_path / "backup-data")  # docs/operating/upgrades.md: back up first
     else:
         assert not (root / "data" / "users.sqlite3").exists()  # the accounts are in PostgreSQL
     server = RegistryProcess(root, port=old.port).start()  # today's code, the same address
@@ -156,7 +156,7 @@ def test_owners_publish_again_once_the_recorded_names_are_bound(tmp_path: Path, 
 
 
 def assert_rolls_back(old: OldRegistry, backup: Path) -> None:
-    """README, "Upgrading", rolling back: the previous release refuses the migrated database; with the
+    """docs/operating/upgrades.md, rolling back: the previous release refuses the migrated database; with the
     backup restored it reads today's content/ (versions published since the upgrade included)."""
     refused = old_cli(old.python, old.root, "user", "list")
     assert refused.returncode != 0 and "newer version" in refused.stderr

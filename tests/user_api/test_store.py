@@ -421,7 +421,7 @@ def test_a_schema_1_database_is_migrated_and_keeps_its_tokens(store_settings: Se
 
 
 def test_only_a_schema_1_database_with_accounts_notes_the_binding_step(store_settings: Settings) -> None:
-    """README, "Upgrading": accounts of a release before maintainers were bound leave a step to run
+    """docs/operating/upgrades.md: accounts of a release before maintainers were bound leave a step to run
     (`owner bind-recorded`); a new database, or an old one without accounts, has nothing to do."""
     from user_api.sqlstore import BIND_RECORDED_MAINTAINERS
 
