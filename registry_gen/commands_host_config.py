@@ -27,7 +27,14 @@ FromBucketOption = Annotated[
     bool,
     typer.Option(
         "--from-bucket",
-        help="Serve reads from the tree bucket (`tree:`, else `storage:`/_tree; endpoint from storage_endpoint_url or $AWS_ENDPOINT_URL) instead of the tree folder. The tree prefix must be public-read.",
+        help="Serve reads from the tree bucket (`tree:`, else `storage:`/_tree; endpoint from storage_endpoint_url or $AWS_ENDPOINT_URL) instead of the tree folder. The tree prefix must be public-read, unless --private-bucket.",
+    ),
+]
+PrivateBucketOption = Annotated[
+    bool,
+    typer.Option(
+        "--private-bucket",
+        help="With --from-bucket: the tree bucket refuses anonymous reads; nginx reads each file with a URL the API presigns for exactly that key in its read decision (needs --api-upstream; --read-cache-seconds at most 60).",
     ),
 ]
 
@@ -115,6 +122,7 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             typer.Option("--read-cache-path", help="With read rules: folder of cached decisions (default: read_cache in the runtime folder with --standalone, else /var/cache/nginx/registry-gen-read)."),
         ] = None,
         from_bucket: FromBucketOption = False,
+        private_bucket: PrivateBucketOption = False,
         tree: TreeOption = None,
         config: ConfigOption = None,
     ) -> None:
@@ -129,8 +137,7 @@ def _register_nginx(host: typer.Typer, settings_from_options: SettingsFactory) -
             )
         read_cache = (read_cache_path or ("read_cache" if standalone else "/var/cache/nginx/registry-gen-read"), read_cache_seconds)
         common = _nginx_common(settings, server_name, document_max_age, read_cache)
-        if from_bucket:
-            common["bucket"] = bucket_origin(settings)
+        common.update(bucket_reads(settings, from_bucket, private_bucket, read_cache))
         listen_value = listen or default_listen(settings.base_url)
         try:
             if standalone:
@@ -164,19 +171,45 @@ def _nginx_common(settings: Settings, server_name: str, document_max_age: int, r
     return common
 
 
-def bucket_origin(settings: Settings) -> Any:
+def bucket_reads(settings: Settings, from_bucket: bool, private: bool, read_cache: tuple[str, int]) -> dict[str, Any]:
+    """The nginx config's arguments for `--from-bucket` (and `--private-bucket`: a read check that signs)."""
+    if private and not from_bucket:
+        raise ConfigError("--private-bucket: the tree is read from a bucket only with --from-bucket; add it or drop --private-bucket")
+    if not from_bucket:
+        return {}
+    return {"bucket": bucket_origin(settings, private)} | ({"read_check": signed_read_check(read_cache)} if private else {})
+
+
+def bucket_origin(settings: Settings, private: bool = False) -> Any:
     """Where `registry-gen api` with `storage:` puts the built tree, as an nginx origin."""
     from registry_gen.hosting import BucketOrigin
-    from registry_gen.objectstore import tree_location
-    from registry_gen.storage import storage_endpoint
+    from registry_gen.objectstore import reader_endpoint, tree_location
 
     if settings.storage is None:
         raise ConfigError("--from-bucket: the config has no storage: (s3://BUCKET/PREFIX), so the tree is in no bucket; set it or drop --from-bucket")
-    if settings.packages.in_force:
-        typer.echo("note: read rules guard nginx only; a public-read tree bucket serves private packages to anyone asking it directly", err=True)
+    if settings.packages.in_force and not private:
+        typer.echo(
+            "note: read rules guard nginx only; a public-read tree bucket serves private packages to anyone asking it directly "
+            "(keep the bucket private and add --private-bucket)",
+            err=True,
+        )
     location = tree_location(settings)
-    endpoint = storage_endpoint(settings) or "https://s3.amazonaws.com"
-    return BucketOrigin(endpoint.rstrip("/"), location.bucket, location.prefix)
+    return BucketOrigin(reader_endpoint(settings), location.bucket, location.prefix, private)
+
+
+def signed_read_check(read_cache: tuple[str, int]) -> Any:
+    """The read check of a private tree bucket: asked for every read (it signs the URL), its
+    answers kept less long than the URLs they carry stay valid."""
+    from registry_gen.nginx_access import ReadCheck
+    from registry_gen.objectstore import PRESIGN_SECONDS
+
+    path, seconds = read_cache
+    if seconds > PRESIGN_SECONDS // 2:
+        raise ConfigError(
+            f"--read-cache-seconds {seconds}: with --private-bucket a kept decision carries URLs valid {PRESIGN_SECONDS} s; "
+            f"keep it at most {PRESIGN_SECONDS // 2}"
+        )
+    return ReadCheck(path, seconds)
 
 
 def _register_object_store(host: typer.Typer, settings_from_options: SettingsFactory) -> None:

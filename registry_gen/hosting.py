@@ -137,18 +137,19 @@ def _web_type(relative: str) -> str:
     return guessed
 
 
-def object_headers(relative: str, *, document_max_age: int = 0) -> ObjectHeaders | None:
-    """Content-Type and Cache-Control for one file, or None if it must not be published."""
+def object_headers(relative: str, *, document_max_age: int = 0, shared: SharedCache | None = None) -> ObjectHeaders | None:
+    """Content-Type and Cache-Control for one file, or None if it must not be published; `shared`:
+    a purged cache in front (registry.yaml `purge:`) may keep documents until their purge."""
     kind = classify(relative)
     if kind in (ObjectKind.PRIVATE, ObjectKind.PRECOMPRESSED):
         return None
     if kind is ObjectKind.TARBALL:
         return ObjectHeaders(TARBALL_TYPE, IMMUTABLE_CACHE)
     if kind in (ObjectKind.WEB, ObjectKind.OTHER):
-        return ObjectHeaders(_web_type(relative), document_cache(document_max_age))
+        return ObjectHeaders(_web_type(relative), document_cache(document_max_age, shared))
     if kind is ObjectKind.ABBREVIATED_DOCUMENT:
-        return ObjectHeaders(ABBREVIATED_TYPE, document_cache(document_max_age))
-    return ObjectHeaders(JSON_TYPE, document_cache(document_max_age))
+        return ObjectHeaders(ABBREVIATED_TYPE, document_cache(document_max_age, shared))
+    return ObjectHeaders(JSON_TYPE, document_cache(document_max_age, shared))
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,15 @@ def _aliases(relative: str, kind: ObjectKind) -> list[str]:
     return [folder]
 
 
-def upload_plan(relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0) -> list[Upload]:
+def upload_plan(
+    relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0, shared: SharedCache | None = None
+) -> list[Upload]:
     """Every object to upload for the given tree files, tarballs first, sorted within a phase."""
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     uploads: list[Upload] = []
     for relative in relatives:
-        headers = object_headers(relative, document_max_age=document_max_age)
+        headers = object_headers(relative, document_max_age=document_max_age, shared=shared)
         if headers is None:
             continue
         kind = classify(relative)
@@ -250,30 +253,39 @@ _ERRORS = {
 
 @dataclass(frozen=True)
 class BucketOrigin:
-    """Reads from the tree bucket: `endpoint` (http(s)://HOST[:PORT], path-style), the bucket, the tree's prefix."""
+    """Reads from the tree bucket: `endpoint` (http(s)://HOST[:PORT], path-style), the bucket, the
+    tree's prefix; `private`: the bucket refuses anonymous reads, so nginx reads each key with the
+    presigned URL its read decision hands it (the API's READ_CHECK_PATH, registry_gen.nginx_access)."""
 
     endpoint: str
     bucket: str
     prefix: str
+    private: bool = False
 
 
+# The characters a served path may hold to be read from the bucket as the key it spells: no
+# character a key would need encoded (?, #, %, space, control characters), which would change
+# what the bucket is asked. npm names, versions and tags never hold one.
+TREE_KEY_CHARACTERS = "A-Za-z0-9@._~!*'()+,=:/-"
 _BUCKET_PART = re.compile(r"^[A-Za-z0-9._~!*'()+,=:@-]+(?:/[A-Za-z0-9._~!*'()+,=:@-]+)*$")
 
 
-def _origin_values(api: bool, read_check: bool, bucket: BucketOrigin | None, proxied: Sequence[tuple[str, bool]]) -> dict[str, str | None]:
-    """The origins, checked together: read rules need the API; the mirror needs the folder."""
+def _origin_values(api: bool, read_check: bool, bucket: BucketOrigin | None, proxied: Sequence[tuple[str, bool]]) -> dict[str, Any]:
+    """The origins, checked together: read rules and a private bucket need the API; the mirror needs the folder."""
     if read_check and not api:
         raise ValueError("read rules need the API to check reads: give the API address (--api-upstream)")
+    if bucket is not None and bucket.private and not (api and read_check):
+        raise ValueError("a private tree bucket is read with the URLs the API signs: give the API address (--api-upstream) and a read check")
     if bucket is not None and any(proxies for _, proxies in proxied):
         raise ValueError("proxied packages (proxy: in packages:) are answered from the API's own folder: serve the tree from the folder, not the bucket")
     return _bucket_values(bucket)
 
 
-def _bucket_values(origin: BucketOrigin | None) -> dict[str, str | None]:
+def _bucket_values(origin: BucketOrigin | None) -> dict[str, Any]:
     """The template's values for a bucket origin: the upstream server, the Host header, the path
-    before each key (`/BUCKET/PREFIX`); all None for the folder."""
+    before each key (`/BUCKET/PREFIX`), whether it is private; all None for the folder."""
     if origin is None:
-        return {"bucket_server": None, "bucket_scheme": None, "bucket_host": None, "bucket_path": None}
+        return {"bucket_server": None, "bucket_scheme": None, "bucket_host": None, "bucket_path": None, "bucket_private": False}
     from urllib.parse import urlsplit
 
     parts = urlsplit(origin.endpoint)
@@ -288,6 +300,8 @@ def _bucket_values(origin: BucketOrigin | None) -> dict[str, str | None]:
         "bucket_scheme": parts.scheme,
         "bucket_host": _quoted(parts.netloc),
         "bucket_path": "/" + path,
+        "bucket_private": origin.private,
+        "key_characters": TREE_KEY_CHARACTERS,
     }
 
 
@@ -338,7 +352,7 @@ def nginx_site(
         denied={403} if read_check is not None else set(),
         read_check=read_check is not None,
         http_part=http_part(read_check) if read_check is not None else "",
-        server_part=server_part(read_check) if read_check is not None else "",
+        server_part=server_part(read_check, signed=origin["bucket_private"]) if read_check is not None else "",
         static_json_paths=STATIC_UNDER_API,
         **_cache_values(document_max_age, shared_cache),
         **origin,

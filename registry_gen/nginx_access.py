@@ -18,6 +18,12 @@ from registry_gen.access import REFUSED_SPELLINGS, SCOPED_NAME_SLASH
 
 READ_CHECK_PATH = "/-/registry-gen/read-access"
 SERVED_PATH_HEADER = "X-Registry-Gen-Path"  # the check's question: the path nginx serves ($uri)
+# A private tree bucket (`--from-bucket --private-bucket`): the check is also asked for the URLs
+# nginx reads the bucket with. It names the package document the Accept header picks; the answer
+# carries two presigned paths (`/BUCKET/KEY?X-Amz-…`): the folder's document and the path's own key.
+SIGN_DOCUMENT_HEADER = "X-Registry-Gen-Document"
+SIGNED_DOCUMENT_HEADER = "X-Registry-Gen-Signed-Document"
+SIGNED_FILE_HEADER = "X-Registry-Gen-Signed-File"
 CACHE_ZONE = "registry_gen_read"
 # The characters of a package name (registry_gen.names: URL-safe, as old packages may be).
 NAME_PART = "[A-Za-z0-9._~!*'()-]+"
@@ -66,8 +72,15 @@ map $registry_gen_read_path $registry_gen_read_key {{
 """
 
 
-def server_part(check: ReadCheck) -> str:
-    """server-context lines: refusals, the path to decide on, the check and its own location."""
+def server_part(check: ReadCheck, *, signed: bool = False) -> str:
+    """server-context lines: refusals, the path to decide on, the check and its own location;
+    `signed`: the check also answers the presigned URLs of a private tree bucket."""
+    cache_key = "$registry_gen_read_key $remote_addr $http_authorization"
+    signing = ""
+    if signed:
+        # Each path (and document) has URLs of its own: the cached answer is the path's, not the package's.
+        cache_key = "$registry_gen_read_path $registry_gen_document $remote_addr $http_authorization"
+        signing = f"        proxy_set_header {SIGN_DOCUMENT_HEADER} $registry_gen_document;\n"
     return f"""    # Read rules (registry.yaml `packages:`): see the comments at the top of this file.
     if ($registry_gen_refused) {{
         return 404;
@@ -81,7 +94,7 @@ def server_part(check: ReadCheck) -> str:
         return 404;
     }}
     auth_request {READ_CHECK_PATH};
-    location = {READ_CHECK_PATH} {{
+{_signed_variables() if signed else ""}    location = {READ_CHECK_PATH} {{
         internal;
         auth_request off;
         proxy_pass http://registry_gen_api;
@@ -92,11 +105,20 @@ def server_part(check: ReadCheck) -> str:
         proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;  # for tokens limited to networks
         proxy_set_header {SERVED_PATH_HEADER} $registry_gen_read_path;
         proxy_set_header X-Original-URI $request_uri;
-        proxy_cache {CACHE_ZONE};
+{signing}        proxy_cache {CACHE_ZONE};
         # The key and the address hold no space, so no other key and credential can spell this one.
-        proxy_cache_key "$registry_gen_read_key $remote_addr $http_authorization";
+        proxy_cache_key "{cache_key}";
         proxy_cache_valid 200 401 403 {check.cache_seconds}s;
         proxy_cache_lock on;
         proxy_ignore_headers Cache-Control Expires Set-Cookie Vary;
     }}
 """
+
+
+def _signed_variables() -> str:
+    """The presigned paths of the check's answer, for the bucket locations' proxy_pass. They stay
+    in nginx: an auth_request answer's headers never reach the client."""
+    return "".join(
+        f"    auth_request_set {variable} $upstream_http_{header.lower().replace('-', '_')};\n"
+        for variable, header in (("$registry_gen_signed_document", SIGNED_DOCUMENT_HEADER), ("$registry_gen_signed_file", SIGNED_FILE_HEADER))
+    )

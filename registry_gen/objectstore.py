@@ -20,16 +20,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
+from registry_gen.access import has_dot_segment
 from registry_gen.errors import ConfigError
-from registry_gen.hosting import upload_plan
+from registry_gen.hosting import TREE_KEY_CHARACTERS, upload_plan
+from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
+from registry_gen.purge import SharedCache, cache_key, shared_cache
 from registry_gen.state import open_state
-from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url
+from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint, Timeouts
 from registry_gen.storage.contract import is_content_key
 from registry_gen.storage.folder import FolderStorage
 
@@ -152,11 +157,15 @@ class Owed:
 class BucketTree:
     """The built tree in a bucket. Uploads in `hosting.upload_plan`'s order (tarballs, then package
     documents, then the rest), so a reader never gets a document naming a tarball the bucket does
-    not hold yet; removals last. What a failed publish left is owed, and published first next time."""
+    not hold yet; removals last. What a failed publish left is owed, and published first next time.
+    With `shared` (a purged cache in front, `purge:`), each object carries the caching headers the
+    folder's server sends: Cache-Control with s-maxage, and its surrogate key as metadata
+    (`x-amz-meta-<key_header>`: a bucket stores no header of another name)."""
 
-    def __init__(self, bucket: S3Storage, out_dir: Path):
+    def __init__(self, bucket: S3Storage, out_dir: Path, shared: SharedCache | None = None):
         self.bucket = bucket
         self.out_dir = out_dir
+        self.shared = shared
         self.owed = Owed(set(), set())
         self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
 
@@ -171,12 +180,16 @@ class BucketTree:
             self._publish_owed()
 
     def _publish_owed(self) -> None:
-        for upload in upload_plan(sorted(self.owed.written)):
+        key_header = self.shared.key_header if self.shared is not None else None
+        for upload in upload_plan(sorted(self.owed.written), shared=self.shared):
             if upload.key.endswith("/"):
                 continue  # a web folder's alias: the site links index.html explicitly
             path = self.out_dir / upload.source
             if path.is_file():  # a later build may have removed it: its removal is owed instead
-                self.bucket.publish(upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control)
+                metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+                self.bucket.publish(
+                    upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
+                )
         self.owed.written.clear()
         for key in sorted(self.owed.removed):
             for alias in {upload.key for upload in upload_plan([key])}:
@@ -187,6 +200,67 @@ class BucketTree:
 
 def tree_files(out_dir: Path) -> list[str]:
     return sorted(item.key for item in FolderStorage(out_dir).list())
+
+
+# ---------------------------------------------------------------- presigned reads (a private tree bucket)
+
+# How long a URL the read check signs stays valid: nginx keeps a decision at most half of it
+# (`host-config nginx --private-bucket` refuses a longer --read-cache-seconds), so a kept URL is
+# never stale when nginx uses it.
+PRESIGN_SECONDS = 120
+# Where readers reach a bucket on AWS without storage_endpoint_url: path-style, as nginx asks it.
+AWS_S3_ENDPOINT = "https://s3.amazonaws.com"
+_TREE_KEY_PATH = re.compile(f"^/[{TREE_KEY_CHARACTERS}]*$")
+
+
+def reader_endpoint(settings: Settings) -> str:
+    """The endpoint nginx reads the tree bucket at, and so the one its URLs are signed for."""
+    return (storage_endpoint(settings) or AWS_S3_ENDPOINT).rstrip("/")
+
+
+def read_keys(path: str, document: str) -> tuple[str, str] | None:
+    """The two tree keys nginx may read for the served path `path` (decoded, as nginx's $uri):
+    the folder's document (`document`, the one the Accept header picked; always the page under
+    /-/web/) and the path's own key, a trailing '/' dropped. None when `path` could name anything
+    but a file of the tree: a character outside the key alphabet, a dot, `.` or `..` segment, an
+    empty segment, or a document name that is not one."""
+    if not _TREE_KEY_PATH.match(path) or has_dot_segment(path) or document not in (PACKAGE_DOCUMENT, ABBREVIATED_DOCUMENT):
+        return None
+    stem = path[1:].removesuffix("/")
+    segments = stem.split("/")
+    if not stem or any(not segment or segment.startswith(".") for segment in segments):
+        return None
+    if stem == WEB_ROOT or stem.startswith(WEB_ROOT + "/"):
+        document = PACKAGE_DOCUMENT
+    return f"{stem}/{document}", stem
+
+
+class TreeSigner:
+    """Presigns GETs of the tree bucket's keys, for the endpoint nginx reads it at."""
+
+    def __init__(self, client: Any, location: S3Location):
+        self.client = client
+        self.bucket = location.bucket
+        self.prefix = f"{location.prefix}/" if location.prefix else ""
+
+    def signed_path(self, key: str) -> str:
+        """`/BUCKET/PREFIX/KEY?X-Amz-…`: the path and query of a URL valid PRESIGN_SECONDS for exactly this key."""
+        url = self.client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self.prefix + key}, ExpiresIn=PRESIGN_SECONDS
+        )
+        parts = urlsplit(url)
+        return f"{parts.path}?{parts.query}"
+
+    def signed_reads(self, path: str, document: str) -> tuple[str, str] | None:
+        """The signed paths of `read_keys(path, document)`; None where that refuses."""
+        keys = read_keys(path, document)
+        return None if keys is None else (self.signed_path(keys[0]), self.signed_path(keys[1]))
+
+
+def open_tree_signer(settings: Settings) -> TreeSigner:
+    from registry_gen.storage.s3 import s3_client
+
+    return TreeSigner(s3_client(reader_endpoint(settings), Timeouts()), tree_location(settings))
 
 
 # ---------------------------------------------------------------- opening them
@@ -206,6 +280,7 @@ class ObjectStore:
     content: S3Storage
     mirror: ContentMirror
     tree: BucketTree
+    signer: TreeSigner  # for nginx's reads of a private tree bucket
 
     def sync_pending(self, settings: Settings) -> None:
         """The packages of writes a crashed writer left pending, which the next build resolves
@@ -243,7 +318,8 @@ def open_object_store(settings: Settings) -> ObjectStore | None:
     content = open_content_storage(settings, building=False)
     assert isinstance(content, S3Storage)
     mirror = ContentMirror(content, settings.content_dir, nested_tree_folder(settings))
-    return ObjectStore(content, mirror, BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir))
+    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir, shared_cache(settings.purge))
+    return ObjectStore(content, mirror, tree, open_tree_signer(settings))
 
 
 def open_tree_sink(settings: Settings) -> TreeSink:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
 
 from registry_gen.access import (
@@ -26,7 +26,13 @@ from registry_gen.access import (
     name_status,
     package_of_served_path,
 )
-from registry_gen.nginx_access import READ_CHECK_PATH, SERVED_PATH_HEADER
+from registry_gen.nginx_access import (
+    READ_CHECK_PATH,
+    SERVED_PATH_HEADER,
+    SIGN_DOCUMENT_HEADER,
+    SIGNED_DOCUMENT_HEADER,
+    SIGNED_FILE_HEADER,
+)
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings
 from registry_gen.state import open_state
@@ -34,6 +40,9 @@ from user_api import policy
 from user_api.web import note_user
 from user_api.models import User
 from user_api.store import UserStore
+
+if TYPE_CHECKING:  # boto3 loads only with a bucket configured
+    from registry_gen.objectstore import TreeSigner
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -44,6 +53,7 @@ _REPLIES: Final = {
 }
 log = logging.getLogger(__name__)
 _SERVED_PATH_KEY: Final = "HTTP_" + SERVED_PATH_HEADER.upper().replace("-", "_")
+_SIGN_DOCUMENT_KEY: Final = "HTTP_" + SIGN_DOCUMENT_HEADER.upper().replace("-", "_")
 
 
 class ReadGuard:
@@ -172,6 +182,35 @@ def _reply(start_response: StartResponse, status: int, head: bool) -> list[bytes
         headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))
     start_response(line, headers)
     return [] if head else [data]
+
+
+def signing(decide: WsgiApp, signer: TreeSigner | None) -> WsgiApp:
+    """`decide` (the read check) for an nginx that reads a private tree bucket: a read it allows
+    is answered with the presigned paths of exactly the keys of the path decided on (nginx keeps
+    them; the client never sees them). A question that asks for none is decided as before."""
+
+    def decision(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        document = environ.get(_SIGN_DOCUMENT_KEY)
+        if document is None:
+            return decide(environ, start_response)
+        if signer is None:
+            log.error("nginx reads a private tree bucket (--private-bucket), but this instance has no storage: to sign for")
+            start_response("500 Internal Server Error", [("Content-Length", "0"), ("Cache-Control", "no-store")])
+            return []
+        path = _checked_path(environ)
+        signed = None if path is None else signer.signed_reads(path, str(document))
+        if signed is None:  # no key this path could be read from: the 404 of a missing package
+            start_response("403 Forbidden", [("Content-Length", "0"), ("Cache-Control", "no-store"), ("X-Accel-Expires", "0")])
+            return []
+
+        def with_urls(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
+            if status.startswith("200"):
+                headers = [*headers, (SIGNED_DOCUMENT_HEADER, signed[0]), (SIGNED_FILE_HEADER, signed[1])]
+            return start_response(status, headers, *rest)
+
+        return decide(environ, with_urls)
+
+    return decision
 
 
 def allow_all(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:

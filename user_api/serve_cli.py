@@ -210,18 +210,15 @@ def _prepare_tree(settings: Settings, static: bool, objects: ObjectStore | None 
 def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
-    from registry_gen.leader import start_leader
-    from user_api.access_log import AccessLog, configure_server_logging
+    from user_api.access_log import configure_server_logging
     from user_api.guard import guarded_channel, store_token_check
-    from user_api.hooks_service import start_deliverer
     from user_api.registry_routes import publish_body_limit
-    from user_api.server import create_server_app
-    from user_api.store import open_user_store
+    from user_api.server import starting
 
     configure_server_logging()
     objects = _object_store(settings, static)  # or refused, before anything is bound or written
     new_registry = is_new_registry(settings)  # or refused, before anything is bound or written
-    holder: dict[str, Any] = {}
+    holder: dict[str, Any] = {"app": starting}
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         return holder["app"](environ, start_response)
@@ -233,30 +230,65 @@ def _run(
     settings = _public_settings(settings, port, static, explicit_base_url)
     if new_registry:
         start_empty(settings)
-    _prepare_tree(settings, static, objects)
-    store = open_user_store(settings)
-    holder["store"] = store
-    _remind_upgrade_steps(store)
-    leader = start_leader(settings, objects)
-    refresher = _refresher(settings, leader, objects)
-    deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
-    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake, objects=objects))
-    _greet(settings, _public_url(settings.host, port), threads, static)
-    watcher = None
-    if watch:
-        from registry_gen.watch import start_watcher
-
-        # Development mode: archives dropped into content/ show up without a restart.
-        watcher = start_watcher(settings, initial_build=False)
-        typer.echo(f"  watching {settings.content_dir} for new, changed and removed archives")
-    sys.stdout.flush()
+    if static:  # one process, nothing to fail over to: requests wait in the queue until the build is done
+        _start(settings, holder, objects, static=static, threads=threads, watch=watch, port=port)
     _stop_on_sigterm()
     try:
+        if not static:  # an instance among others: it answers 503 until it is ready, so a client retries (or another instance)
+            _start_in_background(settings, holder, objects, threads=threads, port=port)
         server.run()
     except KeyboardInterrupt:
         pass
     finally:
-        _shut_down(server, store, watcher, refresher, deliverer, leader)
+        _shut_down(server, holder)
+    if "failed" in holder:
+        raise holder["failed"]
+
+
+def _start(
+    settings: Settings, holder: dict[str, Any], objects: ObjectStore | None, *, static: bool, threads: int, watch: bool, port: int
+) -> None:
+    """Brings the tree up to date, opens the stores and starts the background parts, then puts the
+    server's app in `holder` (which answers `starting` until then); the parts go there too, for
+    the shutdown."""
+    from registry_gen.leader import start_leader
+    from user_api.access_log import AccessLog
+    from user_api.hooks_service import start_deliverer
+    from user_api.server import create_server_app
+    from user_api.store import open_user_store
+
+    _prepare_tree(settings, static, objects)
+    holder["store"] = store = open_user_store(settings)
+    _remind_upgrade_steps(store)
+    holder["leader"] = leader = start_leader(settings, objects)
+    holder["refresher"] = refresher = _refresher(settings, leader, objects)
+    holder["deliverer"] = deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
+    app = create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake, objects=objects)
+    holder["app"] = AccessLog(app)
+    _greet(settings, _public_url(settings.host, port), threads, static)
+    if watch:
+        from registry_gen.watch import start_watcher
+
+        # Development mode: archives dropped into content/ show up without a restart.
+        holder["watcher"] = start_watcher(settings, initial_build=False)
+        typer.echo(f"  watching {settings.content_dir} for new, changed and removed archives")
+    sys.stdout.flush()
+
+
+def _start_in_background(settings: Settings, holder: dict[str, Any], objects: ObjectStore | None, *, threads: int, port: int) -> None:
+    """`_start` in a thread while the server answers; if it fails, the error ends the process as
+    it would have in the foreground (the main thread is interrupted, then raises it)."""
+    import _thread
+    import threading
+
+    def start() -> None:
+        try:
+            _start(settings, holder, objects, static=False, threads=threads, watch=False, port=port)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread, which reports it
+            holder["failed"] = exc
+            _thread.interrupt_main()
+
+    threading.Thread(target=start, name="registry-gen-start", daemon=True).start()
 
 
 def _server_options(settings: Settings, threads: int, trusted_proxy: str | None) -> dict[str, Any]:
@@ -288,16 +320,19 @@ def _refresher(settings: Settings, leader: Any, objects: ObjectStore | None = No
     return leader if leader is not None else IndexRefresher(settings, objects)
 
 
-def _shut_down(server: Any, store: Any, watcher: Any, refresher: Any, deliverer: Any, leader: Any = None) -> None:
-    if watcher is not None:
-        watcher.stop()
+def _shut_down(server: Any, holder: dict[str, Any]) -> None:
+    """Stops what `_start` started (all of it, or what it got to before it failed)."""
+    if holder.get("watcher") is not None:
+        holder["watcher"].stop()
     server.close()
-    deliverer.stop()
-    if refresher is not None:
-        refresher.flush()  # what the last writes deferred, before the process goes
-    if leader is not None:
-        leader.stop()  # its term ends with its session: another instance leads within a tick
-    store.close()
+    if holder.get("deliverer") is not None:
+        holder["deliverer"].stop()
+    if holder.get("refresher") is not None:
+        holder["refresher"].flush()  # what the last writes deferred, before the process goes
+    if holder.get("leader") is not None:
+        holder["leader"].stop()  # its term ends with its session: another instance leads within a tick
+    if holder.get("store") is not None:
+        holder["store"].close()
 
 
 def _remind_upgrade_steps(store: Any) -> None:

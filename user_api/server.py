@@ -41,7 +41,7 @@ from registry_gen.signing import KEYS_DOCUMENT
 from user_api.app import create_user_app
 from user_api.mirror_gate import MirrorGate
 from user_api.negotiation import parse_accept
-from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all
+from user_api.read_access import READ_CHECK_PATH, ReadGuard, allow_all, signing
 from user_api.registry_context import CONTEXT_KEY
 from user_api.registry_routes import create_registry_app
 from user_api.store import UserStore
@@ -247,6 +247,28 @@ def _etags(identity: str, served: os.stat_result, *, gzip: bool) -> tuple[str, s
     return (zipped, plain) if gzip else (plain, zipped)
 
 
+STARTING_RETRY_AFTER: Final = "5"
+
+
+def starting(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    """What `registry-gen api` answers while it starts (the sync from the bucket, the build, the
+    upload): a 503 problem with Retry-After, so a client or a balancer tries again or elsewhere."""
+    import uuid
+
+    from user_api import errors
+    from user_api.negotiation import JSON
+    from user_api.problems import PROBLEM_TYPES_BY_ERROR, encode_problem, problem_document
+
+    detail = "this instance is starting (bringing its work folder and the tree up to date); retry shortly"
+    document = problem_document(PROBLEM_TYPES_BY_ERROR[errors.StoreUnavailable], detail=detail, request_id=str(uuid.uuid4()))
+    body, content_type = encode_problem(document, JSON)
+    start_response("503 Service Unavailable", [
+        ("Content-Type", content_type), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+        ("Retry-After", STARTING_RETRY_AFTER),
+    ])  # fmt: skip
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+
 def create_server_app(
     settings: Settings, store: UserStore, *, static: bool = True, refresher: IndexRewrites | None = None,
     after_write: Callable[[], None] | None = None, objects: ObjectStore | None = None,
@@ -266,7 +288,7 @@ def create_server_app(
     guard = ReadGuard(settings, store) if settings.packages.in_force else None
     if tree is not None and guard is not None:
         tree = guard.protect(tree)
-    read_check = guard.decision if guard is not None else allow_all
+    read_check = signing(guard.decision if guard is not None else allow_all, objects.signer if objects is not None else None)
     # Proxied names (`proxy:` in `packages:`): their reads go through the mirror first.
     mirror = MirrorGate(settings, registry_app.config[CONTEXT_KEY].writes, plain_tree, guard) if settings.packages.proxies else None
 

@@ -79,6 +79,7 @@ def s3_client(endpoint_url: str | None, timeouts: Timeouts) -> Any:
         connect_timeout=timeouts.connect, read_timeout=timeouts.read,
         retries={"total_max_attempts": timeouts.attempts, "mode": "standard"},
         s3={"addressing_style": "path"} if endpoint_url else {},
+        signature_version="s3v4",  # also for presigned URLs (botocore may presign with the retired SigV2)
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
     )
     return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
@@ -190,11 +191,12 @@ class S3Storage:
         except StoreAnswer as answer:
             raise self._unexpected(answer, "put_object", key) from None
 
-    def publish(self, key: str, data: bytes, *, content_type: str, cache_control: str) -> None:
+    def publish(self, key: str, data: bytes, *, content_type: str, cache_control: str, metadata: dict[str, str] | None = None) -> None:
         """Stores or overwrites a file of the built tree with the headers its readers get (the tree
-        sink, registry_gen.objectstore)."""
+        sink, registry_gen.objectstore); `metadata`: served as `x-amz-meta-NAME` headers."""
+        extra = {"Metadata": metadata} if metadata else {}
         try:
-            self._put(key, data, hashlib.md5(data), ContentType=content_type, CacheControl=cache_control)
+            self._put(key, data, hashlib.md5(data), ContentType=content_type, CacheControl=cache_control, **extra)
         except StoreAnswer as answer:
             raise self._unexpected(answer, "put_object", key) from None
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +60,26 @@ def wait_for_port(port: int, process: subprocess.Popen[Any] | None = None, deadl
                 return
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {deadline}s")
+
+
+def wait_for_api(port: int, process: subprocess.Popen[Any] | None = None, deadline: float = 60.0) -> None:
+    """Polls until `registry-gen api` on 127.0.0.1:port is ready: it listens at once and answers
+    503 while it starts (its tree brought up to date), then anything else."""
+    end = time.monotonic() + deadline
+    wait_for_port(port, process, deadline)
+    while time.monotonic() < end:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"registry-gen api exited with {process.returncode} while starting")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ping", timeout=5):
+                return
+        except urllib.error.HTTPError as answer:
+            if answer.code != 503:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)  # polling a condition with a deadline
+    raise RuntimeError(f"registry-gen api on 127.0.0.1:{port} was not ready after {deadline}s")
 
 
 def generate_nginx_config(
@@ -273,5 +295,6 @@ def api_process(root: Path, config: Path, port: int) -> Iterator[Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     argv = [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
             "--trusted-proxy", "127.0.0.1"]  # fmt: skip
-    with server_process(argv, root / "api.log", port, cwd=root, env=env):
+    with server_process(argv, root / "api.log", port, cwd=root, env=env) as process:
+        wait_for_api(port, process)
         yield root / "api.log"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -179,3 +180,55 @@ def test_bucket_origin_is_checked_before_it_reaches_the_config(tmp_path: Path) -
             nginx_site(tmp_path, "8080", "127.0.0.1:5000", bucket=bad)
     with pytest.raises(ValueError, match="proxied packages"):
         nginx_site(tmp_path, "8080", "127.0.0.1:5000", bucket=BucketOrigin("http://h:1", "reg", ""), proxied=[("^a$", True)])
+
+
+def test_a_private_bucket_config_signs_every_read_and_leaves_the_public_one_alone(tmp_path: Path) -> None:
+    """`--private-bucket`: every read asks the check, which hands the presigned paths nginx reads
+    with; without it the bucket config names no signed URL; both pass `nginx -t`."""
+    from registry_gen.hosting import BucketOrigin
+    from registry_gen.nginx_access import ReadCheck
+
+    origin = BucketOrigin("http://127.0.0.1:9000", "reg", "p/_tree")
+    check = ReadCheck("read_cache", 10)
+    public = nginx_config(tmp_path, "127.0.0.1:8080", "127.0.0.1:5000", bucket=origin)
+    private = nginx_config(tmp_path, "127.0.0.1:8080", "127.0.0.1:5000", bucket=dataclasses.replace(origin, private=True), read_check=check)
+    assert "signed" not in public and "auth_request" not in public and "proxy_pass http://registry_gen_bucket/reg/p/_tree$uri;" in public
+    assert "auth_request_set $registry_gen_signed_file $upstream_http_x_registry_gen_signed_file;" in private
+    assert "proxy_pass http://registry_gen_bucket$registry_gen_signed_document;" in private and "/reg/p/_tree" not in private
+    assert 'proxy_cache_key "$registry_gen_read_path $registry_gen_document $remote_addr $http_authorization";' in private
+    for name, text in (("public", public), ("private", private)):
+        (tmp_path / f"{name}.conf").write_text(text)
+        checked = subprocess.run([NGINX, "-t", "-p", str(tmp_path), "-c", str(tmp_path / f"{name}.conf")], capture_output=True, text=True, timeout=30)
+        assert checked.returncode == 0, checked.stderr
+    with pytest.raises(ValueError, match="private tree bucket"):
+        nginx_config(tmp_path, "8080", "127.0.0.1:5000", bucket=dataclasses.replace(origin, private=True))
+
+
+def test_private_bucket_options_are_checked(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "registry.yaml"
+    config.write_text("storage: s3://reg/p\nstorage_endpoint_url: http://127.0.0.1:9000\ndatabase_url: postgresql://x@127.0.0.1/x\n")
+    base = ["host-config", "nginx", "--config", str(config), "--tree", str(tmp_path), "--api-upstream", "127.0.0.1:5000"]
+    assert registry_gen([*base, "--private-bucket"]) == 1
+    assert "error: --private-bucket: the tree is read from a bucket only with --from-bucket" in capsys.readouterr().err
+    assert registry_gen([*base, "--from-bucket", "--private-bucket", "--read-cache-seconds", "61"]) == 1
+    assert "--read-cache-seconds 61" in capsys.readouterr().err
+    assert registry_gen([*base, "--from-bucket", "--private-bucket"]) == 0
+    assert "proxy_pass http://registry_gen_bucket$registry_gen_signed_file;" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("path", "document", "keys"),
+    [
+        ("/pkg", "index.html", ("pkg/index.html", "pkg")),
+        ("/pkg/", "abbreviated.json", ("pkg/abbreviated.json", "pkg")),
+        ("/@scope/pkg/-/pkg-1.0.0.tgz", "index.html", ("@scope/pkg/-/pkg-1.0.0.tgz/index.html", "@scope/pkg/-/pkg-1.0.0.tgz")),
+        ("/-/web/", "abbreviated.json", ("-/web/index.html", "-/web")),  # the site has no abbreviated page
+        ("/pkg/../../canary.json", "index.html", None), ("/pkg/./x", "index.html", None), ("/pkg//x", "index.html", None),
+        ("/pkg/.hidden", "index.html", None), ("/a b", "index.html", None), ("/a%2fb", "index.html", None), ("/a?x", "index.html", None),
+        ("pkg", "index.html", None), ("/", "index.html", None), ("/pkg", "../secret", None), ("/pkg", "package.json", None),
+    ],
+)  # fmt: skip
+def test_read_keys_are_exactly_the_keys_of_the_path(path: str, document: str, keys: tuple[str, str] | None) -> None:
+    from registry_gen.objectstore import read_keys
+
+    assert read_keys(path, document) == keys

@@ -29,7 +29,7 @@ from registry_gen.importers.origins import FileMark, OriginLedger, OriginRecord
 from registry_gen.publish import Actor
 from registry_gen.settings import Settings, load_settings
 from registry_gen.writes import WriteService
-from tests.hosts.servers import free_port, stop_process, wait_for_port
+from tests.hosts.servers import free_port, stop_process, wait_for_api
 from tests.migrate.conftest import migrate, write_config
 from tests.realworld.corpus import Corpus, ensure_corpus, odd_packages, split_spec
 from tests.registry_api.helpers import tarball
@@ -105,7 +105,7 @@ def whoami_through_api(config: Path, token: str) -> str:
         api = subprocess.Popen([sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1",
                                 "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         try:
-            wait_for_port(port, api, deadline=60)
+            wait_for_api(port, api, deadline=60)
             request = urllib.request.Request(f"http://127.0.0.1:{port}/-/whoami", headers={"Authorization": f"Bearer {token}"})
             with urllib.request.urlopen(request, timeout=20) as answer:
                 return str(json.loads(answer.read())["username"])

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_port
+from tests.hosts.servers import free_port, nginx_server, stop_process, wait_for_api
 from tests.importers.upstream_server import hostile_upstream
 from tests.mirror.helpers import built, write_config
 from tests.registry_api.helpers import add_user, http
@@ -34,7 +34,7 @@ def nginx_and_api(root: Path, config: Path) -> Iterator[str]:
         api = subprocess.Popen([sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1",
                                 "--port", str(api_port)], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         try:
-            wait_for_port(api_port, api, deadline=60)
+            wait_for_api(api_port, api, deadline=60)
             with nginx_server(root / "public", root / "nginx", nginx_port, api_upstream=f"127.0.0.1:{api_port}",
                               extra_args=["--config", str(config)]) as base:  # fmt: skip
                 yield base

@@ -28,7 +28,7 @@ import pytest
 from registry_gen.layout import PACKAGE_DOCUMENT
 from registry_gen.storage.contract import archive_key
 from tests.conftest import postgres_state_url
-from tests.hosts.servers import free_port, stop_process, wait_for_port
+from tests.hosts.servers import free_port, stop_process, wait_for_api, wait_for_port
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
 
@@ -51,13 +51,17 @@ class Api:
     def base(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
-    def start(self) -> Api:
+    def start(self, *, ready: bool = True) -> Api:
+        """Starts the process; waits until it is ready (`ready`), or only until it listens."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")} | self.env
         self.process = subprocess.Popen(
             [sys.executable, "-m", "registry_gen", "api", "--config", str(self.config), "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=self.config.parent, env=env, stdout=subprocess.DEVNULL, stderr=(self.config.parent / "api.log").open("ab"),
         )  # fmt: skip
-        wait_for_port(self.port, self.process, deadline=60)
+        if ready:
+            wait_for_api(self.port, self.process, deadline=60)
+        else:
+            wait_for_port(self.port, self.process, deadline=60)
         return self
 
     def kill(self) -> None:

@@ -70,15 +70,17 @@ def bucket_policy(*prefixes: str) -> str:
 
 
 @contextlib.contextmanager
-def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...] = ("a", "b")) -> Iterator[Site]:
+def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...] = ("a", "b"), *, private: bool = False,
+                extra: str = "") -> Iterator[Site]:
     """One S3 server of `kind` holding the bucket, an api instance per host (own EMPTY work folder,
-    all on `database_url`), started, and nginx in front with the config `host-config nginx
-    --from-bucket` emits, one `--api-upstream` per instance."""
+    all on `database_url`, `extra` appended to each registry.yaml), started, and nginx in front with
+    the config `host-config nginx --from-bucket` emits, one `--api-upstream` per instance; with
+    `private`, `--private-bucket` too and no bucket policy at all, so the bucket refuses anonymous reads."""
     reads_port = free_port()
     with s3_credentials(), s3_server(kind, root / "s3") as s3:
         make_bucket(s3.endpoint, BUCKET)
-        # Readers are anonymous: the tree is public-read, and so is a canary outside it.
-        client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=bucket_policy(TREE, CANARY))
+        if not private:  # readers are anonymous: the tree is public-read, and so is a canary outside it
+            client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=bucket_policy(TREE, CANARY))
         client(s3.endpoint).put_object(Bucket=BUCKET, Key=CANARY, Body=b'{"canary": true}', ContentType="application/json")
         apis, works = [], []
         for host in hosts:
@@ -88,11 +90,11 @@ def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...]
             config.write_text(
                 f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: http://127.0.0.1:{reads_port}/\n"
                 f"database_url: '{database_url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
-                f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n"
+                f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n{extra}"
             )
             apis.append(Api(config))
         # The emitted config: reads from the tree bucket, writes to any instance.
-        origin = ["--config", str(apis[0].config), "--from-bucket"]
+        origin = ["--config", str(apis[0].config), "--from-bucket", *(["--private-bucket"] if private else [])]
         origin += [arg for api in apis[1:] for arg in ("--api-upstream", f"127.0.0.1:{api.port}")]
         with nginx_server(root / "no-tree", root / "nginx", reads_port, f"127.0.0.1:{apis[0].port}", origin) as reads:
             try:
@@ -234,6 +236,12 @@ def assert_bucket_reads(site: Site, token: str) -> None:
     assert http("GET", site.reads + "-/all").status == 200  # a registry folder under its own key
     assert (scoped := http("GET", site.reads + "@scope%2fpkg")).status == 200 and scoped.json["name"] == "@scope/pkg"
     assert http("GET", site.reads + "@scope%2Fpkg").json == http("GET", site.reads + "@scope/pkg").json == scoped.json
+    # A folder's URL reads the folder's files, as the folder config's try_files does.
+    assert http("GET", site.reads + "bucket-pkg/").json == full.json
+    assert http("GET", site.reads + "bucket-pkg/", headers={"Accept": "application/vnd.npm.install-v1+json"}).json == short.json
+    assert http("GET", site.reads + "bucket-pkg/latest/").json["version"] == "1.1.0"
+    front = http("GET", site.reads + "-/web/")
+    assert front.status == 200 and front.headers["content-type"].startswith("text/html") and front.body == site.read("-/web/index.html")[0]
     missing = http("GET", site.reads + "no-such-pkg")  # S3 answers 403 to anonymous readers for a missing key
     assert missing.status == 404 and missing.json == {"error": "not found"}
     hostile = ["..%2f..%2fcanary.json", "%2e%2e/%2e%2e/canary.json", "bucket-pkg/%2e%2e/%2e%2e/%2e%2e/canary.json", "-/..%2f..%2f..%2fcanary.json",
@@ -258,3 +266,96 @@ def verify_bucket_tree(site: Site) -> None:
     proc = subprocess.run([sys.executable, "-m", "registry_gen", "verify", str(copy), "--config", str(site.apis[1].config)],
                           capture_output=True, text=True, timeout=300, env=env, cwd=site.root)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+SECRET_RULES = "packages:\n  'secret-*': {read: [insiders]}\n  '**': {read: all}\n"
+
+
+@pytest.mark.parametrize("kind", ["moto", "seaweedfs"])
+def test_a_private_tree_bucket_is_read_through_urls_the_read_check_signs(kind: str, postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    """No bucket policy: the bucket refuses every anonymous read (both servers prove it). nginx
+    (`--from-bucket --private-bucket`) reads it with the URLs the API's read decision presigned
+    for exactly the key asked; real npm installs through it; a denied package stays denied with
+    the answers of the public-bucket config; no URL nor bucket error reaches the client."""
+    with bucket_site(kind, postgres_state_url(postgres), tmp_path, ("a",), private=True, extra=SECRET_RULES) as site:
+        (api,) = site.apis
+        token = add_user(api.base, "alice", "alice-password-1")
+        for name in ("open-pkg", "secret-pkg"):
+            assert http("PUT", site.reads + name, token=token, body=publish_body(name, "1.0.0", tarball(name, "1.0.0"))).status == 201
+        direct = http("GET", f"{site.s3.endpoint}/{BUCKET}/{TREE}open-pkg/index.html")
+        assert direct.status == 403 and "open-pkg" in site.objects()  # the object is there; only a signed URL reads it
+
+        full = http("GET", site.reads + "open-pkg")
+        assert full.status == 200 and full.json["name"] == "open-pkg" and full.headers["cache-control"] == "public, max-age=0, must-revalidate"
+        assert_nothing_signed_leaks(full, site)
+        short = http("GET", site.reads + "open-pkg/", headers={"Accept": "application/vnd.npm.install-v1+json"})
+        assert short.headers["content-type"] == "application/vnd.npm.install-v1+json" and short.json != full.json
+        archive = http("GET", full.json["versions"]["1.0.0"]["dist"]["tarball"])
+        assert archive.status == 200 and archive.body == tarball("open-pkg", "1.0.0") and "immutable" in archive.headers["cache-control"]
+        head = http("HEAD", site.reads + "open-pkg")  # the URL is signed for GET: nginx asks GET and drops the body
+        assert head.status == 200 and head.headers["content-type"] == "application/json"
+        assert http("GET", site.reads + "-/web/").status == 200
+
+        # Denied reads: the answers of the public-bucket config (401 without a token, 404 with one without access).
+        secret = site.read("secret-pkg")[0]
+        anonymous, stranger = http("GET", site.reads + "secret-pkg"), http("GET", site.reads + "secret-pkg", token=token)
+        assert anonymous.status == 401 and stranger.status == 404 and stranger.json == {"error": "not found"}
+        assert http("GET", site.reads + "secret-pkg/-/secret-pkg-1.0.0.tgz").status == 401 and secret not in anonymous.body + stranger.body
+        missing = http("GET", site.reads + "no-such-pkg")  # the bucket's own 403/404 body stays in nginx
+        assert missing.status == 404 and missing.json == {"error": "not found"}
+        assert_nothing_signed_leaks(missing, site)
+        for spelling in ["..%2f..%2fcanary.json", "%2e%2e/%2e%2e/canary.json", "open-pkg/%2e%2e/%2e%2e/%2e%2e/canary.json", "open-pkg%3Facl", "open-pkg%20"]:
+            reply = http("GET", site.reads + spelling)
+            assert reply.status in (400, 404) and b"canary" not in reply.body and b"<" not in reply.body, (spelling, reply.status, reply.body)
+
+        assert_signed_for_exactly_one_key(site)
+        installer = ClientRun(CLIENTS["npm11"], install_client(CLIENTS["npm11"]), site.root / "installer", site.reads)
+        project = installer.new_project(site.root / "project")
+        installer.add(project, "open-pkg@1.0.0")
+        assert json.loads((project / "node_modules/open-pkg/package.json").read_text())["version"] == "1.0.0"
+
+
+def assert_nothing_signed_leaks(reply: Any, site: Site) -> None:
+    """No presigned URL (nor a piece of one) and no bucket error body in what the client gets."""
+    seen = (json.dumps(reply.headers) + reply.body.decode("utf-8", "replace")).lower()
+    words = ("x-amz-signature", "x-amz-credential", "awsaccesskeyid", "x-registry-gen", "<error", site.s3.endpoint.lower(), f"/{BUCKET}/{PREFIX}/")
+    leaked = [word for word in words if word in seen]
+    assert not leaked, (leaked, " ".join(sorted(reply.headers)))
+
+
+def assert_signed_for_exactly_one_key(site: Site) -> None:
+    """The read decision, asked as nginx asks it: URLs for the path's keys only, none for a path
+    that is not a file of the tree. SeaweedFS checks signatures: a URL signed for one key reads no
+    other (moto does not check them, so this part is proved on SeaweedFS only)."""
+    ask = {"X-Registry-Gen-Path": "/open-pkg/", "X-Registry-Gen-Document": "index.html"}
+    answer = http("GET", site.apis[0].base + "-/registry-gen/read-access", headers=ask)
+    document, own = answer.headers["x-registry-gen-signed-document"], answer.headers["x-registry-gen-signed-file"]
+    assert document.startswith(f"/{BUCKET}/{TREE}open-pkg/index.html?") and own.startswith(f"/{BUCKET}/{TREE}open-pkg?")
+    assert http("GET", site.s3.endpoint + document).json["name"] == "open-pkg"
+    for path in ("/open-pkg/../../canary.json", "/open-pkg/./index.html", "/open-pkg//x", "/open-pkg/.hidden", "/a b", "/open-pkg?x"):
+        refused = http("GET", site.apis[0].base + "-/registry-gen/read-access", headers={**ask, "X-Registry-Gen-Path": path})
+        assert refused.status == 403 and "x-registry-gen-signed-file" not in refused.headers, path
+    if site.s3.kind == "seaweedfs":
+        other = document.replace("open-pkg/index.html?", "secret-pkg/index.html?")
+        assert http("GET", site.s3.endpoint + other).status == 403
+
+
+def test_an_instance_answers_503_with_retry_after_until_its_start_is_done(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    """While its start waits (here: for the build lock this test holds, as another build would
+    hold it), an instance answers every request with a 503 problem and Retry-After, never a hang
+    nor a 500; once started, the same requests succeed."""
+    from registry_gen.buildlock import holding_build_lock
+
+    with bucket_site("moto", postgres_state_url(postgres), tmp_path, ("a",)) as site:
+        (api,) = site.apis
+        token = add_user(api.base, "alice", "alice-password-1")
+        api.stop()
+        with holding_build_lock(site.works[0] / ".public.lock", 10):
+            api.start(ready=False)
+            for method, path, body in (("GET", "-/ping", None), ("GET", "-/whoami", None), ("PUT", "early-pkg", publish_body("early-pkg", "1.0.0", tarball("early-pkg", "1.0.0")))):
+                reply = http(method, api.base + path, token=token, body=body, timeout=10)
+                assert reply.status == 503 and reply.headers["retry-after"].isdigit(), (path, reply.status, reply.body)
+                assert reply.headers["content-type"] == "application/problem+json" and reply.json["status"] == 503 and "starting" in reply.json["detail"]
+            assert api.process is not None and api.process.poll() is None
+        assert poll(lambda: http("GET", api.base + "-/ping", timeout=10).status == 200, 60)
+        assert http("PUT", api.base + "early-pkg", token=token, body=publish_body("early-pkg", "1.0.0", tarball("early-pkg", "1.0.0"))).status == 201

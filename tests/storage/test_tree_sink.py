@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +61,43 @@ def test_what_a_dead_store_did_not_take_is_owed_and_published_first_next_time(ki
     tree.publish(BuildResult(removed=["pkg/index.html"]))
     keys = {item["Key"].removeprefix(location.prefix + "/") for item in s3.list_objects_v2(Bucket=BUCKET, Prefix=location.prefix + "/")["Contents"]}
     assert keys == {"pkg/-/pkg-1.0.0.tgz", "-/web/index.html"}
+
+
+@pytest.mark.parametrize("kind", ["moto", "seaweedfs"])
+def test_with_a_purged_cache_in_front_each_object_carries_the_folder_servers_caching_headers(kind: str, s3_servers: Servers, tmp_path: Path) -> None:
+    """`purge:` with a key header: the folder's server (StaticTree, as `serve` and the nginx config)
+    sends s-maxage and a surrogate key; the bucket's objects carry the same Cache-Control, and the
+    key as `x-amz-meta-<header>`, so a CDN in front of the bucket can keep them and purge by key."""
+    from registry_gen.hosting import document_cache
+    from registry_gen.purge import SharedCache
+    from user_api.server import StaticTree
+
+    server = s3_servers.get(kind)
+    out = tmp_path / "public"
+    for relative, data in FILES.items():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        (out / relative).write_bytes(data)
+    shared = SharedCache(600, "xkey")
+    location = S3Location(BUCKET, f"s{secrets.token_hex(6)}/tree")
+    BucketTree(s3_store(server.endpoint, location), out, shared).publish(BuildResult(written=list(FILES)))
+    folder = StaticTree(out, document_cache=document_cache(0, shared), cache_key_header="xkey")
+    s3 = client(server.endpoint)
+    for key, path in {"pkg/-/pkg-1.0.0.tgz": "/pkg/-/pkg-1.0.0.tgz", "pkg": "/pkg", "pkg/index.html": "/pkg", "-/web/index.html": "/-/web/index.html", "-/all/index.html": "/-/all"}.items():
+        served = served_headers(folder, path)
+        stored = s3.head_object(Bucket=BUCKET, Key=f"{location.prefix}/{key}")
+        assert (stored["CacheControl"], stored["Metadata"].get("xkey")) == (served["cache-control"], served["xkey"]), key
+    assert "s-maxage=600" in served_headers(folder, "/pkg")["cache-control"]  # what the bucket must match is the shared lifetime
+
+
+def served_headers(app: Any, path: str) -> dict[str, str]:
+    answered: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], *rest: Any) -> None:
+        answered.update(status=status, headers={name.lower(): value for name, value in headers})
+
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "", "SERVER_NAME": "x", "SERVER_PORT": "80", "wsgi.url_scheme": "http"}
+    body = app(environ, start_response)
+    if hasattr(body, "close"):
+        body.close()
+    assert answered["status"].startswith("200"), (path, answered)
+    return answered["headers"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from registry_gen.settings import Settings
-from tests.hosts.servers import free_port, stop_process, wait_for_port
+from tests.hosts.servers import free_port, stop_process, wait_for_api
 from tests.registry_api.helpers import add_user, http
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ def two_hosts(pg_store_settings: Settings, tmp_path: Path) -> Iterator[dict[str,
                 cwd=root, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             processes.append(process)
-            wait_for_port(port, process, deadline=60)
+            wait_for_api(port, process)
             hosts[name] = (config, f"http://127.0.0.1:{port}/")
         yield hosts
     finally:
