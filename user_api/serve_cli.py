@@ -214,6 +214,7 @@ def _run(
     from user_api.access_log import AccessLog, configure_server_logging
     from user_api.guard import guarded_channel, store_token_check
     from user_api.hooks_service import start_deliverer
+    from user_api.profiling import dump_profile, profiled
     from user_api.registry_routes import publish_body_limit
     from user_api.server import create_server_app
     from user_api.store import open_user_store
@@ -240,7 +241,9 @@ def _run(
     leader = start_leader(settings, objects)
     refresher = _refresher(settings, leader, objects)
     deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
-    holder["app"] = AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake, objects=objects))
+    holder["app"] = profiled(
+        AccessLog(create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake, objects=objects))
+    )
     _greet(settings, _public_url(settings.host, port), threads, static)
     watcher = None
     if watch:
@@ -257,6 +260,7 @@ def _run(
         pass
     finally:
         _shut_down(server, store, watcher, refresher, deliverer, leader)
+        dump_profile(holder["app"])
 
 
 def _server_options(settings: Settings, threads: int, trusted_proxy: str | None) -> dict[str, Any]:
