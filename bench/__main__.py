@@ -33,6 +33,10 @@ MODULE_TIMEOUT = {True: 20 * 60, False: 90 * 60}  # quick, full: seconds per mod
 # The full run's build module generates, builds and caches the 1M-version registry the first
 # time (and whenever registry_gen/ changes): hours on a small machine, minutes once cached.
 FULL_RUN_TIMEOUT = {"bench_build": 5 * 3600}
+# The scale-out bench starts PostgreSQL, an S3 server, nginx, Varnish and three api instances, and
+# a first start on its loaded registry uploads the whole tree: 5 minutes on a quiet machine, far
+# more on a shared one.
+QUICK_RUN_TIMEOUT = {"bench_scaleout": 60 * 60}
 STATIC_NOTES = BENCH_DIR / "PROFILE.md"
 
 
@@ -116,7 +120,7 @@ def run_module(module: str, quick: bool) -> tuple[list[dict[str, Any]], dict[str
         command = [sys.executable, "-m", "bench", "--run-module", module, "--output", str(output)]
         if quick:
             command.append("--quick")
-        timeout = MODULE_TIMEOUT[quick] if quick else FULL_RUN_TIMEOUT.get(module, MODULE_TIMEOUT[quick])
+        timeout = (QUICK_RUN_TIMEOUT if quick else FULL_RUN_TIMEOUT).get(module, MODULE_TIMEOUT[quick])
         try:
             proc = subprocess.run(command, cwd=REPO, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -215,6 +219,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         " are what to compare)",
         f"- Commit: {report['commit']}",
         f"- Duration: {report['seconds']:.0f} s",
+        *_merged_lines(report),
         "",
         "Every figure is a ratio against a baseline measured in the same run; absolute values are shown for",
         "context. `met?` is judged against the goal; where a goal is not met, the note says what bounds it.",
@@ -241,11 +246,41 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _run_of(report: dict[str, Any]) -> dict[str, Any]:
+    return {"date": report["date"], "commit": report["commit"], "quick": report["quick"]}
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`old` with the figures, sections and times of `new`'s modules in place of their own (or
+    added): a module run again does not cost the full run of every other. Each module's run
+    (date, commit, mode) is kept under `runs`, and the report names the ones that differ."""
+    ran = set(new["modules"])
+    report = dict(old)
+    report["runs"] = {module: _run_of(old) for module in old["modules"]} | old.get("runs", {})
+    report["runs"].update({module: _run_of(new) for module in new["modules"]})
+    report["figures"] = [row for row in old["figures"] if row.get("module") not in ran] + new["figures"]
+    report["sections"] = {**old["sections"], **new["sections"]}
+    report["module_seconds"] = {**old["module_seconds"], **new["module_seconds"]}
+    report["modules"] = list(old["modules"]) + [module for module in new["modules"] if module not in old["modules"]]
+    return report
+
+
+def _merged_lines(report: dict[str, Any]) -> list[str]:
+    own = _run_of(report)
+    return [
+        f"- {module} from another run: {run['date']}, {'quick' if run['quick'] else 'full'}, commit {run['commit']}"
+        for module, run in report.get("runs", {}).items()
+        if run != own
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description="Run the benchmarks and write bench/REPORT.md.")
     parser.add_argument("--quick", action="store_true", help="a few minutes: smaller registries, fewer repeats")
     parser.add_argument("--only", action="append", metavar="NAME", help="run only this module (bench_NAME or NAME); repeatable")
     parser.add_argument("--report-dir", type=Path, default=BENCH_DIR, help="where REPORT.md and REPORT.json go")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the other modules' figures of the REPORT.json already there; this run's modules replace theirs")
     parser.add_argument("--run-module", help=argparse.SUPPRESS)
     parser.add_argument("--output", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -286,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         report["sections"]["Profile and findings"] = STATIC_NOTES.read_text()
     report["seconds"] = time.perf_counter() - started
     args.report_dir.mkdir(parents=True, exist_ok=True)
+    if args.merge and (args.report_dir / "REPORT.json").exists():
+        report = merged(json.loads((args.report_dir / "REPORT.json").read_text()), report)
     (args.report_dir / "REPORT.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (args.report_dir / "REPORT.md").write_text(render_markdown(report) + "\n")
     print(f"bench: wrote {args.report_dir / 'REPORT.md'} and REPORT.json", file=sys.stderr)

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 from registry_gen.access import has_dot_segment
 from registry_gen.errors import ConfigError
-from registry_gen.hosting import TREE_KEY_CHARACTERS, upload_plan
+from registry_gen.hosting import TREE_KEY_CHARACTERS, Upload, upload_plan
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
 from registry_gen.purge import SharedCache, cache_key, shared_cache
 from registry_gen.state import open_state
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 # The tree's default place: beside the content, under a folder no npm package can be named
 # (an unscoped name never starts with "_"), which the content listing skips.
 TREE_FOLDER = "_tree"
+# Tree uploads of one phase in flight at once; boto3's pool keeps 10 connections per client.
+UPLOAD_THREADS = 8
 
 
 # ---------------------------------------------------------------- where things are (pure)
@@ -180,22 +183,38 @@ class BucketTree:
             self._publish_owed()
 
     def _publish_owed(self) -> None:
-        key_header = self.shared.key_header if self.shared is not None else None
-        for upload in upload_plan(sorted(self.owed.written), shared=self.shared):
-            if upload.key.endswith("/"):
-                continue  # a web folder's alias: the site links index.html explicitly
-            path = self.out_dir / upload.source
-            if path.is_file():  # a later build may have removed it: its removal is owed instead
-                metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
-                self.bucket.publish(
-                    upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
-                )
+        # A web folder's alias is skipped: the site links index.html explicitly.
+        uploads = [upload for upload in upload_plan(sorted(self.owed.written), shared=self.shared) if not upload.key.endswith("/")]
+        for phase in sorted({upload.phase for upload in uploads}):  # a phase starts once the one before is stored
+            self._upload_together([upload for upload in uploads if upload.phase == phase])
         self.owed.written.clear()
         for key in sorted(self.owed.removed):
             for alias in {upload.key for upload in upload_plan([key])}:
                 if not alias.endswith("/"):
                     self.bucket.remove(alias)
         self.owed.removed.clear()
+
+    def _upload_together(self, uploads: list[Upload]) -> None:
+        """Every upload of one phase in flight at once (up to UPLOAD_THREADS): a publish writes a
+        dozen or more objects, and each PUT waits on the store far more than it computes. The
+        first failure is raised once all are done; what was owed stays owed."""
+        if len(uploads) < 2:
+            for upload in uploads:
+                self._upload(upload)
+            return
+        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(uploads)), thread_name_prefix="tree-upload") as pool:
+            done = [pool.submit(self._upload, upload) for upload in uploads]
+        for future in done:
+            future.result()
+
+    def _upload(self, upload: Upload) -> None:
+        path = self.out_dir / upload.source
+        if path.is_file():  # a later build may have removed it: its removal is owed instead
+            key_header = self.shared.key_header if self.shared is not None else None
+            metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+            self.bucket.publish(
+                upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
+            )
 
 
 def tree_files(out_dir: Path) -> list[str]:

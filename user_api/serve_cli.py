@@ -211,6 +211,7 @@ def _run(
     settings: Settings, *, static: bool, threads: int, explicit_base_url: bool, trusted_proxy: str | None, watch: bool = False
 ) -> None:
     from user_api.access_log import configure_server_logging
+    from user_api.profiling import dump_profile
     from user_api.guard import guarded_channel, store_token_check
     from user_api.registry_routes import publish_body_limit
     from user_api.server import starting
@@ -241,6 +242,7 @@ def _run(
         pass
     finally:
         _shut_down(server, holder)
+        dump_profile(holder.get("app"))
     if "failed" in holder:
         raise holder["failed"]
 
@@ -254,6 +256,7 @@ def _start(
     from registry_gen.leader import start_leader
     from user_api.access_log import AccessLog
     from user_api.hooks_service import start_deliverer
+    from user_api.profiling import profiled
     from user_api.server import create_server_app
     from user_api.store import open_user_store
 
@@ -264,7 +267,7 @@ def _start(
     holder["refresher"] = refresher = _refresher(settings, leader, objects)
     holder["deliverer"] = deliverer = start_deliverer(settings, store)  # hooks: a background thread, never in a request
     app = create_server_app(settings, store, static=static, refresher=refresher, after_write=deliverer.wake, objects=objects)
-    holder["app"] = AccessLog(app)
+    holder["app"] = profiled(AccessLog(app))
     _greet(settings, _public_url(settings.host, port), threads, static)
     if watch:
         from registry_gen.watch import start_watcher

@@ -237,6 +237,7 @@ def write_names(folder: Path, names: Iterable[str]) -> Path:
     get them: written as they come from the state, never joined in the build's heap (at 100,000
     packages the joined blob and its parts were ~10 MB, held while workers ran). One fixed name:
     builds hold the build lock, and a build killed before removing it leaves one file, replaced next time."""
+    folder.mkdir(parents=True, exist_ok=True)  # on PostgreSQL nothing else creates the state folder
     path = folder / PRESENT_NAMES_FILE
     with open(path, "w", encoding="utf-8") as out:
         for name in names:

@@ -194,3 +194,18 @@ def test_the_first_write_after_a_database_restart_lands(settings: Settings, stat
     state_postgres.resume()
     service.land_archive("restarted", tarball("restarted", "1.0.1"), ALICE)  # on fresh connections, not a 503
     assert {row[0] for row in _pg(settings, "SELECT version FROM pins WHERE name = 'restarted'")} == {"1.0.0", "1.0.1"}
+
+
+def test_a_parallel_build_on_postgresql_needs_no_state_folder_made_beforehand(settings: Settings, state_postgres: PostgresServer) -> None:
+    """On PostgreSQL nothing else creates OUT_DIR.state: a build with enough packages for worker
+    processes (an instance's first start on an empty work folder after `migrate`) hands them the
+    names through a file there, and once stopped on the missing folder."""
+    from registry_gen.build.write import PARALLEL_PACKAGES
+
+    on_postgres = settings.with_updates(database_url=postgres_state_url(state_postgres))
+    for index in range(PARALLEL_PACKAGES + 2):
+        make_tarball(settings.content_dir, f"many-{index}", "1.0.0")
+    assert not on_postgres.state_folder.exists()
+    result = run_build(on_postgres)
+    assert not result.errors and result.archives_read == PARALLEL_PACKAGES + 2
+    assert (settings.out_dir / f"many-{PARALLEL_PACKAGES + 1}" / "index.html").is_file()

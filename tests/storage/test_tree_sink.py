@@ -5,7 +5,9 @@ removal takes the alias too."""
 
 from __future__ import annotations
 
+import http.server
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,8 @@ from registry_gen.errors import StorageUnavailable
 from registry_gen.objectstore import BucketTree
 from registry_gen.storage import S3Location, S3Storage, Timeouts
 from tests.storage.conftest import BUCKET, Servers, s3_store
-from tests.storage.s3servers import client, distinct_free_ports, s3_credentials
+from tests.storage.s3servers import client, distinct_free_ports, forward, relay, s3_credentials
+from tests.support import serving
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +104,65 @@ def served_headers(app: Any, path: str) -> dict[str, str]:
         body.close()
     assert answered["status"].startswith("200"), (path, answered)
     return answered["headers"]
+
+
+class GatedProxy(http.server.BaseHTTPRequestHandler):
+    """Forwards every request to the S3 server, recording each PUT's start and end; holds a PUT
+    until another is in flight beside it, or a deadline passes (so uploads one at a time still
+    finish, a second each)."""
+
+    upstream: str
+    events: list[tuple[str, str]]  # ("start" | "end", key), in the order they happened
+    gate: threading.Condition
+    flight: list[int]  # [in flight now, most in flight at once]
+
+    def handle_put(self) -> None:
+        key = self.path.split("?")[0]
+        with self.gate:
+            self.events.append(("start", key))
+            self.flight[0] += 1
+            self.flight[1] = max(self.flight)
+            self.gate.notify_all()
+            self.gate.wait_for(lambda: self.flight[0] > 1, timeout=1.0)  # a condition with a deadline
+        answer = forward(self, self.upstream)
+        with self.gate:
+            self.flight[0] -= 1
+            self.events.append(("end", key))
+        relay(self, *answer)
+
+    def handle_other(self) -> None:
+        relay(self, *forward(self, self.upstream))
+
+    do_PUT = handle_put  # noqa: N815 - stdlib naming
+    do_GET = do_HEAD = do_DELETE = do_POST = handle_other  # noqa: N815 - stdlib naming
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+def test_each_phase_is_uploaded_together_and_after_the_one_before(s3_servers: Servers, tmp_path: Path) -> None:
+    """A publish writes a dozen objects: a phase's PUTs are in flight at once (a serial upload
+    paid each round trip in turn), and no document starts before every tarball is stored, nor the
+    site before every document."""
+    server = s3_servers.get("moto")
+    out = tmp_path / "public"
+    files = {"pkg/-/pkg-1.0.0.tgz": b"t1", "pkg/-/pkg-1.1.0.tgz": b"t2", "pkg/index.html": b"{}", "pkg/abbreviated.json": b"{}",
+             "-/web/index.html": b"<p>", "-/web/pkg/index.html": b"<p>", "-/web/pkg/1.1.0/index.html": b"<p>"}  # fmt: skip
+    for relative, data in files.items():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        (out / relative).write_bytes(data)
+    events: list[tuple[str, str]] = []
+    flight = [0, 0]
+    handler = type("Handler", (GatedProxy,), {"upstream": server.endpoint.removeprefix("http://"), "events": events,
+                                              "gate": threading.Condition(), "flight": flight})  # fmt: skip
+    location = S3Location(BUCKET, f"g{secrets.token_hex(6)}/tree")
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)) as port:
+        BucketTree(s3_store(f"http://127.0.0.1:{port}", location), out).publish(BuildResult(written=sorted(files)))
+    puts = [(what, key.removeprefix(f"/{BUCKET}/{location.prefix}/")) for what, key in events]
+    assert {key for _, key in puts} == set(files) | {"pkg"}  # the document's alias too
+    assert flight[1] >= 2, "the uploads went one at a time"
+    phase = {key: 0 if key.endswith(".tgz") else 1 if key.startswith("pkg") else 2 for _, key in puts}
+    for index, (what, key) in enumerate(puts):
+        if what == "start":  # everything of an earlier phase has ended before this one starts
+            earlier = {k for _, k in puts if phase[k] < phase[key]}
+            assert earlier <= {k for w, k in puts[:index] if w == "end"}, (key, puts)
