@@ -3,11 +3,13 @@ on first request, both landed in content/ and built into the static tree.
 
     service = MirrorService(settings, writes)     # one per process; share the WriteService
     service.document(name)        # -> Outcome: what to answer a read of the document with
+    service.read(name)            # the same for a client's read, its next reads fetched ahead
     service.tarball(name, file)   # the same for /<name>/-/<file>.tgz the tree does not have
     service.settle()              # waits until everything fetched is in content/ and the tree
 
 Freshness: a document is asked of its uplink at most every `maxage` (conditionally, with the
-ETag and Last-Modified it gave last time); the freshness check is one row of `state` per request.
+ETag and Last-Modified it gave last time); the freshness check is one row of `state` per request,
+and a 304 that can change nothing only moves that row.
 Requests for one package while its fetch runs share it (`Flights`). When the uplink fails or
 times out, what was fetched before is served (stale-if-error) and the uplink is skipped for
 `fail_timeout` after `max_fails` failures (`Health`). A package owned here is never proxied; the
