@@ -97,7 +97,7 @@ class MirrorGate:
             in_tree = self.tree.locate(path, environ) is not None
             outcome = self.service.held_back(name, version_of(name, tarball)) if in_tree else self.service.tarball(name, tarball)
         else:
-            outcome = self.service.read(name)
+            outcome = self.service.document(name)
         if outcome is not None and not outcome.ok:
             return _reply(start_response, outcome.status, outcome.message, head)
         if outcome is not None and outcome.document is not None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from registry_gen.access import ALL, Rule
+from registry_gen.access import Rule
 from registry_gen.advisories import Advisory, advisory_folder, load_advisories
 from registry_gen.importers.client import Answer, RegistryClient, StatusProblem
 from registry_gen.importers.integrity import file_integrity_problem
@@ -60,9 +60,9 @@ from registry_gen.mirror.landing import (
 )
 from registry_gen.mirror.policy import epoch, iso
 from registry_gen.mirror.record import MirrorRecord
-from registry_gen.mirror.sharing import Flights, Health, LandingQueue, Prefetcher
+from registry_gen.mirror.sharing import Flights, Health, LandingQueue
 from registry_gen.state.mirror_freshness import LOCAL, MIRRORED, MISSING, Entry, MirrorState
-from registry_gen.mirror.taking import judged, latest_dependencies, mirrored_meta, take_document, worth_landing
+from registry_gen.mirror.taking import judged, mirrored_meta, take_document, worth_landing
 from registry_gen.layout import PACKAGE_DOCUMENT
 from registry_gen.names import package_dir, split_name, tarball_path
 from registry_gen.packument import build_packument
@@ -210,9 +210,6 @@ class MirrorService:
         # What this process last landed or kept of each package: (its "refreshed" epoch, its
         # uplink's URL, untrusted); what a refresh answered by a 304 may skip depends on it.
         self.landed_as: dict[str, tuple[float, str, bool]] = {}
-        # What a client reading a package fetched here asks next (`read`): fetched meanwhile.
-        self.prefetcher = Prefetcher(self.document)
-        self.next_reads: dict[str, tuple[str, ...]] = {}
 
     def settle(self) -> None:
         """Returns once every landing so far is in content/ and built into the tree."""
@@ -249,22 +246,6 @@ class MirrorService:
         if entry is not None and self._fresh(entry, name, rule, uplink):
             return self._answer(entry)
         return self.flights.run(("document", name), lambda: self._refresh(name, rule, uplink))
-
-    def read(self, name: str) -> Outcome:
-        """`document(name)` for a client's read. When that document was just fetched, the
-        documents of the dependencies of its `latest` that were never fetched start at once in the
-        background: the client asks for them next, and would otherwise wait for each fetch in turn
-        as it walks the tree. Only names anyone may read are fetched ahead (no caller stands
-        behind a prefetch); each read of those fetches one level further, no more."""
-        outcome = self.document(name)
-        ahead = self.next_reads.pop(name, ())
-        if outcome.ok and ahead:
-            self.prefetcher.submit(dep for dep in ahead if self._never_fetched_public(dep))
-        return outcome
-
-    def _never_fetched_public(self, name: str) -> bool:
-        found = self.proxied(name)
-        return found is not None and found[0].read == ALL and self.state.get(name) is None
 
     def _answer(self, entry: Entry) -> Outcome:
         if entry.status == MISSING:
@@ -355,8 +336,6 @@ class MirrorService:
         self.landed_as[name] = (epoch(kept.mirror.refreshed) or 0.0, kept.mirror.url, kept.mirror.untrusted)
         if kept is meta:
             return self.pending.outcome(name)
-        if meta is None:
-            self.next_reads[name] = latest_dependencies(decided)
         self.pending.add_document(new, build_packument(name, [], new, base_url=self.settings.base_url, readme=None,
                                                        readme_filename=None, signer=self.signer))  # fmt: skip
 

@@ -1,21 +1,17 @@
 """What the mirror's concurrent requests share (thread-safe): one upstream request per package
 however many ask at once (`Flights`), the uplinks' health (`Health`: down for `fail_timeout`
 after `max_fails` failures in a row), and the landings, committed in batches with one build each
-by a background thread (`LandingQueue`), and the documents fetched ahead of the reads that will
-ask for them (`Prefetcher`)."""
+by a background thread (`LandingQueue`)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -223,35 +219,3 @@ def _run_all(batch: list[Landing], storage: Any) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - one landing's refusal is its own answer
             landing.error = exc
     return keys
-
-
-class Prefetcher:
-    """`submit(names)`: `fetch(name)` for each in the background, `workers` at a time, a name at
-    most once while it waits or runs. A failure is logged, never raised: a prefetch is only a
-    head start on a read that will ask for itself."""
-
-    def __init__(self, fetch: Callable[[str], object], workers: int = 4) -> None:
-        self.fetch, self.workers = fetch, workers
-        self.lock = threading.Lock()
-        self.queued: set[str] = set()
-        self.pool: ThreadPoolExecutor | None = None
-
-    def submit(self, names: Iterable[str]) -> None:
-        with self.lock:
-            new = [name for name in dict.fromkeys(names) if name not in self.queued]
-            self.queued.update(new)
-            if new and self.pool is None:
-                self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mirror-prefetch")
-            pool = self.pool
-        for name in new:
-            assert pool is not None
-            pool.submit(self._run, name)
-
-    def _run(self, name: str) -> None:
-        try:
-            self.fetch(name)
-        except Exception:  # noqa: BLE001 - the client's own read asks again and answers for itself
-            log.warning("mirror: prefetching %s failed", name, exc_info=True)
-        finally:
-            with self.lock:
-                self.queued.discard(name)

@@ -111,18 +111,3 @@ def worth_landing(before: PackageMeta | None, after: PackageMeta, refreshed_ever
         return True
     moved = (epoch(after.mirror.refreshed) or 0.0) - (epoch(before.mirror.refreshed) or 0.0)
     return moved >= refreshed_every
-
-
-# What a client installing a package asks for next: the documents of these (npm 7+ installs peers).
-DEPENDENCY_FIELDS = ("dependencies", "optionalDependencies", "peerDependencies")
-
-
-def latest_dependencies(record: MirrorRecord) -> tuple[str, ...]:
-    """The package names the version `latest` names depends on, when that version is served
-    (none otherwise: a client then resolves some other version, whose needs are not guessed)."""
-    latest = record.tags.get("latest")
-    if latest is None or latest not in record.versions or latest in record.held:
-        return ()
-    manifest = record.versions[latest]
-    names = {name for field in DEPENDENCY_FIELDS if isinstance(manifest.get(field), Mapping) for name in manifest[field]}
-    return tuple(sorted(name for name in names if isinstance(name, str)))
