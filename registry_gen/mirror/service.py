@@ -3,7 +3,6 @@ on first request, both landed in content/ and built into the static tree.
 
     service = MirrorService(settings, writes)     # one per process; share the WriteService
     service.document(name)        # -> Outcome: what to answer a read of the document with
-    service.read(name)            # the same for a client's read, its next reads fetched ahead
     service.tarball(name, file)   # the same for /<name>/-/<file>.tgz the tree does not have
     service.settle()              # waits until everything fetched is in content/ and the tree
 
