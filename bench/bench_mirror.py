@@ -152,8 +152,8 @@ def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats:
             "ratio": round(median["cold"] / median["direct"], 2), "goal": f"≤ {COLD_GOAL}× the same install straight from the upstream",
             "note": (f"median of {repeats}; baseline = npm straight from the upstream, a Verdaccio 6.8.0 serving the same tree "
                      f"(runs {runs['direct']} s); through the mirror {runs['cold']} s (each run against the direct one before it: "
-                     f"{paired}×): each document and tarball fetched from the upstream, checked and answered at once, landed in content/ and built into the "
-                     "tree in the background (one build once the burst is over); the tree held everything "
+                     f"{paired}×): each document and tarball fetched from the upstream, checked and answered at once, landed in "
+                     "content/ and built into the tree in the background (one build once the burst is over); the tree held everything "
                      f"{', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
         },  # fmt: skip
         {
