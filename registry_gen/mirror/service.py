@@ -7,7 +7,8 @@ on first request, both landed in content/ and built into the static tree.
     service.settle()              # waits until everything fetched is in content/ and the tree
 
 Freshness: a document is asked of its uplink at most every `maxage` (conditionally, with the
-ETag and Last-Modified it gave last time); the freshness check is one row of `state` per request.
+ETag and Last-Modified it gave last time); the freshness check is one row of `state` per request,
+and a 304 that can change nothing only moves that row.
 Requests for one package while its fetch runs share it (`Flights`). When the uplink fails or
 times out, what was fetched before is served (stale-if-error) and the uplink is skipped for
 `fail_timeout` after `max_fails` failures (`Health`). A package owned here is never proxied; the
@@ -35,7 +36,7 @@ from typing import Any
 
 from registry_gen.access import Rule
 from registry_gen.advisories import Advisory, advisory_folder, load_advisories
-from registry_gen.importers.client import RegistryClient, StatusProblem
+from registry_gen.importers.client import Answer, RegistryClient, StatusProblem
 from registry_gen.importers.integrity import file_integrity_problem
 from registry_gen.importers.landing import Verified
 from registry_gen.importers.model import ImportProblem
@@ -56,7 +57,7 @@ from registry_gen.mirror.landing import (
     mirrored_meta_or_none,
     pass_through,
 )
-from registry_gen.mirror.policy import iso
+from registry_gen.mirror.policy import epoch, iso
 from registry_gen.mirror.record import MirrorRecord
 from registry_gen.mirror.sharing import Flights, Health, LandingQueue
 from registry_gen.state.mirror_freshness import LOCAL, MIRRORED, MISSING, Entry, MirrorState
@@ -205,6 +206,9 @@ class MirrorService:
         # policy part of its fingerprint, are worked out once (every proxied read asks both).
         self.proxied = functools.lru_cache(maxsize=65536)(self._proxied)
         self.policy_prints: dict[str, str] = {}
+        # What this process last landed or kept of each package: (its "refreshed" epoch, its
+        # uplink's URL, untrusted); what a refresh answered by a 304 may skip depends on it.
+        self.landed_as: dict[str, tuple[float, str, bool]] = {}
 
     def settle(self) -> None:
         """Returns once every landing so far is in content/ and built into the tree."""
@@ -259,6 +263,10 @@ class MirrorService:
         entry = self.state.get(name)
         if not force and entry is not None and self._fresh(entry, name, rule, uplink):
             return self._answer(entry)  # refreshed meanwhile (by another process)
+        asked = self._ask(name, uplink, entry.etag, entry.last_modified) if self._only_upstream_may_change(name, rule, uplink, entry) else None
+        if isinstance(asked, Answer) and asked.document is None and entry is not None:
+            self.state.put(dataclasses.replace(entry, checked=self.clock()))  # unchanged: nothing to take, decide or land
+            return self._answer(entry)
         meta = self.current_meta(name)
         if meta is None:
             refusal = self.ledger.refusal(name, uplink.origin)
@@ -268,21 +276,45 @@ class MirrorService:
         if self.health.is_down(uplink.name):
             return self._without_upstream(name, rule, uplink, meta, f"the uplink {uplink.name} is down (it failed {uplink.max_fails} times in a row)")
         validators = (entry.etag, entry.last_modified) if meta is not None and entry is not None else (None, None)
-        try:
-            answer = self.clients[uplink.name].document_if_changed(name, *validators)
-        except StatusProblem as exc:
-            if exc.status != 404:
-                return self._failed(name, rule, uplink, meta, exc)
-            self.health.succeeded(uplink.name)
+        answer = asked or self._ask(name, uplink, *validators)
+        if isinstance(answer, StatusProblem) and answer.status == 404:
             return self._missing(name, rule, uplink, meta)
-        except ImportProblem as exc:
-            return self._failed(name, rule, uplink, meta, exc)
-        self.health.succeeded(uplink.name)
+        if isinstance(answer, ImportProblem):
+            return self._failed(name, rule, uplink, meta, answer)
         try:
             record = self._taken(name, uplink, meta, answer.document)
         except ImportProblem as exc:
             return Outcome(502, f"the uplink {uplink.name} answered for {name}: {exc}")
         return self._land(name, rule, uplink, meta, record, Entry(name, uplink.name, MIRRORED, self.clock(), answer.etag, answer.last_modified))
+
+    def _ask(self, name: str, uplink: Uplink, etag: str | None, last_modified: str | None) -> Answer | ImportProblem:
+        """The uplink's answer (a 404 counts as an answer: the uplink is up), or why there is none."""
+        try:
+            answer = self.clients[uplink.name].document_if_changed(name, etag, last_modified)
+        except StatusProblem as exc:
+            if exc.status == 404:
+                self.health.succeeded(uplink.name)
+            return exc
+        except ImportProblem as exc:
+            return exc
+        self.health.succeeded(uplink.name)
+        return answer
+
+    def _only_upstream_may_change(self, name: str, rule: Rule, uplink: Uplink, entry: Entry | None) -> bool:
+        """Whether a 304 from the uplink would leave everything as it is: the package was landed
+        by this process from this uplink, its verdicts were made with today's policy inputs and no
+        held version comes of age yet, and its "last refreshed" need not move. Then a refresh is
+        one conditional request, without reading, deciding or landing the package again (a
+        typescript-sized meta costs seconds to read)."""
+        landed = self.landed_as.get(name)
+        if entry is None or entry.status != MIRRORED or not (entry.etag or entry.last_modified) or landed is None:
+            return False
+        now = self.clock()
+        return (
+            landed[1:] == (uplink.url, uplink.untrusted) and now - landed[0] < REFRESHED_EVERY and entry.uplink == uplink.name
+            and entry.fingerprint == self.fingerprint(name, rule, uplink) and not (entry.next_change and now >= entry.next_change)
+            and not self.health.is_down(uplink.name)
+        )  # fmt: skip
 
     def _taken(self, name: str, uplink: Uplink, meta: PackageMeta | None, document: dict[str, Any] | None) -> MirrorRecord:
         previous = meta.mirror if meta is not None else None
@@ -298,7 +330,10 @@ class MirrorService:
         decided, verdicts = judged(name, record, rule.policy, self.advisories.for_name(name), self.clock())
         new = mirrored_meta(decided, meta, name)
         self.state.put(dataclasses.replace(entry, fingerprint=self.fingerprint(name, rule, uplink), next_change=verdicts.next_change))
-        if not worth_landing(meta, new, REFRESHED_EVERY):
+        kept = new if worth_landing(meta, new, REFRESHED_EVERY) else meta
+        assert kept is not None and kept.mirror is not None
+        self.landed_as[name] = (epoch(kept.mirror.refreshed) or 0.0, kept.mirror.url, kept.mirror.untrusted)
+        if kept is meta:
             return self.pending.outcome(name)
         self.pending.add_document(new, build_packument(name, [], new, base_url=self.settings.base_url, readme=None,
                                                        readme_filename=None, signer=self.signer))  # fmt: skip
@@ -413,6 +448,7 @@ class MirrorService:
 
         self.writes.land(write, _made_local_journal(name, self.current_meta(name)))
         self.state.forget(name)
+        self.landed_as.pop(name, None)
         return kept
 
     # ------------------------------------------------------------ tarballs
