@@ -136,7 +136,7 @@ class WriteService:
         self.state = open_state(settings)
         self._thread_lock = threading.Lock()
         self._write_lock = self.state.write_lock(settings.lock_file)
-        self._recovered = False  # a crashed writer's pending journal entries resolved (first write)
+        self._held: frozenset[str] = frozenset()  # the packages whose write lock this service holds now
         self._journal: Journal | None = None  # opened at the first write, kept (a write's two journal calls)
 
     # ---- the public writes
@@ -234,11 +234,13 @@ class WriteService:
         try:
             wait = max(0.1, deadline - time.monotonic())
             with self._write_lock.package(name, wait) if name is not None else self._write_lock.whole(wait):
+                self._held = frozenset({name}) if name is not None else frozenset()
                 yield
         except StateUnavailable:
             self._drop_journal()  # its connection died with the database (a restart): the next write opens another
             raise
         finally:
+            self._held = frozenset()
             self._thread_lock.release()
 
     # ---- the steps
@@ -320,17 +322,16 @@ class WriteService:
         return files
 
     def _recover(self) -> None:
-        """On this service's first write: a writer killed between journalling a write and
-        finishing it left it pending; one build resolves it from content/ (and takes its files)."""
-        if self._recovered:
-            return
-        if self._opened_journal().pending_writes():
+        """Before each write reads: a writer killed between journalling a write and finishing it
+        left it pending; one build resolves it from content/ (and takes its files). Before, not
+        after: this write's meta would overwrite the dead one's, which would then read as not
+        landed (aborted, never journalled) while its archive is served (registry_gen.state.ledger)."""
+        if self._opened_journal().pending_writes(self._held):
             self._build([])
-        self._recovered = True
 
     def _build(self, touched: list[str], write_id: int | None = None, *, publish: bool = True) -> BuildResult:
         self._sync_content(touched)
-        result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id)
+        result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id, held=self._held)
         if publish:
             self._after_render(result)
         if self.refresher is not None:
@@ -352,7 +353,7 @@ class WriteService:
         touched ones, and those of writes a crashed writer left pending) made equal to the bucket."""
         if self.objects is None:
             return
-        pending = [key for write in self._opened_journal().pending_writes() for key in write.files]
+        pending = [key for write in self._opened_journal().pending_writes(self._held) for key in write.files]
         self.objects.mirror.sync_packages([*touched, *pending])
 
     def _store_meta(self, key: str, change: Change) -> None:

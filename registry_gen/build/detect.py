@@ -8,7 +8,7 @@ import marshal
 import os
 import stat as stat_module
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,13 +38,14 @@ class Detected:
 
 def detect(
     settings: Settings, state: BuildSession, changed: Iterable[str | Path] | None, *, force_full: bool,
-    progress: ProgressCallback | None = None, writing: int | None = None,
+    progress: ProgressCallback | None = None, writing: int | None = None, held: Collection[str] = (),
 ) -> Detected:  # fmt: skip
     """Phase 1: what differs between content/ and the state (all of it after a settings change).
     Journalled writes a crash left pending (all but `writing`, the one in progress) are resolved
-    from content/ first, and their files looked at."""
+    from content/ first, and their files looked at (`held`: the packages the caller's lock holds,
+    whose pending writes have a gone writer, registry_gen.state.ledger)."""
     fingerprint = settings_fingerprint(settings)
-    start = state.begin_build(fingerprint, durable=writing is None)  # a journalled write's entry covers its build
+    start = state.begin_build(fingerprint, durable=writing is None, held=held)  # a journalled write's entry covers its build
     if start.seed_pins:
         seed_pins(state)  # a tree built before versions were pinned: pin what it serves now
     recovered = recover_writes(settings, state, start, writing)

@@ -15,7 +15,7 @@ simply redone by the next one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,13 +77,15 @@ def build_lock(settings: Settings) -> FileLock:
 
 
 def build_locked(
-    settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False, writing: int | None = None
-) -> BuildResult:
+    settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False, writing: int | None = None,
+    held: Collection[str] = (),
+) -> BuildResult:  # fmt: skip
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
     the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken.
     `writing`: the journalled write in progress, which this build leaves pending (its writer
-    finishes it); any other pending write is resolved."""
-    return _build_locked(settings, None, changed, defer_whole=defer_whole, writing=writing)
+    finishes it); any other pending write whose writer is gone is resolved (`held`: the packages
+    whose lock the caller holds, registry_gen.state.ledger)."""
+    return _build_locked(settings, None, changed, defer_whole=defer_whole, writing=writing, held=held)
 
 
 def _build_locked(
@@ -93,6 +95,7 @@ def _build_locked(
     full: bool = False,
     defer_whole: bool = False,
     writing: int | None = None,
+    held: Collection[str] = (),
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -105,7 +108,7 @@ def _build_locked(
         raise
     try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
-            result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole, writing)
+            result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole, writing, held)
             session.commit()
         finally:
             session.close()
@@ -126,10 +129,11 @@ def _build_in_transaction(
     force_full: bool = False,
     defer_whole: bool = False,
     writing: int | None = None,
+    held: Collection[str] = (),
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
-    detected = detect(settings, state, changed, force_full=force_full, progress=progress, writing=writing)
+    detected = detect(settings, state, changed, force_full=force_full, progress=progress, writing=writing, held=held)
     context = detected.context
     reading = read_content(context, state, cache, detected.changes)
     plan_errors: list[BuildIssue] = []

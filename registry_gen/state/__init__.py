@@ -22,7 +22,7 @@ enforces it).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -49,7 +49,7 @@ __all__ = ["BuildSession", "Journal", "JournalEntry", "JournalEvent", "Manifests
 class ContentMemory(Protocol):
     """What content/ looked like at the last build (phases detect and read)."""
 
-    def begin_build(self, fingerprint: str, *, durable: bool = True) -> BuildStart: ...
+    def begin_build(self, fingerprint: str, *, durable: bool = True, held: Collection[str] = ()) -> BuildStart: ...
     def forget_content(self) -> None: ...
     def folder_listings(self) -> dict[str, bytes]: ...
     def folder_listing(self, folder: str) -> bytes | None: ...

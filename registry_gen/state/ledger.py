@@ -15,18 +15,29 @@ A write is journalled before it is acknowledged, in two steps around its change 
    appended). Readers see only done writes, in the order they became done: a reader that has
    read up to a number never misses one that becomes done later.
 
-A process killed between the two leaves the write pending. Whoever next holds the write lock (the
-next build, a write service's first write, a server's start) resolves it by looking at content/
-(`landed`): every file as the write left it -> done, and the build takes those files; anything
-else -> aborted. So a write appears once, and only if it landed. On PostgreSQL the journal rows
-are in the same transaction as the write's own rows, and there is nothing to resolve.
+A process killed between the two leaves the write pending. Whoever next holds the write lock of
+its packages (the next build, the next write of one of them, a server's start) resolves it by
+looking at content/ (`landed`): every file as the write left it -> done, and the build takes
+those files; anything else -> aborted. So a write appears once, and only if it landed. A write
+resolves the pending writes before it reads its package: the dead write's version is journalled
+with its own event, before this write's, and this write's meta is read after it (resolved later,
+the dead write's meta, overwritten, would read as not landed while its archive is served).
+
+`pending_writes(held)` lists the pending writes whose *writer is gone*: no write holds the lock of
+one of its packages any more (a write holds them from before `begin_write` to after `finish_write`).
+`held`: the packages the caller's own lock holds; a pending write of those is gone (the lock is
+exclusive), although no other connection could take their lock to prove it; the caller's own
+write in progress is listed too (its build leaves it: `writing`). On the embedded
+default one file lock covers every package: a caller holding it sees every pending write gone.
+On PostgreSQL a package nobody holds is taken by the caller's transaction to its end (the writer
+of a package whose dead predecessor a build resolves waits for that build).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -100,7 +111,7 @@ class Journal(Protocol):
         who: Mapping[str, str] | None = None,
     ) -> int: ...  # fmt: skip
     def finish_write(self, write_id: int, *, done: bool) -> None: ...
-    def pending_writes(self) -> list[PendingWrite]: ...
+    def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]: ...  # writer gone; `held`: the caller's
     def since(self, seq: int, limit: int = 100) -> list[JournalEntry]: ...
     def prune(self, before: str) -> int: ...  # retention: entries older than `before` (ISO time) go; how many
     def import_origin(self, name: str) -> tuple[str, str] | None: ...  # (origin, files JSON): importers.origins
@@ -126,5 +137,5 @@ class Ledger(Protocol):
     def forget_first_seen(self, name: str) -> None: ...
     def signing_keys(self) -> str: ...
     def record_signing_keys(self, public_keys: str) -> None: ...
-    def pending_writes(self) -> list[PendingWrite]: ...
+    def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]: ...
     def resolve_writes(self, done: Sequence[int], aborted: Sequence[int]) -> None: ...

@@ -13,7 +13,7 @@ ledger's portable SQL (inherited), with what PostgreSQL does differently:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from registry_gen.errors import VersionConflict
 from registry_gen.state.ledger import PendingWrite
@@ -73,16 +73,18 @@ class PgLedger(SqliteLedger):
                 "a version number can be published only once"
             )
 
-    def pending_writes(self) -> list[PendingWrite]:
+    def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]:
         """The pending writes whose writer is gone. Several processes write at once here: a write
         still in progress holds its packages' locks (postgres_locks), and is not resolved under it.
-        In a build's transaction the locks taken stay held to its commit (a writer of those
-        packages then waits for the build that resolves its predecessor)."""
+        `held`: the caller's packages (its lock is on another connection, so this one could not take
+        them; held by the caller, they are held by no other writer). In a build's transaction the
+        locks taken stay held to its commit (a writer of those packages then waits for the build
+        that resolves its predecessor)."""
         rows = self.db.execute("SELECT id, files, events FROM writes WHERE status = 'pending' ORDER BY id").fetchall()
-        return [PendingWrite(int(write_id), json.loads(files)) for write_id, files, events in rows if self._writer_gone(events)]
+        return [PendingWrite(int(write_id), json.loads(files)) for write_id, files, events in rows if self._writer_gone(events, held)]
 
-    def _writer_gone(self, events: str) -> bool:
-        packages = sorted({event[1] for event in json.loads(events)})
+    def _writer_gone(self, events: str, held: Collection[str]) -> bool:
+        packages = sorted({event[1] for event in json.loads(events)} - set(held))
         return all(
             self.db.execute("SELECT pg_try_advisory_xact_lock(?, ?)", (LOCK_PACKAGE, package_key(name))).fetchone()[0] for name in packages
         )

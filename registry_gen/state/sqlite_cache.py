@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +141,9 @@ class BuildState(ListingTables):
         self.db.execute("DELETE FROM meta_duplicates")
         self.db.execute("DELETE FROM issues")
 
-    def begin_build(self, fingerprint: str, *, durable: bool = True) -> BuildStart:
-        """Opens the build's transaction; what the build needs to know before it looks at content/."""
+    def begin_build(self, fingerprint: str, *, durable: bool = True, held: Collection[str] = ()) -> BuildStart:
+        """Opens the build's transaction; what the build needs to know before it looks at content/
+        (`held`: the packages whose write lock the caller holds, registry_gen.state.ledger)."""
         self.begin(durable=durable)
         settings = dict(self.db.execute("SELECT key, value FROM settings WHERE key IN ('fingerprint', ?, ?)", (SHARDS_STALE, WHOLE_STALE)))
         empty = self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not settings.get("fingerprint")
@@ -153,7 +154,7 @@ class BuildState(ListingTables):
             shards_stale=bool(settings.get(SHARDS_STALE)),
             whole_stale=bool(settings.get(WHOLE_STALE)),
             seed_pins=not empty and not self.ledger.has_pins(),
-            pending_writes=tuple((w.id, dict(w.files)) for w in self.ledger.pending_writes()),
+            pending_writes=tuple((w.id, dict(w.files)) for w in self.ledger.pending_writes(held)),
         )
 
     def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:

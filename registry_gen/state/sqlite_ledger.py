@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from registry_gen.errors import LedgerUnreadable
@@ -213,7 +213,8 @@ class SqliteLedger:
         outcomes = [("done", i) for i in done] + [("aborted", i) for i in aborted]
         self.db.executemany("UPDATE writes SET status = ?, files = '{}', events = '[]' WHERE id = ? AND status = 'pending'", outcomes)
 
-    def pending_writes(self) -> list[PendingWrite]:
+    def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]:
+        """Every pending write: with the one file lock held (registry_gen.state.locks), no other writer is live."""
         rows = self.db.execute("SELECT id, files FROM writes WHERE status = 'pending' ORDER BY id")
         return [PendingWrite(int(write_id), json.loads(files)) for write_id, files in rows]
 

@@ -178,6 +178,17 @@ def test_a_build_leaves_alone_a_write_in_progress_in_another_process(settings: S
         assert [(e.package, e.kind) for e in journal.since(0)] == [("fast", "package:publish"), ("slow", "package:change")]
 
 
+def test_a_pending_write_of_a_package_the_caller_holds_has_a_gone_writer(settings: Settings, state_postgres: PostgresServer) -> None:
+    """The caller's lock is on a connection of its own: the journal's cannot take that package to see
+    its dead writer gone, so the caller says what it holds (registry_gen.state.ledger, `held`)."""
+    settings = _postgres_settings(settings, state_postgres)
+    with open_state(settings).journal() as journal:
+        write_id = journal.begin_write({"dead/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "dead")], "bob", None, "t")
+        with open_state(settings).write_lock(settings.lock_file).package("dead", 5):
+            assert journal.pending_writes() == []  # as another process sees it: held, so live
+            assert [w.id for w in journal.pending_writes(held={"dead"})] == [write_id]
+        assert [w.id for w in journal.pending_writes()] == [write_id]  # released: gone to anyone
+
 def test_an_unreachable_database_answers_at_once(settings: Settings) -> None:
     settings = settings.with_updates(database_url="postgresql://postgres@127.0.0.1:9/none")
     started = time.monotonic()

@@ -159,3 +159,30 @@ def test_a_server_killed_before_acknowledging_a_write_lists_it_once_if_it_landed
             assert _kinds(_journal(root)) == [("package:publish", "crashed", ("1.0.0",)), ("package:publish", "crashed", ("1.0.1",))]
     finally:
         restarted.stop()
+
+
+def test_a_write_right_after_another_servers_writer_died_resolves_the_dead_one_first(tmp_path: Path) -> None:
+    """The embedded default, two servers on one folder (one file lock): B has written (its first
+    write's recovery is behind it); A dies with 1.1.0 stored, not built; B's next write of the same
+    package resolves A's pending write before it reads the package, so 1.1.0 is journalled with its
+    own event, before B's, and served (resolved after B's meta, it would read as not landed)."""
+    root = tmp_path / "registry"
+    a = RegistryProcess(root, env={"REGISTRY_GEN_FAILPOINT": "after-store:kill"}).start()
+    b = RegistryProcess(root).start()
+    try:
+        token = add_user(b.base, "alice", "alice-password-1")
+
+        def publish(server: RegistryProcess, version: str) -> int:
+            return http("PUT", server.base + "raced", token=token, body=publish_body("raced", version, tarball("raced", version))).status
+
+        assert publish(b, "1.0.0") == 201
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            publish(a, "1.1.0")
+        assert a.process is not None and a.process.wait(timeout=60) == -9  # killed with 1.1.0 in content/, pending
+        assert publish(b, "1.2.0") == 201
+        assert _kinds(_journal(root)) == [("package:publish", "raced", (v,)) for v in ("1.0.0", "1.1.0", "1.2.0")]
+        served = json.loads(http("GET", b.base + "raced").body)
+        assert sorted(served["versions"]) == ["1.0.0", "1.1.0", "1.2.0"]
+    finally:
+        b.stop()
+        a.stop()

@@ -132,16 +132,12 @@ def test_a_leader_killed_between_commit_and_render_is_healed_by_the_other_within
     assert published() == [["1.0.0"], ["1.1.0"]]  # resolved done, once
 
 
-
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect: B holds the package's lock, so its pending-write check (pg_try_advisory_xact_lock) "
-    "takes the dead writer for a live one; the dead write is resolved only after B's write, as aborted"
-))
 def test_a_write_right_after_a_writer_died_resolves_the_dead_one_first(crashing_leader: Registry) -> None:
     """B has written before; A dies with 1.1.0 stored, not rendered; B's next write of the same
-    package, at once, resolves A's pending write first. Today B overwrites its meta first, so A's
-    write reads as not landed (aborted, never journalled) while 1.1.0, in content/, is served a
-    moment later by the next build. Reproduces what test_no_write_lost reports as served but never journalled."""
+    package, at once, resolves A's pending write first although B holds the package's lock (its
+    other connections could not take it to see A gone). Before the fix B overwrote the meta first,
+    so A's write read as not landed (aborted, never journalled) while 1.1.0, in content/, was
+    served a moment later: what test_no_write_lost reported as served but never journalled."""
     registry, (a, b) = crashing_leader, crashing_leader.apis
     assert registry.publish(b, "raced", "1.0.0") == f"{ACKNOWLEDGED}:201"
     assert registry.publish(a, "raced", "1.1.0").startswith("unknown")
