@@ -6,16 +6,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from registry_gen.settings import Settings
+from tests.realworld.corpus import cache_root
 from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
+
+# Hypothesis keeps its example database and caches (constants, unicode data) in ./.hypothesis, the
+# checkout, by default: kept with the other test caches instead, where failing examples are still
+# replayed on the next run, and the checkout guard below covers .hypothesis too.
+set_hypothesis_home_dir(cache_root() / "hypothesis")
 
 _state_schemas = itertools.count()
 
 # What a registry-gen run with the built-in defaults writes into its working folder: a test that
 # lets one of them land in the checkout (a default `data_dir`, a config without its folders) leaks
 # accounts, trees or state into the developer's copy, which the next `make run` then serves.
-CHECKOUT_OUTPUTS = ("data", "public", "public.state", "state", ".public.lock")
+CHECKOUT_OUTPUTS = ("data", "public", "public.state", "state", ".public.lock", ".hypothesis")
 _ROOT = Path(__file__).resolve().parent.parent
 _outputs_before: set[Path] = set()
 
@@ -36,10 +43,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fails the run when it left new files in the checkout's data/, public/ or state folders."""
+    """Fails the run when it left new files in the checkout's data/, public/, state or .hypothesis folders."""
     if hasattr(session.config, "workerinput"):  # xdist: the controller checks once, after every worker
         return
-    leaked = sorted(str(path.relative_to(_ROOT)) for path in checkout_outputs(_ROOT) - _outputs_before)
+    new = checkout_outputs(_ROOT) - _outputs_before
+    leaked = sorted(str(path.relative_to(_ROOT)) for path in new if path.parent not in new)  # a new folder, not its files
     if leaked:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = "tests left files in the checkout (a default data_dir/out_dir relative to the working folder?): " + ", ".join(leaked)
