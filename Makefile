@@ -35,10 +35,13 @@ run: $(RUNTIME_STAMP)
 ## Run every test (unit, API, and the real npm/pnpm/yarn, nginx, PostgreSQL and Chromium ones), then
 ## Verdaccio's client suite (the e2e target). Two workers: most real-process tests wait on a client
 ## or a server more than they compute, so two keep a 2-core machine busy (TEST_WORKERS=0: one process).
+## Each worker takes whole modules (a module's fixtures, e.g. the real-world tree and its installs, are
+## made once), the longest first (tests/conftest.py LONGEST_FIRST), so no long one runs alone at the end.
 TEST_WORKERS ?= 2
+TEST_DIST := --dist loadscope --no-loadscope-reorder
 test: $(TEST_STAMP) system-deps
 	$(MAKE) --no-print-directory docs
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) $(TEST_DIST) $(PYTEST_ARGS)
 	$(BIN)/python -m tests.e2e_cli.run $(E2E_ARGS)
 
 ## The inner loop: the pure and in-process tests (no real client, server or browser), on two

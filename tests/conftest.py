@@ -6,16 +6,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from registry_gen.settings import Settings
+from tests.realworld.corpus import cache_root
 from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
+
+# Hypothesis keeps its example database and caches (constants, unicode data) in ./.hypothesis, the
+# checkout, by default: kept with the other test caches instead, where failing examples are still
+# replayed on the next run, and the checkout guard below covers .hypothesis too.
+set_hypothesis_home_dir(cache_root() / "hypothesis")
 
 _state_schemas = itertools.count()
 
 # What a registry-gen run with the built-in defaults writes into its working folder: a test that
 # lets one of them land in the checkout (a default `data_dir`, a config without its folders) leaks
 # accounts, trees or state into the developer's copy, which the next `make run` then serves.
-CHECKOUT_OUTPUTS = ("data", "public", "public.state", "state", ".public.lock")
+CHECKOUT_OUTPUTS = ("data", "public", "public.state", "state", ".public.lock", ".hypothesis")
 _ROOT = Path(__file__).resolve().parent.parent
 _outputs_before: set[Path] = set()
 
@@ -31,15 +38,41 @@ def checkout_outputs(root: Path) -> set[Path]:
     return found
 
 
+# The modules that take longest (minutes each in a clean-checkout `make test --durations=0`) run
+# first: `make test` hands each xdist worker whole modules (--dist loadscope) in collection order,
+# so none of them starts last and leaves the other worker idle while it runs. Only the order
+# changes; every other module keeps its place after these.
+LONGEST_FIRST = (
+    "tests/realworld/test_conformance.py",
+    "tests/mirror/test_jest_through_mirror.py",
+    "tests/registry_api/test_no_write_lost.py",
+    "tests/hostile/test_crash.py",
+    "tests/user_api/test_schemathesis.py",
+    "tests/storage/test_s3_faults.py",
+    "tests/registry_api/test_api_object_store.py",
+    "tests/bench/test_bench_scaleout.py",
+    "tests/upgrade/test_upgrade_from_b384b22.py",
+    "tests/mirror/test_serve_mirror.py",
+)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Moves the LONGEST_FIRST modules to the front, in that order (a stable sort: the same order
+    on every xdist worker, which must collect identical lists)."""
+    rank = {module: place for place, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST)))
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     _outputs_before.update(checkout_outputs(_ROOT))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fails the run when it left new files in the checkout's data/, public/ or state folders."""
+    """Fails the run when it left new files in the checkout's data/, public/, state or .hypothesis folders."""
     if hasattr(session.config, "workerinput"):  # xdist: the controller checks once, after every worker
         return
-    leaked = sorted(str(path.relative_to(_ROOT)) for path in checkout_outputs(_ROOT) - _outputs_before)
+    new = checkout_outputs(_ROOT) - _outputs_before
+    leaked = sorted(str(path.relative_to(_ROOT)) for path in new if path.parent not in new)  # a new folder, not its files
     if leaked:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = "tests left files in the checkout (a default data_dir/out_dir relative to the working folder?): " + ", ".join(leaked)

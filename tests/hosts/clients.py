@@ -1,7 +1,9 @@
 """The client matrix: npm 11, npm 10, pnpm, yarn 1 and yarn 4, each isolated per test.
 
-The clients other than the machine's npm are installed once into `build/clients/` (gitignored)
-with the machine's npm, and reused while present.
+The clients other than the machine's npm are installed once into
+`~/.cache/registry-gen-tests/clients/` (REGISTRY_GEN_CLIENTS_DIR), outside the checkout, with the
+machine's npm, and reused while present: each version has its own folder, so a clean checkout does not
+install them again.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from tests.realworld.corpus import cache_root
 from tests.support import drive_terminal
 
-REPO = Path(__file__).resolve().parents[2]
-CLIENTS_DIR = Path(os.environ.get("REGISTRY_GEN_CLIENTS_DIR", REPO / "build" / "clients"))
+CLIENTS_DIR = Path(os.environ.get("REGISTRY_GEN_CLIENTS_DIR") or cache_root() / "clients")
 NPM = os.environ.get("NPM", "npm")
 TIMEOUT = 240
 # Variables that change how clients behave (CI turns on yarn's immutable installs and pnpm's

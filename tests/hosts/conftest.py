@@ -141,7 +141,7 @@ HOST_FIXTURES = {"http.server": "http_server_host", "nginx": "nginx_host", "obje
 
 @pytest.fixture(scope="session")
 def client_commands() -> dict[str, list[str]]:
-    """Every client of the matrix, installed once into build/clients/ (reused when present)."""
+    """Every client of the matrix, installed once into ~/.cache/registry-gen-tests/clients/ (reused when present)."""
     return {name: install_client(spec) for name, spec in CLIENTS.items()}
 
 
