@@ -62,6 +62,19 @@ def _document(service: WriteService) -> dict:
     return json.loads((service.settings.out_dir / NAME / PACKAGE_DOCUMENT).read_bytes())
 
 
+def _assert_1_1_0_left_nothing_then_lands(c: WriteService) -> None:
+    """c's publish of 1.1.0 that lost its lock: not served, not in content/, not journalled, nothing
+    pending; then npm's retry of the 503 lands."""
+    current = c.reader.current(NAME).state
+    assert current.published == {"1.0.0"} and "1.1.0" not in current.meta.time
+    assert not (c.settings.content_dir / archive_key(NAME, "1.1.0")).exists()
+    with open_state(c.settings).journal() as journal:
+        assert [(e.kind, e.versions) for e in journal.since(0)] == [("package:publish", ("1.0.0",))]
+        assert journal.pending_writes() == []
+    c.publish(_upload("1.1.0"), ALICE)
+    assert sorted(_document(c)["versions"]) == ["1.0.0", "1.1.0"]
+
+
 def test_a_write_whose_lock_a_database_restart_dropped_fails_and_loses_no_other_write(
     settings: Settings, state_postgres: PostgresServer, tmp_path: Path
 ) -> None:
@@ -115,14 +128,7 @@ def test_a_write_whose_lock_went_while_its_files_were_stored_is_undone_before_it
         c.publish(_upload("1.1.0"), ALICE)
     monkeypatch.undo()
     assert sorted(_document(c)["versions"]) == ["1.0.0"]
-    current = c.reader.current(NAME).state
-    assert current.published == {"1.0.0"} and "1.1.0" not in current.meta.time
-    assert not (settings.content_dir / archive_key(NAME, "1.1.0")).exists()
-    with open_state(c.settings).journal() as journal:
-        assert [(e.kind, e.versions) for e in journal.since(0)] == [("package:publish", ("1.0.0",))]
-        assert journal.pending_writes() == []
-    c.publish(_upload("1.1.0"), ALICE)  # npm's retry of the 503 lands
-    assert sorted(_document(c)["versions"]) == ["1.0.0", "1.1.0"]
+    _assert_1_1_0_left_nothing_then_lands(c)
 
 
 def test_a_build_whose_write_lost_its_lock_while_rendering_does_not_commit(
@@ -151,11 +157,4 @@ def test_a_build_whose_write_lost_its_lock_while_rendering_does_not_commit(
     with pytest.raises(StateUnavailable, match="lost its lock"):
         c.publish(_upload("1.1.0"), ALICE)
     monkeypatch.undo()
-    current = c.reader.current(NAME).state
-    assert current.published == {"1.0.0"} and "1.1.0" not in current.meta.time
-    assert not (settings.content_dir / archive_key(NAME, "1.1.0")).exists()
-    with open_state(c.settings).journal() as journal:
-        assert [(e.kind, e.versions) for e in journal.since(0)] == [("package:publish", ("1.0.0",))]
-        assert journal.pending_writes() == []
-    c.publish(_upload("1.1.0"), ALICE)
-    assert sorted(_document(c)["versions"]) == ["1.0.0", "1.1.0"]
+    _assert_1_1_0_left_nothing_then_lands(c)
