@@ -112,6 +112,12 @@ class StateUnavailable(Unavailable):
     the same request may succeed later (HTTP 503)."""
 
 
+class LockLost(StateUnavailable):
+    """A write's package lock went while it worked (the state database restarted and took the
+    lock's connection with it): the write stops before anything of it is kept or served (HTTP 503;
+    the client's retry runs it again under a lock that is held)."""
+
+
 class RevisionConflict(RegistryError):
     """A whole-document write named a `_rev` that is no longer the document's: somebody changed
     the package since the client read it (CouchDB's 409)."""

@@ -49,6 +49,7 @@ from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.state import Journal, JournalEvent, open_state
 from registry_gen.state.ledger import content_digest
+from registry_gen.state.locks import HeldLock
 from registry_gen.storage import ContentStorage, archive_key, open_content_storage
 from registry_gen.write_events import describe_write, write_events
 
@@ -137,6 +138,7 @@ class WriteService:
         self._thread_lock = threading.Lock()
         self._write_lock = self.state.write_lock(settings.lock_file)
         self._held: frozenset[str] = frozenset()  # the packages whose write lock this service holds now
+        self._lock: HeldLock | None = None  # the lock of the write in progress (writes run one at a time)
         self._journal: Journal | None = None  # opened at the first write, kept (a write's two journal calls)
 
     # ---- the public writes
@@ -216,6 +218,7 @@ class WriteService:
             journal.files, journal.events, journal.actor, None, publish.now_iso(), journal.who.to_json()
         )
         try:
+            self._confirm_lock()
             written = write(self.storage)
         except BaseException:
             entries.finish_write(write_id, done=False)
@@ -233,7 +236,8 @@ class WriteService:
             raise LockTimeout("the registry is busy with other writes; retry shortly")
         try:
             wait = max(0.1, deadline - time.monotonic())
-            with self._write_lock.package(name, wait) if name is not None else self._write_lock.whole(wait):
+            with self._write_lock.package(name, wait) if name is not None else self._write_lock.whole(wait) as lock:
+                self._lock = lock
                 self._held = frozenset({name}) if name is not None else frozenset()
                 yield
         except StateUnavailable:
@@ -241,7 +245,14 @@ class WriteService:
             raise
         finally:
             self._held = frozenset()
+            self._lock = None
             self._thread_lock.release()
+
+    def _confirm_lock(self) -> None:
+        """LockLost unless the write lock is still held (registry_gen.state.locks): asked before
+        content/ changes and before the build commits, the steps that make a write visible."""
+        if self._lock is not None:
+            self._lock.confirm()
 
     # ---- the steps
 
@@ -264,14 +275,23 @@ class WriteService:
         try:
             result = self._write(current, change, sorted(removing), write_id)
         except BaseException:
-            journal.finish_write(write_id, done=False)
+            self._abort(write_id)
             raise
         failpoint("after-write")
-        journal.finish_write(write_id, done=True)
+        # On the journal's connection of now: a restart since begin_write ended that one, and the
+        # write was committed under its lock (the build's fence), so it is done.
+        self._opened_journal().finish_write(write_id, done=True)
         # After the write is done: a tree bucket that fails now costs a 503 and an owed upload
         # (registry_gen.objectstore), never an undo of a committed write; then the purge.
         self._after_render(result)
         return result
+
+    def _abort(self, write_id: int) -> None:
+        """Journals an undone write aborted. With the database gone too (a restart that also took
+        the lock) it stays pending, and the next build resolves it from content/, which no longer
+        holds it: aborted all the same; the caller's error is the one to report."""
+        with suppress(StateUnavailable):
+            self._opened_journal().finish_write(write_id, done=False)
 
     def _opened_journal(self) -> Journal:
         """The journal, opened once per service (with the lock held: writes use it one at a time),
@@ -292,6 +312,9 @@ class WriteService:
         name = current.state.name
         touched = [current.meta_key]  # the build looks only at these files (it trusts its state for the rest)
         added = None
+        # The rule ran on what was read under the lock; if the lock went since (a database restart),
+        # another writer may have read the same and be writing now: stop before storing anything.
+        self._confirm_lock()
         try:
             self._store_meta(current.meta_key, change)
             if change.upload is not None:
@@ -299,6 +322,7 @@ class WriteService:
                 touched.append(added)
             touched += self._remove_archives(removing)
             failpoint("after-store")
+            self._confirm_lock()  # again once stored: the build renders the tree, then commits (fenced too)
             result = self._build(touched, write_id, publish=False)  # _commit publishes once the write is done
         except BaseException:
             self._roll_back(added, current, change)
@@ -331,7 +355,10 @@ class WriteService:
 
     def _build(self, touched: list[str], write_id: int | None = None, *, publish: bool = True) -> BuildResult:
         self._sync_content(touched)
-        result = build_locked(self.settings, touched, defer_whole=self.refresher is not None, writing=write_id, held=self._held)
+        result = build_locked(
+            self.settings, touched, defer_whole=self.refresher is not None, writing=write_id, held=self._held,
+            fence=self._confirm_lock,
+        )  # fmt: skip
         if publish:
             self._after_render(result)
         if self.refresher is not None:
@@ -383,12 +410,18 @@ class WriteService:
 
     def _roll_back(self, added: str | None, current: CurrentPackage, change: Change) -> None:
         if added is not None:
-            self.storage.remove(added)
-        if change.meta is not None or change.delete_meta:
-            if current.meta_bytes is None:
-                self.storage.remove(current.meta_key)
-            else:
-                self.storage.replace(current.meta_key, current.meta_bytes)
+            self.storage.remove(added)  # created by this write (create-only): nobody else's
+        if not (change.meta is not None or change.delete_meta):
+            return
+        # Put back the meta this write replaced, unless it is no longer the one this write stored:
+        # a write that lost its lock must not undo what the next holder stored since.
+        stored = None if change.delete_meta else dump_meta(change.meta)  # type: ignore[arg-type]
+        if self.storage.read(current.meta_key) != stored:
+            return
+        if current.meta_bytes is None:
+            self.storage.remove(current.meta_key)
+        else:
+            self.storage.replace(current.meta_key, current.meta_bytes)
 
 
 def _refuse_mirrored(current: CurrentPackage) -> None:

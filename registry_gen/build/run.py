@@ -79,13 +79,15 @@ def build_lock(settings: Settings) -> FileLock:
 def build_locked(
     settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False, writing: int | None = None,
     held: Collection[str] = (),
+    fence: Callable[[], None] | None = None,
 ) -> BuildResult:  # fmt: skip
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
     the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken.
     `writing`: the journalled write in progress, which this build leaves pending (its writer
     finishes it); any other pending write whose writer is gone is resolved (`held`: the packages
-    whose lock the caller holds, registry_gen.state.ledger)."""
-    return _build_locked(settings, None, changed, defer_whole=defer_whole, writing=writing, held=held)
+    whose lock the caller holds, registry_gen.state.ledger). `fence`: called just before the state
+    commits; whatever it raises rolls the build's state back (the write service's lock check)."""
+    return _build_locked(settings, None, changed, defer_whole=defer_whole, writing=writing, held=held, fence=fence)
 
 
 def _build_locked(
@@ -96,6 +98,7 @@ def _build_locked(
     defer_whole: bool = False,
     writing: int | None = None,
     held: Collection[str] = (),
+    fence: Callable[[], None] | None = None,
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -109,6 +112,8 @@ def _build_locked(
     try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
             result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole, writing, held)
+            if fence is not None:
+                fence()
             session.commit()
         finally:
             session.close()

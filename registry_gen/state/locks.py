@@ -9,6 +9,11 @@ On the embedded default both are the tree's file lock (`Settings.lock_file`, sha
 writes of different packages run side by side on any number of processes and machines, and a
 whole build takes the registry's lock exclusively. Either way a wait is bounded: past `timeout`
 seconds it is LockTimeout (HTTP 503 with Retry-After), never a hang.
+
+Each yields a `HeldLock`: `confirm()` raises LockLost when the lock is no longer held. A writer
+confirms before each step that makes its write visible (storing content/, its build's commit):
+a PostgreSQL lock goes with its connection when the server restarts, while the writer, whose
+other steps reconnect, would otherwise go on beside the next holder.
 """
 
 from __future__ import annotations
@@ -21,9 +26,20 @@ from typing import Protocol
 from registry_gen.errors import LockTimeout
 
 
+class HeldLock(Protocol):
+    def confirm(self) -> None: ...
+
+
 class WriteLock(Protocol):
-    def package(self, name: str, timeout: float) -> AbstractContextManager[None]: ...
-    def whole(self, timeout: float) -> AbstractContextManager[None]: ...
+    def package(self, name: str, timeout: float) -> AbstractContextManager[HeldLock]: ...
+    def whole(self, timeout: float) -> AbstractContextManager[HeldLock]: ...
+
+
+class HeldFile:
+    """The file lock, held: it is this process's open file, so it lasts as long as the process."""
+
+    def confirm(self) -> None:
+        return None
 
 
 class FileWriteLock:
@@ -36,11 +52,11 @@ class FileWriteLock:
         self.path = lock_file
         self.lock = FileLock(str(lock_file))
 
-    def package(self, name: str, timeout: float) -> AbstractContextManager[None]:
+    def package(self, name: str, timeout: float) -> AbstractContextManager[HeldLock]:
         return self.whole(timeout)
 
     @contextmanager
-    def whole(self, timeout: float) -> Iterator[None]:
+    def whole(self, timeout: float) -> Iterator[HeldLock]:
         from filelock import Timeout
 
         try:
@@ -48,6 +64,6 @@ class FileWriteLock:
         except Timeout as exc:
             raise LockTimeout(f"another build holds {self.path}; retry shortly") from exc
         try:
-            yield
+            yield HeldFile()
         finally:
             self.lock.release()

@@ -64,7 +64,7 @@ class PostgresState:
         the embedded default's, is not needed."""
         return PgWriteLock(self.connect)
 
-    def registry_lock(self, timeout: float) -> AbstractContextManager[None]:
+    def registry_lock(self, timeout: float) -> AbstractContextManager[object]:
         """What a whole build holds besides the tree's file lock: every package's writes wait."""
         return PgWriteLock(self.connect).whole(timeout)
 

@@ -53,7 +53,7 @@ class SqliteState:
         """The tree's lock file (registry_gen.state.locks): one writer at a time."""
         return FileWriteLock(lock_file)
 
-    def registry_lock(self, timeout: float) -> AbstractContextManager[None]:
+    def registry_lock(self, timeout: float) -> AbstractContextManager[object]:
         """Nothing besides the tree's file lock, which a whole build holds already."""
         return nullcontext()
 
