@@ -91,7 +91,7 @@ def _write_package(
     settings = context.settings
     built, tarballs = _write_tarballs(context, job, result)
     tags = choose_dist_tags(job.releases, job.meta.dist_tags)
-    latest = load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True) if tags else {}
+    latest = load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True, manifest=False) if tags else {}
     packument = build_packument(
         job.name, built, job.meta, base_url=settings.base_url,
         readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"), signer=context.signer,
