@@ -257,6 +257,11 @@ class _Budget:
     def _refuse_below_file_or_link(self, path: str) -> None:
         """A member below a file changes that file's type; one below a link is written into a real
         folder by npm and through the link by yarn: either way the clients install different trees."""
+        parent = path.rpartition("/")[0]
+        if not parent or parent in self.folders:
+            # A known folder's own parents are folders too, and none of them is a file or a link
+            # (each of those checks refuses that): nothing to look at again for its next member.
+            return
         parents = _parents(path)
         if any(parent in self.files for parent in parents):
             raise InvalidArchive("path-conflict", f"member {path!r} lies below a file of the same name")

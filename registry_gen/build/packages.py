@@ -330,6 +330,9 @@ class HeldIncoming:
         return linking.union(self.incoming.get(name, ()))
 
 
+KNOWN_NAMES_MAX = 65_536  # answers PresentNames keeps (a few MB at most)
+
+
 class PresentNames(AbstractSet[str]):
     """The packages with a page after this build: the state's, with this build's plans applied.
     Asked name by name (a page links a dependency only if it is here), so a build of one package
@@ -344,12 +347,15 @@ class PresentNames(AbstractSet[str]):
     def __contains__(self, name: object) -> bool:
         if not isinstance(name, str):
             return False
-        plan = self.planned.get(name)  # one lookup: a full build's plans are rows of the state
-        if plan is not None:
-            return plan.present
-        if name not in self._known:
-            self._known[name] = self.state.is_present(name)
-        return self._known[name]
+        known = self._known.get(name)
+        if known is None:
+            # A page asks about each of its dependencies, and the popular ones come back package
+            # after package: one state lookup per name, bounded so a huge build's memory stays flat.
+            if len(self._known) >= KNOWN_NAMES_MAX:
+                self._known.clear()
+            plan = self.planned.get(name)  # one lookup: a full build's plans are rows of the state
+            known = self._known[name] = plan.present if plan is not None else self.state.is_present(name)
+        return known
 
     def __iter__(self) -> Iterator[str]:
         if self.full:

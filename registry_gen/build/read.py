@@ -133,9 +133,10 @@ def read_changed(
 
 
 def load_cached(
-    cache: Manifests, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False
+    cache: Manifests, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False, manifest: bool = True
 ) -> dict[str, Any]:
-    """{"manifest": ...} of one archive, plus "readme" and "readmeFilename", and "files", when asked."""
+    """{"manifest": ...} of one archive (unless not asked: the pages' extras have it already),
+    plus "readme" and "readmeFilename", and "files", when asked."""
     body = cache.manifest(record.shasum or "")
     stored = cache.readme(record.shasum or "") if readme and body is not None else None
     listing = cache.files(record.shasum or "") if files and body is not None else None
@@ -152,7 +153,7 @@ def load_cached(
             raise RegistryError(f"{record.path}: changed while building, retry")
         cache.heal(record.shasum or "", cached)
         body, stored, listing = cached.manifest, (cached.readme, cached.readme_filename), cached.files
-    loaded: dict[str, Any] = {"manifest": json.loads(body)}
+    loaded: dict[str, Any] = {"manifest": json.loads(body)} if manifest else {}
     if readme and stored is not None:
         loaded["readme"], loaded["readmeFilename"] = stored
     if files and listing is not None:
@@ -173,7 +174,7 @@ def _read_again(settings: Settings, record: ArchiveRecord) -> tuple[ArchiveRecor
 
 def version_extras(cache: Manifests, record: ArchiveRecord, settings: Settings) -> site.VersionExtras:
     """What a version's site pages need from its archive: README and file list (from the cache)."""
-    loaded = load_cached(cache, record, settings, readme=True, files=True)
+    loaded = load_cached(cache, record, settings, readme=True, files=True, manifest=False)
     return site.VersionExtras(loaded.get("readme"), loaded.get("readmeFilename"), loaded.get("files"))
 
 

@@ -151,6 +151,17 @@ def test_precompressed_siblings_are_served_to_gzip_clients(served: Served) -> No
     assert plain.header("Content-Encoding") == "" and plain.body == (served.tree / "@acme/widget/index.html").read_bytes()
 
 
+def test_a_document_gzip_would_grow_has_no_sibling_and_is_served_plain(served: Served) -> None:
+    """A dist-tags document (~20 bytes) gzips to more than it holds: the build writes no sibling
+    for it, and nginx (gzip_static, then gzip on the fly) still gives gzip clients the document."""
+    path = "/-/package/@acme%2fwidget/dist-tags"
+    assert not (served.tree / "-/package/@acme/widget/dist-tags.gz").exists()
+    reply = request(served.base, "GET", path, headers={"Accept-Encoding": "gzip"})
+    body = gzip.decompress(reply.body) if reply.header("Content-Encoding") == "gzip" else reply.body
+    assert reply.status == 200 and body == (served.tree / "-/package/@acme/widget/dist-tags").read_bytes()
+    assert "latest" in json.loads(body)  # type: ignore[operator]
+
+
 @pytest.mark.parametrize(
     "path",
     ["/no-such-package", "/@acme%2fnope", "/@acme/widget/-/widget-9.9.9.tgz", "/.registry-gen/", "/.nojekyll",

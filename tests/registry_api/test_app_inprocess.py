@@ -194,6 +194,10 @@ def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
     tree.get("/statics", headers={"If-None-Match": zipped.headers["ETag"]}, status=304)
     tree.get("/statics", headers={"If-None-Match": full.headers["ETag"], "Accept-Encoding": "gzip"}, status=304)
     tree.get("/statics", headers={"If-None-Match": '"0-0"'}, status=200)
+    # A document gzip would make larger has no sibling: gzip clients get the plain file.
+    assert not (settings.out_dir / "-/package/statics/dist-tags.gz").exists()
+    tags = tree.get("/-/package/statics/dist-tags", headers={"Accept-Encoding": "gzip"})
+    assert "Content-Encoding" not in tags.headers and tags.json == {"latest": "1.0.0"}
     head = tree.head("/statics/-/statics-1.0.0.tgz")
     assert head.body == b"" and int(head.headers["Content-Length"]) > 0 and "immutable" in head.headers["Cache-Control"]
     corgi = tree.get("/statics", headers={"Accept": "application/vnd.npm.install-v1+json"})
