@@ -390,7 +390,9 @@ class WriteService:
         if change.delete_meta:
             self.storage.remove(key)
         elif change.meta is not None:
-            self.storage.replace(key, dump_meta(change.meta))
+            data = dump_meta(change.meta)
+            self.storage.replace(key, data)
+            self._adopt(key, data)
 
     def _store_archive(self, name: str, upload: Upload) -> str:
         target = archive_key(name, upload.version)
@@ -401,7 +403,14 @@ class WriteService:
                 f"content/ already holds an archive for {name}@{upload.version} (not yet built?); "
                 "a version number can be published only once"
             ) from exc
+        self._adopt(target, upload.data)
         return target
+
+    def _adopt(self, key: str, data: bytes) -> None:
+        """With content in a bucket: what was just stored there goes to the work folder too, so the
+        build's sync need not read it back (registry_gen.objectstore.ContentMirror.adopt)."""
+        if self.objects is not None:
+            self.objects.mirror.adopt(key, data)
 
     def _remove_archives(self, keys: list[str]) -> list[str]:
         for key in keys:

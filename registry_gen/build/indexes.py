@@ -252,8 +252,8 @@ class IndexWriter:
         again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all).
         Without a cut, only the changed leaves are looked at: O(1) however many leaves the shard has."""
         relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
-        if self.state.leaf_count(key, at_most=2) <= 1:
-            bounds = self.state.shard_leaves(key)
+        bounds = self.state.shard_leaves(key, at_most=2)
+        if len(bounds) <= 1:
             for path in (folder,) if bounds else (folder, relative, relative + ".gz"):
                 self.remove(path)
             if bounds:

@@ -70,6 +70,12 @@ class PgDb:
     def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
         self.conn = conn
         self.url = url
+        self.made_temp = False  # a statement named a temporary table: dropped before the pool reuses it
+
+    def _sent(self, sql: str) -> str:
+        if not self.made_temp and "TEMP" in sql.upper():
+            self.made_temp = True
+        return placeholders(sql)
 
     @property
     def in_transaction(self) -> bool:
@@ -77,13 +83,13 @@ class PgDb:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         with reachable(self.url):
-            return self.conn.execute(placeholders(sql), params)  # type: ignore[arg-type]
+            return self.conn.execute(self._sent(sql), params)  # type: ignore[arg-type]
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = list(rows)
         if batch:
             with reachable(self.url), self.conn.cursor() as cursor:
-                cursor.executemany(placeholders(sql), batch)  # type: ignore[arg-type]
+                cursor.executemany(self._sent(sql), batch)  # type: ignore[arg-type]
 
     def script(self, script: str) -> None:
         """Statements separated by `;` (no parameters), one round trip each, in order."""
@@ -93,7 +99,8 @@ class PgDb:
 
     def copy_rows(self, table: str, columns: str, rows: Iterable[Sequence[Any]]) -> None:
         """Rows appended to `table` by COPY: streamed, never all in the heap at once."""
-        with reachable(self.url), self.conn.cursor() as cursor, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        statement = self._sent(f"COPY {table} ({columns}) FROM STDIN")
+        with reachable(self.url), self.conn.cursor() as cursor, cursor.copy(statement) as copy:
             for row in rows:
                 copy.write_row(row)
 
@@ -102,15 +109,20 @@ class PgDb:
         caller's transaction): a full build's lists never sit whole in the heap."""
         with reachable(self.url), self.conn.cursor(name=f"stream_{next(_CURSORS)}") as cursor:
             cursor.itersize = batch
-            cursor.execute(placeholders(sql), params)  # type: ignore[arg-type]
+            cursor.execute(self._sent(sql), params)  # type: ignore[arg-type]
             for row in cursor:
                 yield row[0]
 
-    def begin(self, *, durable: bool = True) -> None:
-        """`durable=False`: this transaction's commit does not wait for the disk (as on SQLite)."""
-        self.execute("BEGIN")
+    def begin(self, *, durable: bool = True, lock_timeout_ms: int | None = None) -> None:
+        """`durable=False`: this transaction's commit does not wait for the disk (as on SQLite);
+        `lock_timeout_ms`: how long any lock of it may be waited for. One round trip (no parameters:
+        psycopg sends the statements together)."""
+        statements = ["BEGIN"]
         if not durable:
-            self.execute("SET LOCAL synchronous_commit = off")
+            statements.append("SET LOCAL synchronous_commit = off")
+        if lock_timeout_ms is not None:
+            statements.append(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")  # an int: milliseconds
+        self.execute("; ".join(statements))
 
     def commit(self) -> None:
         if self.in_transaction:
@@ -133,7 +145,7 @@ class PgDb:
 
     def close(self) -> None:
         self.rollback()
-        POOL.give_back(self.conn, self.url)
+        POOL.give_back(self.conn, self.url, discard_temp=self.made_temp)
 
 
 def _still_open(conn: psycopg.Connection[Any]) -> bool:
@@ -171,13 +183,15 @@ class _Pool:
                 return conn
             conn.close()
 
-    def give_back(self, conn: psycopg.Connection[Any], url: str) -> None:
-        """Kept for reuse when healthy and idle (its temporary tables dropped), else closed."""
+    def give_back(self, conn: psycopg.Connection[Any], url: str, *, discard_temp: bool = True) -> None:
+        """Kept for reuse when healthy and idle (its temporary tables dropped, when it made any:
+        most connections never do, and the round trip is a publish's), else closed."""
         if conn.closed or conn.info.transaction_status != TransactionStatus.IDLE:
             conn.close()
             return
         try:
-            conn.execute("DISCARD TEMP")
+            if discard_temp:
+                conn.execute("DISCARD TEMP")
         except psycopg.Error:
             conn.close()
             return

@@ -56,8 +56,7 @@ class PgWriteLock:
     def _held(self, timeout: float, what: str, keys: list[tuple[int, int, bool]]) -> Iterator[HeldLock]:
         db = self.connect()
         try:
-            db.begin()
-            db.execute(f"SET LOCAL lock_timeout = {max(1, int(timeout * 1000))}")  # an int: milliseconds
+            db.begin(lock_timeout_ms=max(1, int(timeout * 1000)))
             try:
                 for first, second, shared in keys:
                     db.lock(first, second, shared=shared)

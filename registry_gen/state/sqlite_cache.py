@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,14 @@ class BuildState(ListingTables):
         if self.get_setting(key) != value:
             self.db.execute("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
+    def set_settings(self, values: Mapping[str, str]) -> None:
+        """set_setting for each of `values`, read in one query (a round trip per key on PostgreSQL,
+        where a build's end holds the listings lock)."""
+        keys = list(values)
+        held = dict(self.db.execute(f"SELECT key, value FROM settings WHERE key IN ({', '.join('?' for _ in keys)})", keys))
+        changed = [(key, value) for key, value in values.items() if held.get(key, "") != value]
+        self.db.executemany("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", changed)
+
     def forget_content(self) -> None:
         """Every archive and meta file will be read again (new generator or settings)."""
         self.db.execute("DELETE FROM folders")
@@ -160,9 +168,7 @@ class BuildState(ListingTables):
     def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
         """What the next build starts from: this build's fingerprint (the one it started from: a
         template edited meanwhile makes the next build redo it) and what it left stale."""
-        self.set_setting("fingerprint", fingerprint)
-        self.set_setting(SHARDS_STALE, "")
-        self.set_setting(WHOLE_STALE, "1" if whole_stale else "")
+        self.set_settings({"fingerprint": fingerprint, SHARDS_STALE: "", WHOLE_STALE: "1" if whole_stale else ""})
 
     def build_report(self) -> BuildReport:
         """Totals and every refusal the state keeps, for the build's result."""

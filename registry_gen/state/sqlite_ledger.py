@@ -34,6 +34,8 @@ LEDGER_DATABASE = "ledger.sqlite3"
 class SqliteLedger:
     """One connection to the ledger; writes happen inside `begin()` ... `commit()`."""
 
+    _keys_read: str | None = None  # the keyring as signing_keys last read it, for record_signing_keys
+
     def __init__(self, path: Path, db: sqlite3.Connection | None = None) -> None:
         self.path = path
         self.db = db or _open(path)
@@ -155,10 +157,15 @@ class SqliteLedger:
 
     def signing_keys(self) -> str:
         row = self.db.execute("SELECT public_keys FROM keyring WHERE id = 1").fetchone()
-        return row[0] if row else ""
+        self._keys_read = row[0] if row else ""
+        return self._keys_read
 
     def record_signing_keys(self, public_keys: str) -> None:
-        if self.signing_keys() != public_keys:  # an equal rewrite would make the build's commit sync
+        # Compared with what the caller read just before (registry_gen.keyring reads, then records):
+        # no second read, a round trip on PostgreSQL inside the build's listings lock.
+        held = self._keys_read if self._keys_read is not None else self.signing_keys()
+        self._keys_read = None
+        if held != public_keys:  # an equal rewrite would make the build's commit sync
             self.db.execute("INSERT INTO keyring (id, public_keys) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET public_keys = excluded.public_keys", (public_keys,))
 
     # -- the change journal (registry_gen.state.ledger)

@@ -140,26 +140,22 @@ class ListingTables:
     def listed_shards(self) -> set[str]:
         return {k for (k,) in self.db.execute("SELECT DISTINCT key FROM search_leaves")}
 
-    def leaf_count(self, key: str, *, at_most: int) -> int:
-        """How many leaves shard `key` has, counted up to `at_most` (cheap whatever its size)."""
-        row = self.db.execute("SELECT COUNT(*) FROM (SELECT 1 FROM search_leaves WHERE key = ? LIMIT ?) AS counted", (key, at_most)).fetchone()
-        return int(row[0])
-
     def existing_leaves(self, key: str, bounds: Iterable[str]) -> set[str]:
         """Which of `bounds` are still leaves of shard `key`."""
         query = "SELECT 1 FROM search_leaves WHERE key = ? AND bound = ?"
         return {bound for bound in bounds if self.db.execute(query, (key, bound)).fetchone() is not None}
 
-    def shard_leaves(self, key: str) -> list[str]:
-        """The bounds of shard `key`'s leaves, in name order."""
-        return [bound for (bound,) in self.db.execute("SELECT bound FROM search_leaves WHERE key = ? ORDER BY bound", (key,))]
+    def shard_leaves(self, key: str, *, at_most: int | None = None) -> list[str]:
+        """The bounds of shard `key`'s leaves, in name order (the first `at_most`: cheap whatever its size)."""
+        limit = "" if at_most is None else f" LIMIT {int(at_most)}"
+        return [bound for (bound,) in self.db.execute(f"SELECT bound FROM search_leaves WHERE key = ? ORDER BY bound{limit}", (key,))]
 
     def _leaf_range(self, key: str, bound: str) -> tuple[str, tuple[str, ...]]:
-        """The WHERE clause (on search_keys as k) and its arguments for the names of one leaf."""
-        row = self.db.execute("SELECT MIN(bound) FROM search_leaves WHERE key = ? AND bound > ?", (key, bound)).fetchone()
-        if row[0] is None:
-            return "k.key = ? AND k.name >= ?", (key, bound)
-        return "k.key = ? AND k.name >= ? AND k.name < ?", (key, bound, row[0])
+        """The WHERE clause (on search_keys as k) and its arguments for the names of one leaf: from
+        its bound up to the next leaf's, asked within the same statement (a round trip less per
+        leaf on PostgreSQL, where a publish writes its shards under the listings lock)."""
+        following = "NOT EXISTS (SELECT 1 FROM search_leaves s WHERE s.key = ? AND s.bound > ? AND s.bound <= k.name)"
+        return f"k.key = ? AND k.name >= ? AND {following}", (key, bound, key, bound)
 
     def leaf_names(self, key: str, bound: str) -> list[str]:
         where, args = self._leaf_range(key, bound)

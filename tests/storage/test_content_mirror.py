@@ -57,3 +57,31 @@ def test_a_synced_copy_gets_a_stat_from_its_object_alone() -> None:
     assert object_mtime_ns(one) // 1_000_000_000 == object_mtime_ns(other) // 1_000_000_000 == 1_700_000_000
     assert object_mtime_ns(one) != object_mtime_ns(other)
     assert package_folders(["foo/registry-meta.json", "@s/foo/foo-1.0.0.tgz", "foo/foo-1.0.0.tgz"]) == {"foo/", "@s/foo/"}
+
+
+@pytest.mark.parametrize("kind", S3_KINDS)
+def test_a_file_adopted_after_storing_it_is_not_read_back_unless_the_bucket_holds_other_bytes(
+    kind: str, s3_servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a write stored in the bucket and adopted into its work folder costs the next sync no
+    GET (the listing's ETag is the MD5 of the same bytes), and ends with the stat any other
+    instance's sync gives it; an adopted copy whose bytes the bucket no longer holds is read again."""
+    server = s3_servers.get(kind)
+    bucket = s3_store(server.endpoint, S3Location(BUCKET, f"m{secrets.token_hex(6)}/content"))
+    writer, reader = ContentMirror(bucket, tmp_path / "writer"), ContentMirror(bucket, tmp_path / "reader")
+    fetched: list[str] = []
+    spool = bucket.spool
+    monkeypatch.setattr(bucket, "spool", lambda key, target: fetched.append(key) or spool(key, target))
+
+    bucket.create("pkg/pkg-1.0.0.tgz", b"tarball bytes")
+    writer.adopt("pkg/pkg-1.0.0.tgz", b"tarball bytes")
+    assert writer.sync_packages(["pkg/pkg-1.0.0.tgz"]) == 1  # its stat set...
+    assert fetched == []  # ...without reading it back
+    assert reader.sync() == 1 and fetched == ["pkg/pkg-1.0.0.tgz"]
+    assert stats(tmp_path / "writer") == stats(tmp_path / "reader")
+
+    bucket.replace("pkg/registry-meta.json", b'{"v": 2}')  # another writer's bytes won
+    writer.adopt("pkg/registry-meta.json", b'{"v": 1}')
+    assert writer.sync_packages(["pkg/registry-meta.json"]) == 1
+    assert fetched[-1] == "pkg/registry-meta.json"
+    assert (tmp_path / "writer/pkg/registry-meta.json").read_bytes() == b'{"v": 2}'

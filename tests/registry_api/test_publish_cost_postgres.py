@@ -1,0 +1,85 @@
+"""What a publish costs in PostgreSQL statements (issue 28, acceptance 2): each statement is a round
+trip, and most of a publish's statements run while the build holds the registry-wide listings lock
+(registry_gen.state.postgres_cache), so their count bounds how many publishes several instances can
+take per second. Counted on a real PostgreSQL, for one publish through the write service as
+`registry-gen api` runs it (deferred whole documents, its index refresher), into a small registry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from registry_gen import publish
+from registry_gen.layout import PACKAGE_DOCUMENT
+from registry_gen.publish import Actor, Upload
+from registry_gen.refresher import IndexRefresher
+from registry_gen.settings import Settings
+from registry_gen.writes import WriteService
+from tests.conftest import postgres_state_url
+from tests.registry_api.helpers import tarball
+from tests.user_api.pg_server import PostgresServer
+
+ALICE = Actor("alice", account_id="acct-alice")
+# Statements sent for one publish (a row of an executemany counts as one), at most. Before the cuts
+# of issue 28 acceptance 2: 118 for a new version, 127 for a new package; after them, 99 and 108.
+AT_MOST = {"counted-kit": 100, "fresh-kit": 110}
+
+
+@contextmanager
+def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement psycopg sends while the block runs, in order."""
+    sent: list[str] = []
+
+    def counting(original: Callable[..., Any], rows: bool = False) -> Callable[..., Any]:
+        def send(self: Any, query: Any, params: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if rows:
+                params = list(params)
+                sent.extend([str(query)] * len(params))
+            else:
+                sent.append(str(query))
+            return original(self, query, params, *args, **kwargs)
+
+        return send
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.Cursor, "execute", counting(psycopg.Cursor.execute))
+        patch.setattr(psycopg.Cursor, "executemany", counting(psycopg.Cursor.executemany, rows=True))
+        patch.setattr(psycopg.ServerCursor, "execute", counting(psycopg.ServerCursor.execute))
+        patch.setattr(psycopg.Cursor, "copy", counting(psycopg.Cursor.copy))
+        yield sent
+
+
+def _upload(settings: Settings, name: str, version: str) -> Upload:
+    data = tarball(name, version)
+    manifest, digests = publish.check_tarball(name, None, data, settings.limits)
+    return Upload(name, version, data, manifest, digests, {"latest": version})
+
+
+def _served_versions(settings: Settings, name: str) -> set[str]:
+    return set(json.loads((settings.out_dir / name / PACKAGE_DOCUMENT).read_bytes())["versions"])
+
+
+@pytest.mark.parametrize("name", ["counted-kit", "fresh-kit"], ids=["new version", "new package"])
+def test_a_publish_on_postgresql_sends_a_bounded_number_of_statements(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,  # the refresher never runs by itself here
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    for warm in ("alpha-kit", "beta-kit", "counted-kit"):
+        service.publish(_upload(settings, warm, "1.0.0"), ALICE)
+    with counted_statements(monkeypatch) as sent:
+        service.publish(_upload(settings, name, "1.0.1"), ALICE)
+    assert "1.0.1" in _served_versions(settings, name)  # the publish was built and served
+    assert any(statement.startswith("INSERT INTO journal") for statement in sent)  # and journalled: counted whole
+    assert len(sent) <= AT_MOST[name], "\n".join(sent)
