@@ -71,6 +71,9 @@ class Change:
     delete_meta: bool = False
     upload: Upload | None = None
     removed: set[str] = field(default_factory=set)
+    # How the journal names the write when the difference would not say it (an administrator's
+    # binding of a name to an account: the names stay, so write_events sees no owner change).
+    events: tuple[JournalEvent, ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -174,7 +177,7 @@ class WriteService:
             if change.is_empty:
                 return None
             meta = None if change.delete_meta else (change.meta or current.state.meta)
-            events = write_events(current.state, meta, change.upload, change.removed)
+            events = list(change.events) or write_events(current.state, meta, change.upload, change.removed)
             result = self._commit(current, change, events, actor)
             what = describe_write(current.state, meta, change.upload, change.removed)
             if what:
@@ -388,6 +391,33 @@ class WriteService:
                 self.storage.remove(current.meta_key)
             else:
                 self.storage.replace(current.meta_key, current.meta_bytes)
+
+
+def admin_write_service(settings: Settings) -> WriteService:
+    """The write service of an administrator's command (`owner claim`, `owner bind-recorded`): the
+    api's own path. With `storage:` (content and tree in buckets), the command's work folder is
+    synced from the content bucket for the packages it touches, the build's files go to the tree
+    bucket and the caches are purged before it returns, as an api instance does; -/all and search
+    are left stale in the shared state for the api's leader (this folder holds no whole tree)."""
+    from registry_gen.objectstore import open_object_store
+
+    objects = open_object_store(settings)
+    if objects is None:
+        return WriteService(settings)
+    settings.content_dir.mkdir(parents=True, exist_ok=True)
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    return WriteService(settings, refresher=LeaderRewrites(), objects=objects)
+
+
+class LeaderRewrites:
+    """An IndexRewrites for a one-off command on PostgreSQL: each build marks the whole documents
+    stale in the state, and the api's leader (registry_gen.leader) rewrites them."""
+
+    def schedule(self) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
 
 
 def _refuse_mirrored(current: CurrentPackage) -> None:
