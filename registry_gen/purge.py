@@ -352,7 +352,7 @@ class Purger:
                 self.purge(targets)
         except Exception as exc:  # noqa: BLE001 - retried later; never a traceback
             self.failed += 1
-            delay = RETRY_DELAYS[min(min(i.attempts for i in live) + 1, len(RETRY_DELAYS) - 1)]
+            delay = RETRY_DELAYS[min(min(i.attempts for i in live), len(RETRY_DELAYS) - 1)]
             self._settled(expired, [i.id for i in live], now + delay)
             self._failed_owed(str(exc) if isinstance(exc, PurgeFailed) else f"{type(exc).__name__}: {exc}", delay)
             return len(expired)
