@@ -321,7 +321,7 @@ class Purger:
         try:
             with self.ledger() as journal:  # type: ignore[misc]
                 kept = journal.owe_purge(targets.paths, targets.keys, time.time(), owed)
-                journal.settle_purges([], [kept], time.time() + RETRY_DELAYS[0])
+                journal.settle_purges([], [kept], time.time() + (0.0 if self._timer is not None else RETRY_DELAYS[0]))
         except Exception as exc:  # noqa: BLE001 - the ledger down too: the in-process retry keeps it
             log.warning("cache purge could not be recorded (%s: %s)", type(exc).__name__, exc)
             self._keep_for_later(targets, why)
@@ -362,6 +362,9 @@ class Purger:
             if self._failing:
                 log.warning("cache purge: the cache answers again; %d owed purge(s) sent", len(live))
             self._failing = False
+        with self.ledger() as journal:  # owed but not due yet (a later write joined while this one was sent)
+            if journal.owed_purges(float("inf"), limit=1):
+                self._schedule(RETRY_DELAYS[0])
         return len(owed)
 
     def resume(self) -> None:
@@ -460,5 +463,15 @@ def purger_for(settings: Any) -> Purger | None:
         return None
     from registry_gen.state import open_state  # registry_gen.settings imports this module
 
-    state = open_state(settings)
-    return Purger(purge, urlsplit(settings.base_url).netloc or None, state.journal)
+    host = urlsplit(settings.base_url).netloc or None
+    # One purger per registry in a process (the write service, the refresher, watch mode): one
+    # retry timer, and one log line when purges start failing and one when the cache answers.
+    where = (purge, host, settings.database_url or str(settings.state_folder))
+    with _SHARED_LOCK:
+        if where not in _SHARED:
+            _SHARED[where] = Purger(purge, host, open_state(settings).journal)
+        return _SHARED[where]
+
+
+_SHARED: dict[tuple[Any, ...], Purger] = {}
+_SHARED_LOCK = threading.Lock()
