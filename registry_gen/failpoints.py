@@ -7,6 +7,8 @@ leaves behind. Off unless the environment says otherwise; never set it in produc
                                                 before content/ changes
     REGISTRY_GEN_FAILPOINT=after-store:kill     SIGKILL after a write's files landed in content/,
                                                 before its build rendered them (commit, no render)
+    REGISTRY_GEN_FAILPOINT=before-purge:kill    SIGKILL after a write was rendered (and uploaded),
+                                                before the caches in front are purged
 """
 
 from __future__ import annotations

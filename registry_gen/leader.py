@@ -99,6 +99,8 @@ class Leader:
             if self.leadership.try_lead() is None:
                 self._first_seen = {}
                 return False
+            if self.rewrite.purger is not None:
+                self.rewrite.purger.retry_owed()  # any instance's owed purges that are due (registry_gen.purge)
             if not self._due(force):
                 return False
             with self.leadership.fenced("rebuild"):

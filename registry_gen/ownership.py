@@ -1,72 +1,52 @@
 """`registry-gen owner claim`: an administrator binds a maintainer name of a package to an account.
 
-The orchestrator of that one job: under the shared build lock it reads the package's meta from
-content/, applies the pure rule (registry_gen.publish.apply_claim), writes the meta atomically, and
-rebuilds that package. The account itself is looked up by the caller (the user store lives in
-user_api); this module only receives its name, email and immutable id.
+The pure rules (registry_gen.publish.apply_claim, decide_binding here) run as writes of the api's
+own path (registry_gen.writes.WriteService, `admin_write_service`): under the package's lock, the
+meta written, the package rebuilt, journalled, and with `storage:` the tree bucket uploaded and the
+caches purged. The account itself is looked up by the caller (the user store lives in user_api);
+this module only receives its name, email and immutable id.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from registry_gen.audit import Who
-from registry_gen.build import ABBREVIATED_FILE, build_lock, run_build, scan_content
+from registry_gen.build import build_lock, run_build, scan_content
 from registry_gen.state import JournalEvent, open_state
 from registry_gen.state.ledger import content_digest
 from registry_gen.errors import InvalidManifest, NotFound
-from registry_gen.meta import PackageMeta, dump_meta, parse_meta
-from registry_gen.names import package_dir, validate_name
-from registry_gen.publish import PackageState, apply_claim, maintainer_entry, now_iso
+from registry_gen.meta import META_FILENAME, PackageMeta, dump_meta, parse_meta
+from registry_gen.names import validate_name
+from registry_gen.publish import Actor, PackageState, apply_claim, maintainer_entry, now_iso
 from registry_gen.settings import Settings
-from registry_gen.storage import ContentStorage, meta_key, open_content_storage, write_meta
-
-
-def published_versions(settings: Settings, name: str) -> frozenset[str]:
-    """The versions the tree serves for `name` (from its built abbreviated document)."""
-    path = settings.out_dir / package_dir(name) / ABBREVIATED_FILE
-    try:
-        return frozenset(json.loads(path.read_bytes()).get("versions", {}))
-    except (OSError, ValueError, AttributeError):
-        return frozenset()
-
-
-def meta_location(settings: Settings, storage: ContentStorage, name: str) -> str:
-    """The package's meta file: the API's own place, unless the build found it elsewhere in content/."""
-    canonical = meta_key(name)
-    if storage.exists(canonical):
-        return canonical
-    with open_state(settings).view() as state:
-        found = [path for path in state.meta_paths(name) if storage.exists(path)]
-    return found[0] if found else canonical
+from registry_gen.storage import ContentStorage, open_content_storage, write_meta
+from registry_gen.writes import Change, WriteService, admin_write_service
 
 
 def claim_package(
     settings: Settings, name: str, username: str, email: str | None, account_id: str, actor: str = "registry-gen owner claim"
 ) -> bool:
-    """Binds `username` (account `account_id`) as a maintainer of `name`; False when it already was."""
+    """Binds `username` (account `account_id`) as a maintainer of `name`; False when it already was.
+    Written as the api writes (registry_gen.writes): content/ or the bucket, the build, the tree
+    bucket's upload and the purge are done when it returns."""
     validate_name(name, legacy=True)
-    storage = open_content_storage(settings)
-    with build_lock(settings):
-        key = meta_location(settings, storage, name)
-        raw = storage.read(key)
-        meta = parse_meta(raw) if raw is not None else PackageMeta(name=name)
-        state = PackageState(name, meta, published_versions(settings, name))
+    claimed: list[bool] = []
+
+    def claim(state: PackageState) -> Change:
         if not state.is_held:
             raise NotFound(f"{name} is not in this registry (build it first, or check the name)")
         changed = apply_claim(state, maintainer_entry(username, email, account_id), now_iso())
         if changed is None:
-            return False
-        event = JournalEvent("package:change", name, (), {"owner claimed": username})
-        write_id = _journalled(settings, {key: content_digest(dump_meta(changed))}, [event], actor)
-        write_meta(storage, key, changed)
-    run_build(settings, changed=[key])  # a key of content/, as the build takes it
-    _finish(settings, write_id)
-    return True
+            return Change()
+        claimed.append(True)
+        return Change(meta=changed, events=(JournalEvent("package:change", name, (), {"owner claimed": username}),))
+
+    admin_write_service(settings).apply(name, claim, Actor(actor))
+    return bool(claimed)
 
 
 def _journalled(settings: Settings, files: dict[str, str | None], events: list[JournalEvent], actor: str) -> int:
@@ -214,14 +194,15 @@ def bind_recorded_maintainers(
 ) -> BindingReport:
     """Binds every recorded maintainer name of content/ by `decide_binding`, and rebuilds the packages
     whose meta changed. `apply=False` decides and writes nothing. The metas are read first without
-    the build lock (a large registry's scan must not stall publishes); each one to change is read
-    again under the lock, so an entry bound meanwhile is left as it is."""
-    storage = open_content_storage(settings)
+    a lock (a large registry's scan must not stall publishes); each one to change is read again
+    under its package's lock, so an entry bound meanwhile is left as it is."""
+    service = admin_write_service(settings)
+    storage = service.storage
     accounts: dict[str, AccountFacts | None] = {}
     decisions: list[BindingDecision] = []
     unreadable: list[str] = []
-    to_write: list[str] = []
-    for key in sorted(scan_content(settings.content_dir)[1]):
+    to_write: dict[str, PackageMeta] = {}
+    for key in _meta_keys(settings, storage):
         meta = _meta_at(storage, key)
         if meta is None:
             unreadable.append(key)
@@ -232,9 +213,16 @@ def bind_recorded_maintainers(
         found = decide_bindings(meta, accounts)
         decisions.extend(found)
         if any(d.outcome == BOUND for d in found):
-            to_write.append(key)
-    written = _write_bindings(settings, storage, to_write, accounts) if apply and to_write else []
+            to_write[key] = meta
+    written = _write_bindings(settings, service, to_write, accounts) if apply and to_write else []
     return BindingReport(decisions, unreadable, written)
+
+
+def _meta_keys(settings: Settings, storage: ContentStorage) -> list[str]:
+    """Every meta file of the content: content/'s walk, or the content bucket's listing."""
+    if settings.storage is None:
+        return sorted(scan_content(settings.content_dir)[1])
+    return sorted(item.key for item in storage.list() if item.key.rpartition("/")[2] == META_FILENAME)
 
 
 def _meta_at(storage: ContentStorage, key: str) -> PackageMeta | None:
@@ -246,28 +234,25 @@ def _meta_at(storage: ContentStorage, key: str) -> PackageMeta | None:
 
 
 def _write_bindings(
-    settings: Settings, storage: ContentStorage, keys: list[str], accounts: Mapping[str, AccountFacts | None],
+    settings: Settings, service: WriteService, metas: Mapping[str, PackageMeta], accounts: Mapping[str, AccountFacts | None],
     actor: str = "registry-gen owner bind-recorded",
 ) -> list[str]:
-    bound: dict[str, PackageMeta] = {}
-    events: list[JournalEvent] = []
-    with build_lock(settings):
-        for key in keys:
-            meta = _meta_at(storage, key)
-            decisions = decide_bindings(meta, accounts) if meta is not None else []
-            changed = with_bindings(meta, decisions) if meta is not None else None
-            if changed is not None:
-                bound[key] = changed
-                names = [d.maintainer for d in decisions if d.outcome == BOUND]
-                events.append(JournalEvent("package:change", changed.name, (), {"owners bound": names}))
-        if not bound:
-            return []
-        write_id = _journalled(settings, {key: content_digest(dump_meta(meta)) for key, meta in bound.items()}, events, actor)
-        for key, meta in bound.items():
-            write_meta(storage, key, meta)
-    run_build(settings, changed=list(bound))  # keys of content/: right whether content_dir is relative or not
-    _finish(settings, write_id)
-    return list(bound)
+    """Each package's binding is one write of the api's path (registry_gen.writes), decided again
+    on the meta read under its lock, so an entry bound meanwhile is left as it is."""
+    written: list[str] = []
+    for key, found in metas.items():
+
+        def bind(state: PackageState) -> Change:
+            decisions = decide_bindings(state.meta, accounts)
+            changed = with_bindings(state.meta, decisions)
+            if changed is None:
+                return Change()
+            written.append(key)
+            names = [d.maintainer for d in decisions if d.outcome == BOUND]
+            return Change(meta=changed, events=(JournalEvent("package:change", changed.name, (), {"owners bound": names}),))
+
+        service.apply(found.name, bind, Actor(actor))
+    return written
 
 
 def describe_binding(decision: BindingDecision, *, dry_run: bool = False) -> str:

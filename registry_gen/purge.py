@@ -19,18 +19,22 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 from registry_gen.errors import ConfigError
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, PAGES_NOT_FOUND
 
+if TYPE_CHECKING:
+    from registry_gen.state.ledger import Journal
+
 log = logging.getLogger(__name__)
 
 SITE_KEY: Final = "-"  # the surrogate key of every file under /-/ (search, -/all, the HTML site)
-RETRY_DELAYS: Final = (1.0, 5.0, 30.0, 120.0, 600.0)  # after a failed attempt; then the purge is given up (logged)
+RETRY_DELAYS: Final = (1.0, 5.0, 30.0, 120.0, 600.0)  # after a failed attempt (the last one repeats while a ledger keeps it)
+OWED_SETTLE_SECONDS: Final = 5.0  # a write's own purge is due this long after it is recorded; then anyone's retry sends it
 _TOKEN = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")  # an HTTP method or header name
 
 
@@ -255,21 +259,43 @@ def run_command(command: tuple[str, ...], targets: PurgeTargets, deadline: float
 
 
 class Purger:
-    """Purges after builds: one attempt at once (bounded), failures retried later on a thread."""
+    """Purges after builds: one attempt at once (bounded), failures retried later on a thread.
 
-    def __init__(self, settings: PurgeSettings, host: str | None = None):
+    With `ledger` (the state's journal, registry_gen.state.ledger), what is owed is a row of the
+    ledger, not of this process: a write records its purge before it stores anything
+    (`owe`), and settles it once the cache answered; a failed attempt leaves it due again after
+    a backoff. `retry_owed` sends what is due, from this process's timer, from the leader's tick
+    on PostgreSQL (another instance's debts too), and at a start (`resume`: what a killed process
+    left). One line is logged when purges start failing and one when the cache answers again."""
+
+    def __init__(self, settings: PurgeSettings, host: str | None = None, ledger: Callable[[], Journal] | None = None):
         self.settings = settings
         self.host = host
+        self.ledger = ledger
         self.purged = 0  # attempts that went through, for tests and the logs
         self.failed = 0
         self._lock = threading.Lock()
         self._backlog = PurgeTargets()
         self._attempt = 0
         self._timer: threading.Timer | None = None
+        self._failing = False
 
-    def after_build(self, written: Iterable[str], removed: Iterable[str] = ()) -> None:
-        """Purges what a build wrote and removed; never raises, returns within timeout_seconds."""
+    def owe(self, changing: Iterable[str]) -> int | None:
+        """Records, before a write stores anything, the purge of the tree files it will change
+        (due OWED_SETTLE_SECONDS later, when its own attempt should be over); None without a ledger."""
+        targets = purge_targets(changing)
+        if self.ledger is None or not targets:
+            return None
+        with self.ledger() as journal:
+            return journal.owe_purge(targets.paths, targets.keys, time.time() + OWED_SETTLE_SECONDS)
+
+    def after_build(self, written: Iterable[str], removed: Iterable[str] = (), owed: int | None = None) -> None:
+        """Purges what a build wrote and removed; never raises, returns within timeout_seconds.
+        `owed`: the row `owe` recorded for this write, settled here."""
         targets = purge_targets([*written, *removed])
+        if self.ledger is not None:
+            self._after_build_owed(targets, owed)
+            return
         if not targets:
             return
         with self._lock:
@@ -277,6 +303,98 @@ class Purger:
                 self._backlog = self._backlog.merged(targets)
                 return
         self._try(targets)
+
+    def _after_build_owed(self, targets: PurgeTargets, owed: int | None) -> None:
+        try:
+            if self._timer is None and targets:
+                self.purge(targets)
+                self.purged += 1
+                self._settled([owed] if owed is not None else [], [], 0.0)
+                return
+            if not targets:
+                self._settled([owed] if owed is not None else [], [], 0.0)
+                return
+            why = "a retry is waiting"
+        except Exception as exc:  # noqa: BLE001 - a purge must never fail the write that called it
+            self.failed += 1
+            why = f"{type(exc).__name__}: {exc}" if not isinstance(exc, PurgeFailed) else str(exc)
+        try:
+            with self.ledger() as journal:  # type: ignore[misc]
+                kept = journal.owe_purge(targets.paths, targets.keys, time.time(), owed)
+                journal.settle_purges([], [kept], time.time() + (0.0 if self._timer is not None else RETRY_DELAYS[0]))
+        except Exception as exc:  # noqa: BLE001 - the ledger down too: the in-process retry keeps it
+            log.warning("cache purge could not be recorded (%s: %s)", type(exc).__name__, exc)
+            self._keep_for_later(targets, why)
+            return
+        self._failed_owed(why, RETRY_DELAYS[0])
+
+    def _settled(self, done: list[int], retry: list[int], due: float) -> None:
+        if (done or retry) and self.ledger is not None:
+            with self.ledger() as journal:
+                journal.settle_purges(done, retry, due)
+
+    def retry_owed(self, *, everything: bool = False) -> int:
+        """Sends the owed purges that are due (`everything`: all of them, at a start), as one
+        attempt; returns how many it settled. Those older than shared_max_age are given up: the
+        cache's own lifetime ended them."""
+        if self.ledger is None:
+            return 0
+        now = time.time()
+        with self.ledger() as journal:
+            owed = journal.owed_purges(float("inf") if everything else now)
+        expired = [item.id for item in owed if now - item.since > self.settings.shared_max_age]
+        live = [item for item in owed if item.id not in expired]
+        if expired:
+            log.error("cache purge: gave up on %d owed purge(s) older than shared_max_age (the cache's lifetime ended them)", len(expired))
+        targets = PurgeTargets(tuple(dict.fromkeys(p for i in live for p in i.paths)), tuple(dict.fromkeys(k for i in live for k in i.keys)))
+        try:
+            if targets:
+                self.purge(targets)
+        except Exception as exc:  # noqa: BLE001 - retried later; never a traceback
+            self.failed += 1
+            delay = RETRY_DELAYS[min(min(i.attempts for i in live), len(RETRY_DELAYS) - 1)]
+            self._settled(expired, [i.id for i in live], now + delay)
+            self._failed_owed(str(exc) if isinstance(exc, PurgeFailed) else f"{type(exc).__name__}: {exc}", delay)
+            return len(expired)
+        self._settled([*expired, *(i.id for i in live)], [], 0.0)
+        if live:
+            self.purged += 1
+            if self._failing:
+                log.warning("cache purge: the cache answers again; %d owed purge(s) sent", len(live))
+            self._failing = False
+        with self.ledger() as journal:  # owed but not due yet (a later write joined while this one was sent)
+            if journal.owed_purges(float("inf"), limit=1):
+                self._schedule(RETRY_DELAYS[0])
+        return len(owed)
+
+    def resume(self) -> None:
+        """At a start: what a process killed before its purge (or given up with the cache down)
+        left owed is sent from a background thread, whatever its due time."""
+        if self.ledger is not None:
+            self._schedule(0.0, everything=True)
+
+    def _failed_owed(self, why: str, delay: float) -> None:
+        if not self._failing:
+            log.warning("cache purge failed (%s); the purge is owed (ledger) and retried with backoff until the cache answers", why)
+        self._failing = True
+        self._schedule(delay)
+
+    def _schedule(self, delay: float, *, everything: bool = False) -> None:
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(delay, self._timed_retry, kwargs={"everything": everything})
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _timed_retry(self, everything: bool = False) -> None:
+        with self._lock:
+            self._timer = None
+        try:
+            self.retry_owed(everything=everything)
+        except Exception as exc:  # noqa: BLE001 - a timer thread must not die with a traceback
+            log.warning("cache purge: the owed purges could not be read (%s: %s); retrying in %.0f s", type(exc).__name__, exc, RETRY_DELAYS[1])
+            self._schedule(RETRY_DELAYS[1])
 
     def _try(self, targets: PurgeTargets) -> None:
         try:
@@ -338,6 +456,22 @@ class Purger:
 
 
 def purger_for(settings: Any) -> Purger | None:
-    """The purger of a Settings (None without `purge:`), Host taken from its base_url."""
+    """The purger of a Settings (None without `purge:`), Host taken from its base_url, what it
+    owes kept in the state's ledger."""
     purge: PurgeSettings = settings.purge
-    return Purger(purge, urlsplit(settings.base_url).netloc or None) if purge.enabled else None
+    if not purge.enabled:
+        return None
+    from registry_gen.state import open_state  # registry_gen.settings imports this module
+
+    host = urlsplit(settings.base_url).netloc or None
+    # One purger per registry in a process (the write service, the refresher, watch mode): one
+    # retry timer, and one log line when purges start failing and one when the cache answers.
+    where = (purge, host, settings.database_url or str(settings.state_folder))
+    with _SHARED_LOCK:
+        if where not in _SHARED:
+            _SHARED[where] = Purger(purge, host, open_state(settings).journal)
+        return _SHARED[where]
+
+
+_SHARED: dict[tuple[Any, ...], Purger] = {}
+_SHARED_LOCK = threading.Lock()

@@ -39,7 +39,8 @@ from registry_gen.build import BuildResult, build_locked
 from registry_gen.errors import Forbidden, LockTimeout, RegistryError, StateUnavailable, VersionConflict
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
-from registry_gen.names import validate_name
+from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT
+from registry_gen.names import package_dir, tarball_filename, validate_name
 from registry_gen.objectstore import ObjectStore
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
@@ -72,6 +73,9 @@ class Change:
     delete_meta: bool = False
     upload: Upload | None = None
     removed: set[str] = field(default_factory=set)
+    # How the journal names the write when the difference would not say it (an administrator's
+    # binding of a name to an account: the names stay, so write_events sees no owner change).
+    events: tuple[JournalEvent, ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -134,6 +138,8 @@ class WriteService:
         self.reader = RegistryReader(settings, self.storage)
         self.reserved_names = reserved_names  # names a server shadows with its own endpoints
         self.purger = purger_for(settings)  # None without registry.yaml `purge:`
+        if self.purger is not None:
+            self.purger.resume()  # purges a killed writer still owed, sent in the background
         self.state = open_state(settings)
         self._thread_lock = threading.Lock()
         self._write_lock = self.state.write_lock(settings.lock_file)
@@ -176,7 +182,7 @@ class WriteService:
             if change.is_empty:
                 return None
             meta = None if change.delete_meta else (change.meta or current.state.meta)
-            events = write_events(current.state, meta, change.upload, change.removed)
+            events = list(change.events) or write_events(current.state, meta, change.upload, change.removed)
             result = self._commit(current, change, events, actor)
             what = describe_write(current.state, meta, change.upload, change.removed)
             if what:
@@ -266,6 +272,7 @@ class WriteService:
         """Journals the write pending, changes content/, builds; done, or undone and aborted."""
         name = current.state.name
         removing = {key for version in sorted(change.removed) for key in self.reader.archive_keys(name, version)}
+        owed = self._owe_purge(name, change)
         journal = self._opened_journal()
         write_id = journal.begin_write(
             self._files_after(current, change, removing), events, actor.name if actor else "registry-gen",
@@ -283,7 +290,7 @@ class WriteService:
         self._opened_journal().finish_write(write_id, done=True)
         # After the write is done: a tree bucket that fails now costs a 503 and an owed upload
         # (registry_gen.objectstore), never an undo of a committed write; then the purge.
-        self._after_render(result)
+        self._after_render(result, owed)
         return result
 
     def _abort(self, write_id: int) -> None:
@@ -292,6 +299,16 @@ class WriteService:
         holds it: aborted all the same; the caller's error is the one to report."""
         with suppress(StateUnavailable):
             self._opened_journal().finish_write(write_id, done=False)
+
+    def _owe_purge(self, name: str, change: Change) -> int | None:
+        """The purge this write will owe the caches in front, recorded in the ledger before
+        anything is stored (its documents, and the tarballs it removes): a process killed between
+        the render and the purge leaves it for the next retry (registry_gen.purge)."""
+        if self.purger is None:
+            return None
+        folder = package_dir(name)
+        tarballs = [f"{folder}/-/{tarball_filename(name, version)}" for version in sorted(change.removed)]
+        return self.purger.owe([f"{folder}/{PACKAGE_DOCUMENT}", f"{folder}/{ABBREVIATED_DOCUMENT}", *tarballs])
 
     def _opened_journal(self) -> Journal:
         """The journal, opened once per service (with the lock held: writes use it one at a time),
@@ -365,15 +382,16 @@ class WriteService:
             self.refresher.schedule()
         return result
 
-    def _after_render(self, result: BuildResult) -> None:
+    def _after_render(self, result: BuildResult, owed: int | None = None) -> None:
         """What follows each build of a write: what it wrote goes to the readers' tree (a bucket;
         nothing to do for out_dir), then the caches in front are told exactly which files changed
         (registry_gen.purge; bounded, never raises). A write is answered only after this, so the
         origin serves it at once."""
         if self.objects is not None:
             self.objects.tree.publish(result)
+        failpoint("before-purge")
         if self.purger is not None:
-            self.purger.after_build(result.written, result.removed)
+            self.purger.after_build(result.written, result.removed, owed)
 
     def _sync_content(self, touched: list[str]) -> None:
         """With content in a bucket: the work folder's copy of the packages this build reads (the
@@ -431,6 +449,33 @@ class WriteService:
             self.storage.remove(current.meta_key)
         else:
             self.storage.replace(current.meta_key, current.meta_bytes)
+
+
+def admin_write_service(settings: Settings) -> WriteService:
+    """The write service of an administrator's command (`owner claim`, `owner bind-recorded`): the
+    api's own path. With `storage:` (content and tree in buckets), the command's work folder is
+    synced from the content bucket for the packages it touches, the build's files go to the tree
+    bucket and the caches are purged before it returns, as an api instance does; -/all and search
+    are left stale in the shared state for the api's leader (this folder holds no whole tree)."""
+    from registry_gen.objectstore import open_object_store
+
+    objects = open_object_store(settings)
+    if objects is None:
+        return WriteService(settings)
+    settings.content_dir.mkdir(parents=True, exist_ok=True)
+    settings.out_dir.mkdir(parents=True, exist_ok=True)
+    return WriteService(settings, refresher=LeaderRewrites(), objects=objects)
+
+
+class LeaderRewrites:
+    """An IndexRewrites for a one-off command on PostgreSQL: each build marks the whole documents
+    stale in the state, and the api's leader (registry_gen.leader) rewrites them."""
+
+    def schedule(self) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
 
 
 def _refuse_mirrored(current: CurrentPackage) -> None:

@@ -86,6 +86,18 @@ class PendingWrite:
     files: WriteFiles
 
 
+@dataclass(frozen=True, slots=True)
+class OwedPurge:
+    """A purge of the caches in front not yet answered (registry_gen.purge): URL paths, surrogate
+    keys, when it was first owed and how many attempts failed (Unix seconds)."""
+
+    id: int
+    paths: tuple[str, ...]
+    keys: tuple[str, ...]
+    since: float
+    attempts: int
+
+
 def content_digest(data: bytes | None, like: str | None = None) -> str | None:
     """The digest a journalled write records for a file's bytes (None: no file): sha256 hex, or
     an SRI sha512 when `like` (the recorded one) is one."""
@@ -118,6 +130,10 @@ class Journal(Protocol):
     def record_import_origin(self, name: str, origin: str, files: str) -> None: ...
     def forget_import_origin(self, name: str) -> None: ...
     def adopt_import_origins(self, rows: Sequence[tuple[str, str, str]]) -> None: ...
+    # purges owed to the caches in front (registry_gen.purge): recorded, retried when due, settled
+    def owe_purge(self, paths: Sequence[str], keys: Sequence[str], due: float, purge_id: int | None = None) -> int: ...
+    def owed_purges(self, now: float, limit: int = 100) -> list[OwedPurge]: ...
+    def settle_purges(self, done: Sequence[int], retry: Sequence[int] = (), due: float = 0.0) -> None: ...
     def usable(self) -> bool: ...  # False when its connection died (a database restart): open another
     def close(self) -> None: ...
     def __enter__(self) -> Journal: ...

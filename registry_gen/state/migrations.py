@@ -82,6 +82,19 @@ STEPS: Final[tuple[tuple[int, str], ...]] = (
         CREATE TABLE import_origins (name TEXT PRIMARY KEY, origin TEXT NOT NULL, files TEXT NOT NULL) WITHOUT ROWID;
         """,
     ),
+    (
+        5,
+        """
+        -- Purges of the caches in front that are owed (registry_gen.purge): recorded before a write
+        -- stores anything and settled once the cache answered, so a cache that is down, or a process
+        -- killed between its render and its purge, leaves a row the next retry sends (JSON lists of
+        -- URL paths and surrogate keys; `since` and `due` in Unix seconds).
+        CREATE TABLE owed_purges (
+            id INTEGER PRIMARY KEY, paths TEXT NOT NULL, keys TEXT NOT NULL, since REAL NOT NULL, due REAL NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0
+        );
+        """,
+    ),
 )
 LATEST: Final = STEPS[-1][0]
 LEGACY_STATE: Final = "state.sqlite3"

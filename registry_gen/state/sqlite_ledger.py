@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from registry_gen.errors import LedgerUnreadable
 from registry_gen.state import heldopen
-from registry_gen.state.ledger import JournalEntry, JournalEvent, PendingWrite, WriteFiles
+from registry_gen.state.ledger import JournalEntry, JournalEvent, OwedPurge, PendingWrite, WriteFiles
 from registry_gen.state.migrations import LATEST, migrate
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_base import connect, connect_readonly, user_version
@@ -244,6 +245,37 @@ class SqliteLedger:
                 "DELETE FROM writes WHERE status <> 'pending' AND started < ? AND id NOT IN (SELECT write_id FROM journal)", (before,)
             )
         return int(removed)
+
+
+    # -- purges owed to the caches in front (registry_gen.purge)
+
+    def owe_purge(self, paths: Sequence[str], keys: Sequence[str], due: float, purge_id: int | None = None) -> int:
+        """Records a purge owed (durably, before the write it belongs to stores anything), or adds
+        `paths` and `keys` to the one `purge_id` names (a new row if it was settled meanwhile)."""
+        with self._atomically():
+            row = None
+            if purge_id is not None:
+                row = self.db.execute("SELECT paths, keys FROM owed_purges WHERE id = ?", (purge_id,)).fetchone()
+            if row is None:
+                return int(self.db.execute(
+                    "INSERT INTO owed_purges (paths, keys, since, due) VALUES (?, ?, ?, ?) RETURNING id",
+                    (json.dumps(list(dict.fromkeys(paths))), json.dumps(list(dict.fromkeys(keys))), time.time(), due),
+                ).fetchone()[0])  # fmt: skip
+            merged = (json.dumps(list(dict.fromkeys([*json.loads(row[0]), *paths]))), json.dumps(list(dict.fromkeys([*json.loads(row[1]), *keys]))))
+            self.db.execute("UPDATE owed_purges SET paths = ?, keys = ?, due = ? WHERE id = ?", (*merged, due, purge_id))
+            return purge_id
+
+    def owed_purges(self, now: float, limit: int = 100) -> list[OwedPurge]:
+        """The owed purges due at `now`, oldest first."""
+        rows = self.db.execute("SELECT id, paths, keys, since, attempts FROM owed_purges WHERE due <= ? ORDER BY id LIMIT ?", (now, limit))
+        return [OwedPurge(int(i), tuple(json.loads(p)), tuple(json.loads(k)), float(since), int(n)) for i, p, k, since, n in rows]
+
+    def settle_purges(self, done: Sequence[int], retry: Sequence[int] = (), due: float = 0.0) -> None:
+        """`done`: the cache answered (or the purge is given up): the rows go. `retry`: one more
+        attempt failed; the next is due at `due`."""
+        with self._atomically(durable=False):
+            self.db.executemany("DELETE FROM owed_purges WHERE id = ?", [(i,) for i in done])
+            self.db.executemany("UPDATE owed_purges SET attempts = attempts + 1, due = ? WHERE id = ?", [(due, i) for i in retry])
 
 
 def _open(path: Path) -> sqlite3.Connection:

@@ -289,10 +289,10 @@ def server_process(
 
 
 @contextlib.contextmanager
-def api_process(root: Path, config: Path, port: int) -> Iterator[Path]:
+def api_process(root: Path, config: Path, port: int, extra_env: dict[str, str] | None = None) -> Iterator[Path]:
     """`registry-gen api --config CONFIG` on 127.0.0.1:port behind a proxy on loopback, in `root`
-    (no REGISTRY_* variable of the test run leaks in); yields its log file."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    (no REGISTRY_* variable of the test run leaks in, only `extra_env`); yields its log file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")} | (extra_env or {})
     argv = [sys.executable, "-m", "registry_gen", "api", "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
             "--trusted-proxy", "127.0.0.1"]  # fmt: skip
     with server_process(argv, root / "api.log", port, cwd=root, env=env) as process:

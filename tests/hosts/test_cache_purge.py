@@ -5,13 +5,18 @@ Documents are kept by the cache (s-maxage) and tagged with their package (xkey);
 the API purges the changed package's key, so the cache serves the new version within a second.
 The control points the purge at a port where nothing listens: the publish still succeeds at
 once, and the cache still serves the stale document (so the purge, not a lifetime, made the first
-one fresh). Tarballs stay cached through a purge of their package.
+one fresh). Tarballs stay cached through a purge of their package. A purge the cache could not
+take is owed in the ledger and sent once the cache answers again; one a SIGKILL between the render
+and the purge cut off is sent by the restarted api.
 """
 
 from __future__ import annotations
 
 import contextlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import json
+import math
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,10 +26,14 @@ from pathlib import Path
 import pytest
 
 from registry_gen.build import run_build
+from registry_gen.failpoints import FAILPOINT_ENV
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from tests.hosts.clients import ClientRun
 from tests.hosts.servers import api_process, free_port, nginx_server, varnish_server
-from tests.registry_api.helpers import add_user
+from tests.registry_api.helpers import add_user, http, publish_body, tarball
+from tests.storage.s3servers import forward
+from tests.support import poll
 
 pytestmark = pytest.mark.slow
 NAME = "cache-purge-demo"
@@ -36,12 +45,15 @@ class CachedRegistry:
     cache: str  # Varnish: what clients use (base_url)
     origin: str  # nginx behind it
     api_log: Path
+    config: Path
+    api_port: int
 
 
 @contextlib.contextmanager
-def cached_registry(root: Path, purge_port: int | None = None, by_path: bool = False) -> Iterator[CachedRegistry]:
+def cached_registry(root: Path, purge_port: int | None = None, by_path: bool = False, api: bool = True) -> Iterator[CachedRegistry]:
     """Varnish -> nginx -> api; the purge goes to Varnish, or to `purge_port` (the control): by
-    surrogate key (xkey), or `by_path` (one PURGE per changed URL, no keys)."""
+    surrogate key (xkey), or `by_path` (one PURGE per changed URL, no keys). Without `api`, the
+    test starts (and kills) the api on `api_port` itself."""
     cache_port, nginx_port, api_port = free_port(), free_port(), free_port()
     cache = f"http://127.0.0.1:{cache_port}/"
     root.mkdir(parents=True)
@@ -54,10 +66,10 @@ def cached_registry(root: Path, purge_port: int | None = None, by_path: bool = F
     )
     (root / "content").mkdir()
     run_build(Settings(content_dir=root / "content", out_dir=root / "public", base_url=cache, data_dir=root / "data"))
-    with api_process(root, config, api_port) as api_log:
+    with api_process(root, config, api_port) if api else contextlib.nullcontext(root / "api.log") as api_log:
         with nginx_server(root / "public", root / "nginx", nginx_port, f"127.0.0.1:{api_port}", ["--config", str(config)]) as origin:
             with varnish_server(root / "varnish", cache_port, nginx_port):
-                yield CachedRegistry(cache, origin, api_log)
+                yield CachedRegistry(cache, origin, api_log, config, api_port)
 
 
 def _get(url: str) -> tuple[dict[str, str], bytes]:
@@ -135,3 +147,85 @@ def test_without_a_working_purge_the_cache_stays_stale_and_the_publish_succeeds(
         assert published_in < 30
         log = registry.api_log.read_text()
         assert "cache purge failed" in log and "Traceback" not in log
+
+
+def owed_purges(config: Path) -> list[tuple[str, ...]]:
+    """The keys of each purge the registry's ledger still owes the cache."""
+    root = config.parent
+    settings = Settings(content_dir=root / "content", out_dir=root / "public", data_dir=root / "data")
+    with open_state(settings).journal() as journal:
+        return [owed.keys for owed in journal.owed_purges(math.inf)]
+
+
+class _PurgeRelay(BaseHTTPRequestHandler):
+    upstream = ""  # host:port of the cache
+
+    def do_PURGE(self) -> None:  # noqa: N802 - the HTTP method's name
+        status, headers, body = forward(self, self.upstream)
+        self.send_response(status)
+        for name, value in headers:
+            if name.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def purge_relay(port: int, cache: str) -> Iterator[None]:
+    """The purge's way to the cache, open only inside this block (before it and after it, nothing
+    listens on `port`): the cache is unreachable for purges while it keeps serving reads."""
+    handler = type("Relay", (_PurgeRelay,), {"upstream": cache.removeprefix("http://").rstrip("/")})
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_purge_the_cache_missed_is_owed_and_sent_once_it_answers(tmp_path: Path, make_client) -> None:
+    relay_port = free_port()  # closed at first: the cache cannot be purged
+    with cached_registry(tmp_path / "registry", purge_port=relay_port) as registry:
+        client: ClientRun = make_client("npm11", registry.cache)
+        with purge_relay(relay_port, registry.cache):
+            _publish_first_and_cache(registry, client, tmp_path / "work" / "source")
+        assert owed_purges(registry.config) == []
+
+        client.publish(_write_package(tmp_path / "work" / "source", "1.1.0"))
+        assert _latest(registry.origin)[0] == "1.1.0"
+        assert NAME in {key for keys in owed_purges(registry.config) for key in keys}  # in the ledger, not in a process
+        assert _latest(registry.cache) == ("1.0.0", "HIT")  # stale while the purge is owed
+        with purge_relay(relay_port, registry.cache):
+            latest, _, taken = _poll_latest(registry.cache, "1.1.0", 60)  # the backoff's first steps: 1 s, 5 s, 30 s
+            assert latest == "1.1.0", f"the owed purge was never sent ({taken:.0f} s)"
+            poll(lambda: owed_purges(registry.config) == [], "the owed purge settled", 10)
+        log = registry.api_log.read_text()
+        assert log.count("cache purge failed") == 1 and log.count("the cache answers again") == 1, log
+        assert "Traceback" not in log
+
+
+def test_a_purge_cut_off_by_a_sigkill_after_the_render_is_sent_by_the_restarted_api(tmp_path: Path) -> None:
+    with cached_registry(tmp_path / "registry", api=False) as registry:
+        root, port = registry.config.parent, registry.api_port
+        with api_process(root, registry.config, port):
+            token = add_user(registry.origin, "killer", "killer-password-1")
+            assert http("PUT", registry.origin + NAME, token=token, body=publish_body(NAME, "1.0.0", tarball(NAME, "1.0.0"))).status == 201
+            _latest(registry.cache)
+            assert _latest(registry.cache) == ("1.0.0", "HIT")
+        with api_process(root, registry.config, port, {FAILPOINT_ENV: "before-purge:kill"}) as api_log:
+            with contextlib.suppress(OSError):
+                http("PUT", registry.origin + NAME, token=token, body=publish_body(NAME, "1.1.0", tarball(NAME, "1.1.0")))
+            assert "Traceback" not in api_log.read_text()
+        assert _latest(registry.origin)[0] == "1.1.0"  # rendered before the kill
+        assert _latest(registry.cache) == ("1.0.0", "HIT")  # and never purged
+        assert owed_purges(registry.config)
+        with api_process(root, registry.config, port):
+            latest, _, taken = _poll_latest(registry.cache, "1.1.0", 15)
+            assert latest == "1.1.0", f"the restarted api never sent the owed purge ({taken:.0f} s)"
+            poll(lambda: owed_purges(registry.config) == [], "the owed purge settled", 10)

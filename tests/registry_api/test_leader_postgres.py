@@ -209,3 +209,32 @@ def test_a_postgresql_restart_never_gives_two_leaders_acting(refreshing: Registr
     _until(lambda: names <= set(json.loads((registry.shared / "public" / ALL_DOCUMENT).read_bytes())), 30, "-/all lists every package")
     _assert_one_leader_acting_at_a_time(url)
     assert len(_rows(url, LEADER_LOCK_HOLDERS, (LOCK_REGISTRY, LEADER))) == 1
+
+
+def test_the_leader_sends_a_purge_an_instance_owed_when_it_died(postgres: PostgresServer, tmp_path: Path) -> None:  # noqa: F811
+    """A writer records its purge in the ledger before it stores anything; killed before it sent
+    it, the purge is not lost: the leader's next tick, in another process, sends it once due."""
+    from registry_gen.build import run_build
+    from registry_gen.leader import Leader
+    from registry_gen.purge import parse_purge, purger_for
+    from registry_gen.settings import Settings
+    from registry_gen.state import open_state
+    from tests.hosts.servers import recording_upstream
+
+    with recording_upstream() as (port, records):
+        settings = Settings(
+            content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
+            database_url=postgres_state_url(postgres), purge=parse_purge({"url": f"http://127.0.0.1:{port}/", "key_header": "xkey"}),
+        )  # fmt: skip
+        (tmp_path / "content").mkdir()
+        run_build(settings)
+        dying = purger_for(settings)
+        assert dying is not None and dying.owe(["gone-writer/index.html"]) is not None  # and then the writer dies
+        leader = Leader(settings)
+        try:
+            _until(lambda: (leader.work(), any(r.headers.get("xkey") == "gone-writer" for r in records))[1], 20, "the leader's purge")
+        finally:
+            leader.stop()
+        assert [r.method for r in records] == ["PURGE"]
+        with open_state(settings).journal() as journal:
+            assert journal.owed_purges(float("inf")) == []

@@ -1,0 +1,95 @@
+"""An administrator's commands on a several-machines registry (issue 28): `registry-gen owner claim`
+and `owner bind-recorded` run as real processes on their own EMPTY work folder, with the same
+registry.yaml as the `registry-gen api` instance (content and tree in a bucket on moto's S3 server,
+state and accounts on a real PostgreSQL). When each returns, what it changed is in the tree bucket
+and served through the nginx in front of it, and the account it bound can publish through the api."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import postgres_state_url
+from tests.registry_api.helpers import add_user, http, publish_body, tarball
+from tests.registry_api.test_api_instances_postgres import postgres  # noqa: F401 - the module's PostgreSQL fixture
+from tests.registry_api.test_api_object_store import BUCKET, PREFIX, Site, bucket_site
+
+pytestmark = pytest.mark.slow
+
+
+def admin_command(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    """`registry-gen ARGS` on an administrator's machine: the instance's registry.yaml, its own empty work folder."""
+    folder = site.root / "admin"
+    folder.mkdir(exist_ok=True)
+    (folder / "registry.yaml").write_text(site.apis[0].config.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    return subprocess.run(
+        [sys.executable, "-m", "registry_gen", *args, "--config", str(folder / "registry.yaml")],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def maintainers(site: Site, name: str) -> list[str]:
+    """The maintainer names of the package's document, as nginx serves it from the tree bucket."""
+    return [person["name"] for person in http("GET", site.reads + name).json["maintainers"]]
+
+
+def publish(site: Site, token: str, name: str, version: str) -> Any:
+    return http("PUT", site.apis[0].base + name, token=token, body=publish_body(name, version, tarball(name, version)))
+
+
+def test_owner_claim_and_bind_recorded_write_through_the_bucket(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    with bucket_site("moto", postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
+        api = site.apis[0]
+        alice = add_user(api.base, "alice", "alice-password-1")
+        bob = add_user(api.base, "bob", "bob-password-1")
+        carol = add_user(api.base, "carol", "carol-password-1")  # before legacy's first publish: bind-recorded binds her
+        assert publish(site, alice, "claimed", "1.0.0").status == 201
+        assert publish(site, bob, "claimed", "1.1.0").status == 403  # bob is no maintainer yet
+
+        done = admin_command(site, "owner", "claim", "claimed", "bob")
+        assert done.returncode == 0, done.stderr
+        assert "bob is now a bound maintainer of claimed" in done.stdout
+        assert maintainers(site, "claimed") == ["alice", "bob"]  # in the tree bucket when the command returned
+        assert publish(site, bob, "claimed", "1.1.0").status == 201
+        again = admin_command(site, "owner", "claim", "claimed", "bob")
+        assert again.returncode == 0 and "already" in again.stdout, again.stderr
+
+        # A meta recorded by a release before bindings: carol's name without her account.
+        assert publish(site, alice, "legacy", "1.0.0").status == 201
+        key = f"{PREFIX}/legacy/registry-meta.json"
+        meta = json.loads(site.client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        meta["maintainers"].append({"name": "carol"})
+        site.client.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(meta).encode())
+        assert publish(site, carol, "legacy", "1.1.0").status == 403  # a name alone grants nothing
+
+        bound = admin_command(site, "owner", "bind-recorded", "--force")
+        assert bound.returncode == 0, bound.stderr
+        assert "bound: carol as a maintainer of legacy" in bound.stdout and "bound 1," in bound.stdout
+        assert maintainers(site, "legacy") == ["alice", "carol"]
+        assert publish(site, carol, "legacy", "1.1.0").status == 201
+        changes = http("GET", api.base + "-/changes?since=0&limit=100", token=alice).json["results"]
+        details = [entry["detail"] for entry in changes if entry["kind"] == "package:change"]
+        assert {"owner claimed": "bob"} in details and {"owners bound": ["carol"]} in details
+
+
+def test_serve_refuses_content_in_a_bucket_in_one_line_naming_the_api(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`serve` builds and serves a local tree from a local content folder: with `storage:` it
+    refuses before it binds or writes anything, and says to run `registry-gen api` instead."""
+    from registry_gen.cli import main as registry_gen
+
+    config = tmp_path / "registry.yaml"
+    config.write_text(
+        "content_dir: content\nout_dir: public\ndata_dir: data\nstorage: s3://registry/reg\n"
+        "storage_endpoint_url: http://127.0.0.1:9\ndatabase_url: postgresql://registry@127.0.0.1:9/registry\n"
+    )
+    assert registry_gen(["serve", "--config", str(config), "--port", "0"]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: storage: s3://registry/reg:") and "`registry-gen api`" in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["registry.yaml"]  # nothing created
