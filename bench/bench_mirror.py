@@ -82,20 +82,37 @@ def deployment(work: Path, config: str) -> Iterator[str]:
         yield url
 
 
-def _settled(tree: Path, project: Path, deadline: float = 600.0) -> float:
-    """Seconds until the tree holds the tarball of every package npm installed into `project`
-    (the mirror lands in the background); raises past the deadline."""
+def _settled(work: Path, project: Path, deadline: float = 600.0) -> float:
+    """Seconds until the tree serves what the mirror landed (the landings are built in the
+    background, after the burst): every package in content/ has its document built from its
+    latest meta, and every tarball npm installed into `project` is in the tree. Raises past the
+    deadline, naming what is still missing."""
     from registry_gen.names import tarball_path
 
     started = time.monotonic()
     installed = json.loads((project / "node_modules" / ".package-lock.json").read_text())["packages"]
-    wanted = [tree / tarball_path(entry.get("name") or key.rsplit("node_modules/", 1)[1], entry["version"])
-              for key, entry in installed.items() if key.startswith("node_modules/") and "version" in entry]  # fmt: skip
-    while not all(path.is_file() for path in wanted):
+    tarballs = [work / "public" / tarball_path(entry.get("name") or key.rsplit("node_modules/", 1)[1], entry["version"])
+                for key, entry in installed.items() if key.startswith("node_modules/") and "version" in entry]  # fmt: skip
+    while missing := [str(path) for path in tarballs if not path.is_file()] + _unbuilt_documents(work):
         if time.monotonic() - started > deadline:
-            raise RuntimeError(f"the mirror did not land {sum(not p.is_file() for p in wanted)} tarballs within {deadline:.0f} s")
+            raise RuntimeError(f"the mirror's tree lacked {len(missing)} files {deadline:.0f} s after the install, e.g. {missing[0]}")
         time.sleep(0.5)
     return time.monotonic() - started
+
+
+def _unbuilt_documents(work: Path) -> list[str]:
+    """The documents in the tree older than the meta they are built from (or absent)."""
+    from registry_gen.layout import PACKAGE_DOCUMENT
+    from registry_gen.meta import META_FILENAME
+
+    unbuilt = []
+    for meta in (work / "content").glob(f"**/{META_FILENAME}"):
+        document = work / "public" / meta.parent.relative_to(work / "content") / PACKAGE_DOCUMENT
+        with contextlib.suppress(FileNotFoundError):
+            if document.stat().st_mtime_ns >= meta.stat().st_mtime_ns:
+                continue
+        unbuilt.append(str(document))
+    return unbuilt
 
 
 def _built_from_start(work: Path, upstream: str, lockfile: Path) -> None:
@@ -129,7 +146,7 @@ def installs(quick: bool) -> list[dict[str, Any]]:
                     seconds, project = npm_install(mirror, scratch / f"cold-{rep}")
                     timings["cold"].append(seconds)
                     lockfile = lockfile or project / "package-lock.json"
-                    settle.append(_settled(scratch / f"mirror-{rep}" / "public", project))
+                    settle.append(_settled(scratch / f"mirror-{rep}", project))
                     timings["warm"].append(npm_install(mirror, scratch / f"warm-{rep}")[0])
             assert lockfile is not None
             _built_from_start(scratch / "built", upstream, lockfile)

@@ -8,7 +8,11 @@ reads it, so content/ stays the single source of truth.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,8 +75,47 @@ def _string_map(data: dict[str, Any], key: str, problems: list[FieldProblem]) ->
     return dict(value)
 
 
+class _ParsedMetas:
+    """The metas parsed lately, by their file's digest (thread-safe, bounded in bytes). A mirrored
+    package's meta holds the upstream's document, megabytes for some: the mirror reads it for each
+    tarball it lands and the build once more, and parsing it again each time was the largest cost
+    of a cold install through the mirror (bench/PROFILE.md). A meta is never changed in place."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.held = budget, 0
+        self.lock = threading.Lock()
+        self.by_digest: OrderedDict[bytes, tuple[PackageMeta, int]] = OrderedDict()
+
+    def get(self, digest: bytes) -> PackageMeta | None:
+        with self.lock:
+            found = self.by_digest.get(digest)
+            if found is not None:
+                self.by_digest.move_to_end(digest)
+            return found[0] if found else None
+
+    def put(self, digest: bytes, meta: PackageMeta, size: int) -> None:
+        with self.lock:
+            if digest not in self.by_digest and size <= self.budget:
+                self.by_digest[digest], self.held = (meta, size), self.held + size
+            while self.held > self.budget:
+                self.held -= self.by_digest.popitem(last=False)[1][1]
+
+
+_PARSED = _ParsedMetas(budget=16 << 20)
+
+
 def parse_meta(raw: bytes) -> PackageMeta:
-    """Parses a registry-meta.json file; raises InvalidManifest naming each bad field."""
+    """Parses a registry-meta.json file; raises InvalidManifest naming each bad field. The same
+    bytes give the same (immutable) meta: a recent one is not parsed again."""
+    digest = hashlib.blake2b(raw, digest_size=16).digest()
+    meta = _PARSED.get(digest)
+    if meta is None:
+        meta = _parsed_meta(raw)
+        _PARSED.put(digest, meta, len(raw))
+    return meta
+
+
+def _parsed_meta(raw: bytes) -> PackageMeta:
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -126,9 +169,7 @@ def parse_meta(raw: bytes) -> PackageMeta:
 def dump_meta(meta: PackageMeta) -> bytes:
     """Indented for people to read and edit; a mirrored package's `mirror` (the upstream's data,
     megabytes for some packages) on one line: indenting it costs the pure-Python encoder 10x."""
-    data = meta.to_json()
-    mirror = data.pop("mirror", None)
-    text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False)
-    if mirror is not None:
-        text = text[: -len("\n}")] + ',\n  "mirror": ' + json.dumps(mirror, ensure_ascii=False, separators=(",", ":")) + "\n}"
+    text = json.dumps(dataclasses.replace(meta, mirror=None).to_json(), indent=2, ensure_ascii=False, sort_keys=False)
+    if meta.mirror is not None:
+        text = text[: -len("\n}")] + ',\n  "mirror": ' + meta.mirror.serialised + "\n}"
     return (text + "\n").encode("utf-8")

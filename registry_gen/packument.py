@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping
@@ -64,7 +65,11 @@ def dumps(document: Any) -> bytes:
     plain static hosts serve them, and a host that labels them text/html must not let a browser run
     markup from a package's description. The parsed values are unchanged.
     """
-    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    return escaped(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
+
+
+def escaped(text: str) -> bytes:
+    """Compact JSON text as dumps() writes it (see there)."""
     # Three str.replace passes, not str.translate: translate looks every character up in a dict
     # and cost 7x the serialisation itself on a 20-version document (bench/PROFILE.md).
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode("utf-8")
@@ -242,8 +247,21 @@ def document_revision(meta: PackageMeta, served: Iterable[str]) -> str:
     without reading the built tree; clients only echo it back."""
     versions = sorted(set(served))
     number = meta.revision or len(set(versions) | set(meta.unpublished))
-    digest = hashlib.blake2b(dumps([meta.to_json(), versions]), digest_size=REVISION_HASH_LENGTH // 2).hexdigest()
-    return f"{max(number, 1)}-{digest}"
+    digest = hashlib.blake2b(digest_size=REVISION_HASH_LENGTH // 2)
+    for piece in _revision_input(meta, versions):
+        digest.update(piece)
+    return f"{max(number, 1)}-{digest.hexdigest()}"
+
+
+def _revision_input(meta: PackageMeta, versions: list[str]) -> Iterator[bytes]:
+    """dumps([meta.to_json(), versions]) in pieces: a mirrored package's record (its `mirror`,
+    the last key) from the record's one serialisation, not serialised again for each document."""
+    if meta.mirror is None:
+        yield dumps([meta.to_json(), versions])
+        return
+    yield b"[" + dumps(dataclasses.replace(meta, mirror=None).to_json())[:-1] + b',"mirror":'
+    yield escaped(meta.mirror.serialised)
+    yield b"}," + dumps(versions) + b"]"
 
 
 def abbreviate(packument: Mapping[str, Any]) -> dict[str, Any]:

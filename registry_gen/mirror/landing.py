@@ -124,7 +124,7 @@ def land_tarball(
     meta = mirrored_meta_or_none(storage, name)
     if meta is None or meta.mirror is None or version not in meta.mirror.allowed:
         raise OwnedHere(f"{name}@{version} is no longer a mirrored version this registry serves")
-    known = check_not_owned(storage, ledger, name, origin)
+    known = ledger.read(name)  # mirrored, so not owned here (check_not_owned without reading the meta again)
     files = dict(known.files) if known is not None else {}
     return land_archives(storage, ledger, OriginRecord(name, origin, files), {version: verified})
 

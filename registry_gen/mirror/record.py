@@ -22,6 +22,8 @@ archives beside it, landed like an import's (the origin ledger names the uplink)
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,13 @@ class MirrorRecord:
     def upstream_dist(self, version: str) -> Mapping[str, Any]:
         dist = (self.versions.get(version) or {}).get("dist")
         return dist if isinstance(dist, Mapping) else {}
+
+    @functools.cached_property
+    def serialised(self) -> str:
+        """The record as compact JSON, made once per record (a record is never changed in place):
+        registry-meta.json holds it and the package document's `_rev` hashes it, and a big
+        package's record is megabytes."""
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"))
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"uplink": self.uplink, "url": self.url, "refreshed": self.refreshed}

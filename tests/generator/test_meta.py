@@ -57,3 +57,19 @@ def test_bad_meta_names_each_field(body: bytes, fields: set[str]) -> None:
     with pytest.raises(InvalidManifest) as caught:
         parse_meta(body)
     assert {p.field for p in caught.value.problems} == fields
+
+
+def test_the_same_meta_bytes_are_parsed_once_and_changed_bytes_again() -> None:
+    """A mirrored package's meta is read for each tarball landed and by the build: the same bytes
+    give the same meta without parsing again; other bytes (a write in between) are parsed anew, and
+    a bad file is refused every time."""
+    record = {"uplink": "up", "url": "http://u/", "refreshed": "2026-01-01T00:00:00.000Z", "versions": {"1.0.0": {"name": "m"}}}
+    raw = json.dumps({"name": "m", "mirror": record}).encode()
+    first = parse_meta(raw)
+    assert parse_meta(bytes(raw)) is first
+    changed = parse_meta(json.dumps({"name": "m", "mirror": {**record, "refreshed": "2026-02-01T00:00:00.000Z"}}).encode())
+    assert changed is not first and changed.mirror is not None and changed.mirror.refreshed.startswith("2026-02")
+    assert parse_meta(dump_meta(changed)) == changed
+    for _ in range(2):
+        with pytest.raises(InvalidManifest):
+            parse_meta(json.dumps({"name": "m", "revision": "x"}).encode())

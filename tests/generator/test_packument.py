@@ -175,3 +175,26 @@ def test_indexes_and_search() -> None:
 def test_dumps_is_compact_utf8_json() -> None:
     assert dumps({"a": "é", "b": [1]}) == '{"a":"é","b":[1]}'.encode()
     assert json.loads(dumps({"x": 1})) == {"x": 1}
+
+
+def test_a_mirrored_documents_rev_hashes_the_same_bytes_as_before() -> None:
+    """The record is serialised once and its `_rev` hashed in pieces: the same revision as the
+    hash of the whole meta and versions (documents in existing trees keep their `_rev`), and it
+    still moves with anything in the record."""
+    import dataclasses
+    import hashlib
+
+    from registry_gen.mirror.record import MirrorRecord
+    from registry_gen.packument import document_revision
+
+    manifest = {"name": "m", "description": "<b>&é</b> ünïcode", "dist": {"integrity": "sha512-x", "tarball": "http://u/m.tgz"}}
+    record = MirrorRecord("up", "http://u/", "2026-01-01T00:00:00.000Z", versions={"1.0.0": manifest, "2.0.0": manifest},
+                          times={"1.0.0": "2025-01-01T00:00:00.000Z"}, held={"2.0.0": "too young"}, readme="# <m> & co")  # fmt: skip
+    meta = PackageMeta(name="m", dist_tags={"next": "1.0.0"}, revision=0, mirror=record)
+    whole = hashlib.blake2b(dumps([meta.to_json(), ["1.0.0"]]), digest_size=20).hexdigest()
+    assert document_revision(meta, ["1.0.0"]) == f"1-{whole}"
+    assert build_packument("m", [], meta, base_url="http://r/", readme=None, readme_filename=None)["_rev"] == f"1-{whole}"
+    released = dataclasses.replace(meta, mirror=dataclasses.replace(record, held={}))
+    assert document_revision(released, ["1.0.0"]) != document_revision(meta, ["1.0.0"])
+    plain = PackageMeta(name="m", dist_tags={"latest": "1.0.0"})
+    assert document_revision(plain, ["1.0.0"]) == "1-" + hashlib.blake2b(dumps([plain.to_json(), ["1.0.0"]]), digest_size=20).hexdigest()
