@@ -1,29 +1,30 @@
-"""`registry-gen owner claim`: an administrator binds a maintainer name of a package to an account.
+"""`registry-gen owner claim`: an administrator binds a maintainer name of a package to an account;
+and a deleted account's email leaves every package's meta (`user remove`, `DELETE /user/{id}`).
 
-The pure rules (registry_gen.publish.apply_claim, decide_binding here) run as writes of the api's
-own path (registry_gen.writes.WriteService, `admin_write_service`): under the package's lock, the
-meta written, the package rebuilt, journalled, and with `storage:` the tree bucket uploaded and the
-caches purged. The account itself is looked up by the caller (the user store lives in user_api);
-this module only receives its name, email and immutable id.
+The pure rules (registry_gen.publish.apply_claim, decide_binding and erase_email here) run as
+writes of the api's own path (registry_gen.writes.WriteService, `admin_write_service`): under the
+package's lock, the meta written, the package rebuilt, journalled, and with `storage:` the tree
+bucket uploaded and the caches purged. The account itself is looked up by the caller (the user
+store lives in user_api); this module only receives its name, email and immutable id.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from registry_gen.audit import Who
-from registry_gen.build import build_lock, run_build, scan_content
-from registry_gen.state import JournalEvent, open_state
-from registry_gen.state.ledger import content_digest
+from registry_gen.build import scan_content
 from registry_gen.errors import InvalidManifest, NotFound
-from registry_gen.meta import META_FILENAME, PackageMeta, dump_meta, parse_meta
+from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
 from registry_gen.names import validate_name
 from registry_gen.publish import Actor, PackageState, apply_claim, maintainer_entry, now_iso
+from registry_gen.refresher import IndexRefresher
 from registry_gen.settings import Settings
-from registry_gen.storage import ContentStorage, open_content_storage, write_meta
+from registry_gen.state import JournalEvent
+from registry_gen.storage import ContentStorage, open_content_storage
 from registry_gen.writes import Change, WriteService, admin_write_service
 
 
@@ -49,44 +50,62 @@ def claim_package(
     return bool(claimed)
 
 
-def _journalled(settings: Settings, files: dict[str, str | None], events: list[JournalEvent], actor: str) -> int:
-    """The write journalled pending before content/ changes (registry_gen.state.ledger)."""
-    with open_state(settings).journal() as journal:
-        return journal.begin_write(files, events, actor, None, now_iso(), Who.this_process().to_json())
+def erase_email(state: PackageState, username: str) -> Change:
+    """The rule of an account's removal for one package: its maintainer entry named `username`
+    without its email (the name stays: it records who maintained the package), journalled as a
+    package:change. An empty Change when the meta holds no such email (any more)."""
+    people = without_email(state.meta.maintainers, username)
+    if people == state.meta.maintainers:
+        return Change()
+    event = JournalEvent("package:change", state.name, (), {"maintainer email erased": username})
+    return Change(meta=dataclasses.replace(state.meta, maintainers=people), events=(event,))
 
 
-def _finish(settings: Settings, write_id: int) -> None:
-    with open_state(settings).journal() as journal:
-        journal.finish_write(write_id, done=True)
+def without_email(people: list[dict[str, str]], username: str) -> list[dict[str, str]]:
+    return [{k: v for k, v in entry.items() if not (k == "email" and entry.get("name") == username)} for entry in people]
 
 
-def erase_maintainer_email(settings: Settings, username: str, actor: str = "registry-gen user remove") -> list[str]:
-    """A deleted account's email leaves every meta in content/ (and so every document, index and
-    page after the rebuild). Returns the meta files changed. Emails inside a tarball's own
-    package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails")."""
-    storage = open_content_storage(settings)
-    erased: dict[str, PackageMeta] = {}
-    with build_lock(settings):
-        for key in sorted(scan_content(settings.content_dir)[1]):
-            raw = storage.read(key)
-            if raw is None:
-                continue
-            try:
-                meta = parse_meta(raw)
-            except InvalidManifest:
-                continue  # the build reports a broken meta; it holds nothing we could rewrite safely
-            people = [{k: v for k, v in m.items() if not (k == "email" and m.get("name") == username)} for m in meta.maintainers]
-            if people != meta.maintainers:
-                erased[key] = dataclasses.replace(meta, maintainers=people)
-        if not erased:
-            return []
-        events = [JournalEvent("package:change", meta.name, (), {"maintainer email erased": username}) for meta in erased.values()]
-        write_id = _journalled(settings, {key: content_digest(dump_meta(meta)) for key, meta in erased.items()}, events, actor)
-        for key, meta in erased.items():
-            write_meta(storage, key, meta)
-    run_build(settings, changed=list(erased))
-    _finish(settings, write_id)
-    return list(erased)
+def erase_maintainer_email(
+    settings: Settings, username: str, actor: str = "registry-gen user remove", *, service: WriteService | None = None
+) -> list[str]:
+    """A deleted account's email leaves every meta of the content (content/ or the content bucket),
+    and so every document, index and page. Returns the meta files changed. Emails inside a
+    tarball's own package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails").
+
+    Each package is one write of the api's path (`service`: the api's own; else the CLI's
+    `admin_write_service`): under its lock, journalled, rebuilt, with `storage:` the tree bucket
+    uploaded and the caches purged. The metas are read first without a lock, as bind-recorded
+    reads them; each one is decided again under its package's lock."""
+    storage = service.storage if service is not None else open_content_storage(settings, building=False)
+    found = _metas_naming(settings, storage, username)
+    if not found:
+        return []  # nothing to write: no write service opened (a registry without content yet)
+    writes = service if service is not None else admin_write_service(settings)
+    erase = functools.partial(erase_email, username=username)
+    erased = [key for key, name in found.items() if writes.apply(name, erase, Actor(actor)) is not None]
+    _rewrite_whole_now(writes)
+    return erased
+
+
+def _metas_naming(settings: Settings, storage: ContentStorage, username: str) -> dict[str, str]:
+    """The meta files (key -> package name) naming `username` with an email, in key order. A
+    mirrored package's meta is the upstream's and takes no local writes: its people are the
+    upstream's accounts, whoever has that name here."""
+    found: dict[str, str] = {}
+    for key in _meta_keys(settings, storage):
+        meta = _meta_at(storage, key)
+        if meta is not None and meta.mirror is None and without_email(meta.maintainers, username) != meta.maintainers:
+            found[key] = meta.name
+    return found
+
+
+def _rewrite_whole_now(service: WriteService) -> None:
+    """-/all and search stop showing the email now on one machine (its IndexRefresher would wait
+    `index_refresh_seconds`), as they did when the erasure ran a whole build. On PostgreSQL the
+    instances' leader rewrites them within that delay (its flush is for its own shutdown, on its
+    own thread); a CLI's LeaderRewrites leaves them to it too."""
+    if isinstance(service.refresher, IndexRefresher):
+        service.refresher.flush()
 
 
 # ---------------------------------------------------------------- upgrading from a release without bindings

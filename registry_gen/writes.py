@@ -452,8 +452,8 @@ class WriteService:
 
 
 def admin_write_service(settings: Settings) -> WriteService:
-    """The write service of an administrator's command (`owner claim`, `owner bind-recorded`): the
-    api's own path. With `storage:` (content and tree in buckets), the command's work folder is
+    """The write service of an administrator's command (`owner claim`, `owner bind-recorded`, the
+    email erasure of `user remove`): the api's own path. With `storage:` (content and tree in buckets), the command's work folder is
     synced from the content bucket for the packages it touches, the build's files go to the tree
     bucket and the caches are purged before it returns, as an api instance does; -/all and search
     are left stale in the shared state for the api's leader (this folder holds no whole tree)."""

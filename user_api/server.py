@@ -277,8 +277,12 @@ def create_server_app(
     is called after each request of a writing method to the registry app (it wakes the hooks'
     deliverer: the reply is made already, so the write never waits on a delivery). `objects`:
     content and tree in buckets (`registry-gen api` with `storage:`, registry_gen.objectstore)."""
-    user_app = create_user_app(settings, store, forget_maintainer=functools.partial(erase_maintainer_email, settings))
     registry_app = create_registry_app(settings, store, refresher=refresher, objects=objects)
+    writes = registry_app.config[CONTEXT_KEY].writes
+    # A deleted account's email leaves the packages through the registry's own writes (its locks,
+    # journal, build, tree bucket and purge), one service for every request.
+    forget_maintainer = functools.partial(erase_maintainer_email, settings, service=writes)
+    user_app = create_user_app(settings, store, forget_maintainer=forget_maintainer)
     shared = shared_cache(settings.purge)
     plain_tree = StaticTree(
         settings.out_dir, document_cache=document_cache(0, shared), cache_key_header=shared.key_header if shared else None
@@ -290,7 +294,7 @@ def create_server_app(
         tree = guard.protect(tree)
     read_check = signing(guard.decision if guard is not None else allow_all, objects.signer if objects is not None else None)
     # Proxied names (`proxy:` in `packages:`): their reads go through the mirror first.
-    mirror = MirrorGate(settings, registry_app.config[CONTEXT_KEY].writes, plain_tree, guard) if settings.packages.proxies else None
+    mirror = MirrorGate(settings, writes, plain_tree, guard) if settings.packages.proxies else None
 
     def application(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         with store_audit.during_request(environ, client_address(environ)):

@@ -42,9 +42,8 @@ def open_content_storage(settings: Settings, *, building: bool = True) -> Conten
     """The content store `settings` name: content_dir on disk, or the `storage:` bucket.
 
     `building`: the caller rebuilds the tree from content_dir right after it writes (a write
-    service without `objects`, the email erasure of `user remove`). Only a write service with
-    `objects` (`registry-gen api`, and `owner claim`/`bind-recorded` through
-    registry_gen.writes.admin_write_service) syncs a work folder from the bucket before each build
+    service without `objects`). Only a write service with `objects` (`registry-gen api`, and
+    `owner claim`/`bind-recorded`/`user remove` through registry_gen.writes.admin_write_service) syncs a work folder from the bucket before each build
     and publishes the tree to a bucket (registry_gen.objectstore), so such a caller is refused a
     bucket, in one line, before anything is written. `building=False`: the store alone (the api's object store, tests, tools)."""
     if settings.storage is None:

@@ -2,7 +2,9 @@
 and `owner bind-recorded` run as real processes on their own EMPTY work folder, with the same
 registry.yaml as the `registry-gen api` instance (content and tree in a bucket on moto's S3 server,
 state and accounts on a real PostgreSQL). When each returns, what it changed is in the tree bucket
-and served through the nginx in front of it, and the account it bound can publish through the api."""
+and served through the nginx in front of it, and the account it bound can publish through the api.
+An account removed (`DELETE /user/{id}` on the instance, `registry-gen user remove` from the
+administrator's folder) leaves the metas in the content bucket and what nginx serves."""
 
 from __future__ import annotations
 
@@ -18,12 +20,12 @@ import pytest
 from tests.conftest import postgres_state_url
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.registry_api.test_api_instances_postgres import postgres  # noqa: F401 - the module's PostgreSQL fixture
-from tests.registry_api.test_api_object_store import BUCKET, PREFIX, Site, bucket_site
+from tests.registry_api.test_api_object_store import BUCKET, PREFIX, Site, bucket_site, poll
 
 pytestmark = pytest.mark.slow
 
 
-def admin_command(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
+def admin_command(site: Site, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """`registry-gen ARGS` on an administrator's machine: the instance's registry.yaml, its own empty work folder."""
     folder = site.root / "admin"
     folder.mkdir(exist_ok=True)
@@ -31,7 +33,7 @@ def admin_command(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     return subprocess.run(
         [sys.executable, "-m", "registry_gen", *args, "--config", str(folder / "registry.yaml")],
-        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=folder, env=env, input=stdin, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
 
@@ -77,6 +79,74 @@ def test_owner_claim_and_bind_recorded_write_through_the_bucket(postgres: Any, t
         changes = http("GET", api.base + "-/changes?since=0&limit=100", token=alice).json["results"]
         details = [entry["detail"] for entry in changes if entry["kind"] == "package:change"]
         assert {"owner claimed": "bob"} in details and {"owners bound": ["carol"]} in details
+
+
+LEAVERS = ("leaver-api", "leaver-cli")  # removed by the instance's DELETE /user/{id}, and by the CLI
+ALICE_ENTRY = {"name": "alice", "email": "alice@example.com"}  # the co-maintainer: her email stays
+
+
+def shared_with_alice(site: Site, leaver: str) -> str:
+    """`leaver` publishes `<leaver>-pkg` and adds alice as its second maintainer (npm owner add);
+    returns the package's name."""
+    token = add_user(site.apis[0].base, leaver, f"{leaver}-password-1", f"{leaver}@private.example")
+    name = f"{leaver}-pkg"
+    assert publish(site, token, name, "1.0.0").status == 201
+    owners = {"_id": name, "maintainers": [{"name": leaver}, {"name": "alice"}]}
+    rev = http("GET", site.reads + name).json["_rev"]
+    assert http("PUT", f"{site.apis[0].base}{name}/-rev/{rev}", token=token, body=owners).status in (200, 201)
+    return name
+
+
+def email_places(site: Site, leaver: str) -> dict[str, bool]:
+    """Where the leaver's email is now: the meta in the content bucket, the package's document and
+    -/all as nginx serves them from the tree bucket."""
+    email = f"{leaver}@private.example".encode()
+    meta = site.client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/{leaver}-pkg/registry-meta.json")["Body"].read()
+    return {
+        "meta": email in meta,
+        "document": email in http("GET", site.reads + f"{leaver}-pkg").body,
+        "-/all": email in http("GET", site.reads + "-/all").body,
+    }
+
+
+def assert_served(site: Site, leaver: str) -> None:
+    """Before the removal, the email is in each place (-/all once the leader rewrote it): the checks can fail."""
+    assert poll(lambda: all(email_places(site, leaver).values()), 30), email_places(site, leaver)
+
+
+def assert_erased(site: Site, leaver: str) -> None:
+    """The meta and the document hold no email of `leaver` when the removal returns; -/all once
+    the leader rewrote it (index_refresh_seconds: 1)."""
+    places = email_places(site, leaver)
+    assert not places["meta"] and not places["document"], places
+    assert http("GET", site.reads + f"{leaver}-pkg").json["maintainers"] == [{"name": leaver}, ALICE_ENTRY]
+    assert poll(lambda: not email_places(site, leaver)["-/all"], 30), "-/all still shows the email"
+
+
+def test_removing_an_account_erases_its_email_through_the_bucket(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    with bucket_site("moto", postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
+        api = site.apis[0]
+        made = admin_command(site, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n")
+        assert made.returncode == 0, made.stderr
+        boss = http("POST", api.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+        add_user(api.base, "alice", "alice-password-1")
+        for leaver in LEAVERS:
+            shared_with_alice(site, leaver)
+            assert_served(site, leaver)
+
+        found = http("GET", api.base + "user/search?keyword=leaver-api", token=boss).json["content"]
+        (account,) = [a for a in found if a["username"] == "leaver-api"]
+        assert http("DELETE", f"{api.base}user/{account['id']}", token=boss).status == 204
+        assert_erased(site, "leaver-api")
+        assert email_places(site, "leaver-cli")["document"]  # one account's removal erases no other email
+
+        removed = admin_command(site, "user", "remove", "leaver-cli", "--yes")
+        assert removed.returncode == 0, removed.stderr
+        assert "removed leaver-cli" in removed.stdout and "email erased from 1 package file(s)" in removed.stdout
+        assert_erased(site, "leaver-cli")
+        changes = http("GET", api.base + "-/changes?since=0&limit=100", token=boss).json["results"]
+        erasures = [(e["name"], e["detail"]) for e in changes if e["kind"] == "package:change" and "maintainer email erased" in e["detail"]]
+        assert erasures == [(f"{leaver}-pkg", {"maintainer email erased": leaver}) for leaver in LEAVERS]
 
 
 def test_serve_refuses_content_in_a_bucket_in_one_line_naming_the_api(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

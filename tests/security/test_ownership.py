@@ -19,6 +19,7 @@ from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.publish import Actor, PackageState, apply_publish, authorize, decode_publish
 from registry_gen.settings import Limits, Settings
 from tests.registry_api.helpers import RegistryProcess, http, publish_body, tarball
+from tests.support import poll
 
 ATTACKER = Actor("demo", "demo@evil.example", account_id="acct-new")
 OWNER = Actor("demo", "demo@example.com", account_id="acct-old")
@@ -141,9 +142,11 @@ def test_a_deleted_users_email_is_erased_from_metas_and_documents(demo_tree: Set
 
 
 def test_deleting_an_account_erases_its_email_from_the_served_packages(tmp_path: Path) -> None:
+    """The document, and -/all at once too: the erasure runs the server's pending rewrite of
+    -/all now rather than after index_refresh_seconds."""
     process = RegistryProcess(tmp_path)
     process.content.mkdir(parents=True)
-    (tmp_path / "registry.yaml").write_text("signup: open\n")
+    (tmp_path / "registry.yaml").write_text("signup: open\nindex_refresh_seconds: 1\n")
     added = _cli(tmp_path, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n")
     assert added.returncode == 0, added.stderr
     process.start()
@@ -152,11 +155,13 @@ def test_deleting_an_account_erases_its_email_from_the_served_packages(tmp_path:
         assert http("PUT", process.base + "leaving-pkg", token=token,
                     body=publish_body("leaving-pkg", "1.0.0", tarball("leaving-pkg", "1.0.0"))).status == 201
         assert (process.packument("leaving-pkg") or {})["maintainers"] == [{"name": "leaver", "email": "x@evil.example"}]
+        poll(lambda: b"x@evil.example" in http("GET", process.base + "-/all").body, "-/all to list the maintainer's email")
         admin = http("POST", process.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
         found = http("GET", process.base + "user/search?keyword=leaver", token=admin).json["content"][0]
         assert http("DELETE", f"{process.base}user/{found['id']}", token=admin).status == 204
         assert (process.packument("leaving-pkg") or {})["maintainers"] == [{"name": "leaver"}]
         assert b"x@evil.example" not in (process.content / "leaving-pkg" / "registry-meta.json").read_bytes()
+        assert b"x@evil.example" not in http("GET", process.base + "-/all").body
     finally:
         process.stop()
 
