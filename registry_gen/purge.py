@@ -279,6 +279,9 @@ class Purger:
         self._attempt = 0
         self._timer: threading.Timer | None = None
         self._failing = False
+        # One retry of the owed purges at a time in a process: the timer's and the leader's tick
+        # would otherwise read the same due rows and send them twice.
+        self._retrying = threading.Lock()
 
     def owe(self, changing: Iterable[str]) -> int | None:
         """Records, before a write stores anything, the purge of the tree files it will change
@@ -339,6 +342,10 @@ class Purger:
         cache's own lifetime ended them."""
         if self.ledger is None:
             return 0
+        with self._retrying:
+            return self._retry_owed(everything)
+
+    def _retry_owed(self, everything: bool) -> int:
         now = time.time()
         with self.ledger() as journal:
             owed = journal.owed_purges(float("inf") if everything else now)
