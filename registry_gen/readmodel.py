@@ -23,6 +23,14 @@ class BrokenMeta(RegistryError):
     """A registry-meta.json in content/ that does not parse: a person must fix it."""
 
 
+def parsed_meta(key: str, raw: bytes) -> PackageMeta:
+    """content/'s meta at `key`; BrokenMeta (naming the file and the fix) when it does not parse."""
+    try:
+        return parse_meta(raw)
+    except InvalidManifest as exc:
+        raise BrokenMeta(f"content/{key} is broken ({exc}); fix it by hand, then retry") from exc
+
+
 @dataclass(frozen=True)
 class CurrentPackage:
     """One package as the registry holds it: the rule's input, and where its meta lives (with the
@@ -46,12 +54,7 @@ class RegistryReader:
         with self.state.view() as state:
             served = state.served_versions(name)
             key, raw = self._meta_found(state, name)
-        meta = PackageMeta(name=name)
-        if raw is not None:
-            try:
-                meta = parse_meta(raw)
-            except InvalidManifest as exc:
-                raise BrokenMeta(f"content/{key} is broken ({exc}); fix it by hand, then retry") from exc
+        meta = PackageMeta(name=name) if raw is None else parsed_meta(key, raw)
         return CurrentPackage(PackageState(name, meta, served), key, raw)
 
     def _meta_found(self, state: StateView, name: str) -> tuple[str, bytes | None]:

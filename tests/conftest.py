@@ -10,6 +10,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from registry_gen.settings import Settings
 from tests.realworld.corpus import cache_root
+from tests.registry_api.helpers import STARTED
 from tests.user_api.pg_server import PostgresServer, start_postgres_or_skip
 
 # Hypothesis keeps its example database and caches (constants, unicode data) in ./.hypothesis, the
@@ -61,6 +62,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     on every xdist worker, which must collect identical lists)."""
     rank = {module: place for place, module in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(LONGEST_FIRST)))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    STARTED.clear()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failing test's report carries what its `registry-gen serve` processes logged (their last
+    lines, access lines left out): the traceback behind a 500 is only there."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and call.when == "call":
+        for number, server in enumerate(STARTED, 1):
+            logged = [line for line in server.output if not line.startswith("127.0.0.1 ")]
+            report.sections.append((f"registry-gen serve {number} logged", "".join(logged[-80:])))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -39,7 +40,7 @@ from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
 from user_api.negotiation import parse_accept
 from user_api.read_access import ReadGuard
-from user_api.web import wsgi_path
+from user_api.web import error_status, is_expected_outage, loggable_path, wsgi_path
 
 StartResponse = Callable[..., Any]
 log = logging.getLogger(__name__)
@@ -48,8 +49,9 @@ log = logging.getLogger(__name__)
 ACCEL_DOCUMENTS: Final = "/-/registry-gen/mirror-documents/"
 ACCEL_TARBALLS: Final = "/-/registry-gen/mirror-tarballs/"
 ACCEL_HEADER: Final = "HTTP_X_REGISTRY_GEN_ACCEL"
-_REPLIES: Final = {401: "401 Unauthorized", 404: "404 Not Found", 502: "502 Bad Gateway", 503: "503 Service Unavailable",
-                   504: "504 Gateway Timeout"}  # fmt: skip
+_REPLIES: Final = {400: "400 Bad Request", 401: "401 Unauthorized", 403: "403 Forbidden", 404: "404 Not Found",
+                   409: "409 Conflict", 500: "500 Internal Server Error", 502: "502 Bad Gateway",
+                   503: "503 Service Unavailable", 504: "504 Gateway Timeout"}  # fmt: skip
 
 
 class Tree(Protocol):
@@ -86,6 +88,15 @@ class MirrorGate:
         return name is not None and self.service.proxied(name) is not None
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        try:
+            return self._serve(environ, start_response)
+        except Exception as error:  # noqa: BLE001 - the gate's edge: every error becomes its JSON reply (one table)
+            status, message, headers = error_status(error)
+            if status >= 500 and not is_expected_outage(error):
+                log.exception("mirror: GET %s failed", loggable_path(environ.get("PATH_INFO")))
+            return _reply(start_response, status, message, environ.get("REQUEST_METHOD") == "HEAD", headers, sys.exc_info())
+
+    def _serve(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = wsgi_path(environ)
         name = str(package_of_served_path(path))
         head = environ.get("REQUEST_METHOD") == "HEAD"
@@ -170,10 +181,13 @@ def _tarball_file(path: str, name: str) -> str | None:
     return parts[1] if len(parts) == 2 and parts[0] == "-" and parts[1].endswith(".tgz") else None
 
 
-def _reply(start_response: StartResponse, status: int, message: str, head: bool) -> list[bytes]:
+def _reply(
+    start_response: StartResponse, status: int, message: str, head: bool, extra: dict[str, str] | None = None, exc_info: Any = None
+) -> list[bytes]:  # fmt: skip
     body = json.dumps({"error": message}).encode()
     headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
     if status == 401:
         headers.append(("WWW-Authenticate", 'Bearer realm="registry"'))
-    start_response(_REPLIES.get(status, f"{status} Error"), headers)
+    headers += list((extra or {}).items())
+    start_response(_REPLIES.get(status, f"{status} Error"), headers, exc_info)
     return [] if head else [body]

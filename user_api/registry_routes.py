@@ -20,7 +20,6 @@ from typing import Any, Final, NamedTuple
 import bottle
 import jinja2
 
-from registry_gen.errors import LockTimeout, StateUnavailable, StorageUnavailable
 from registry_gen.settings import Settings
 from registry_gen.storage import ContentStorage
 from registry_gen.objectstore import ObjectStore
@@ -32,10 +31,9 @@ from user_api import routes_hooks as hooks
 from user_api import routes_packages as packages
 from user_api import routes_service as service
 from user_api import routes_weblogin as weblogin
-from user_api.errors import StoreUnavailable
 from user_api.registry_context import CONTEXT_KEY, RegistryContext, RegistryLimits, publish_body_limit
 from user_api.store import UserStore
-from user_api.web import HttpError, error_status, json_response, loggable_path, login_guard, web_limits, web_login_sessions
+from user_api.web import error_status, is_expected_outage, json_response, loggable_path, login_guard, web_limits, web_login_sessions
 
 __all__ = ["ROUTES", "RegistryLimits", "create_registry_app", "publish_body_limit"]
 
@@ -125,7 +123,7 @@ def replies_in_json(callback: Callable[..., Any]) -> Callable[..., Any]:
             response = callback(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the one place errors become replies
             status, message, headers = error_status(error)
-            if status >= 500 and not isinstance(error, (LockTimeout, StateUnavailable, StoreUnavailable, StorageUnavailable, HttpError)):
+            if status >= 500 and not is_expected_outage(error):
                 log.exception("%s %s failed", method, loggable_path(environ.get("PATH_INFO")))
             response = json_response(status, {"error": message}, headers)
         log.debug("%s %s %d", method, loggable_path(environ.get("PATH_INFO")), response.status_code)

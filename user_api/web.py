@@ -164,6 +164,12 @@ def error_status(error: BaseException) -> tuple[int, str, dict[str, str]]:
     return 500, "internal error; the registry log has the details", {}
 
 
+def is_expected_outage(error: BaseException) -> bool:
+    """A 5xx the registry answers on purpose (busy, a store or the state unreachable): logged by
+    whoever noticed it, not as a failure of the request's code."""
+    return isinstance(error, (LockTimeout, StateUnavailable, e.StoreUnavailable, StorageUnavailable, HttpError))
+
+
 def _user_error_headers(error: e.UserApiError) -> dict[str, str]:
     if isinstance(error, AddressNotAllowed):
         return {"WWW-Authenticate": "ipaddress"}  # npm explains this one to its user

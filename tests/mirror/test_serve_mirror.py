@@ -103,6 +103,23 @@ def test_the_last_good_copy_is_served_while_the_uplink_fails_and_it_is_left_alon
             assert unknown.status == 502 and "the uplink up is down" in unknown.json["error"]
 
 
+def test_a_damaged_mirrored_meta_is_named_in_the_reply_and_the_servers_log(tmp_path: Path) -> None:
+    with hostile_upstream() as upstream:
+        upstream.publish("dented", "1.0.0")
+        root = tmp_path / "registry"
+        write_config(root, upstream.base, uplink="    maxage: 0s\n")
+        with mirror_serve(root) as server:
+            document(server.base, "dented")
+            built(root, "dented/index.html")  # landed and built: no pending copy answers any more
+            meta = root / "content" / "dented" / "registry-meta.json"
+            meta.write_text('{"name": "dented", "versions": ')  # an editor's crash, a full disk
+            poll(lambda: http("GET", server.base + "dented").status != 200, "the next refresh reading the meta", timeout=30)
+            reply = http("GET", server.base + "dented")
+            assert reply.status == 500 and "content/dented/registry-meta.json is broken" in reply.json["error"], reply.body
+            assert "fix it by hand" in reply.json["error"]
+            poll(lambda: "mirror: GET /dented failed" in "".join(server.output), "the failure in the server's log", timeout=30)
+
+
 def test_what_an_upstream_cannot_make_this_registry_serve(tmp_path: Path) -> None:
     with hostile_upstream() as upstream:
         upstream.publish("victim", "1.0.0")

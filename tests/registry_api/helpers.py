@@ -24,6 +24,9 @@ from tests.hosts.servers import stop_process
 from tests.support import Npm
 
 START_DEADLINE = 60.0
+# Every server started by the running test: a failing test shows what they logged (tests/conftest.py),
+# since a 500 in CI says nothing by itself and the server's traceback is only in its output.
+STARTED: list[RegistryProcess] = []
 
 
 @dataclass
@@ -155,6 +158,7 @@ class RegistryProcess:
             env.pop("PYTHONPATH", None)  # another release imports its own code only
         where = () if self.config_only else (
             str(self.content), "--out", str(self.out), "--host", "127.0.0.1", "--port", str(self.port), "--threads", "8")
+        STARTED.append(self)
         self.process = subprocess.Popen(
             [self.python, "-m", "registry_gen", "serve", *where, *self.extra_args],
             cwd=self.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
