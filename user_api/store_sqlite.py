@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from registry_gen.errors import ConfigError
+from registry_gen.state.sqlite_base import use_wal
 from user_api.grams import MAX_GRAM, RECOUNT, UPSERT_COUNTS, counted, gram_rows
 from user_api.groups import legacy_groups
 from user_api.models import utcnow
@@ -231,7 +232,7 @@ class SqliteDialect:
 
     def _init_schema(self) -> None:
         conn = self._connection()
-        conn.execute("PRAGMA journal_mode = WAL")
+        use_wal(conn)
         private_files(self.path)  # the -wal and -shm files exist now
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from registry_gen.state.sqlite_base import use_wal
+
 MIRRORED = "mirrored"  # the tree holds what the upstream has (the policy allowing)
 MISSING = "missing"  # the upstream has no such package (remembered for maxage, like a document)
 LOCAL = "local"  # owned here: never proxied (`note` says why)
@@ -61,7 +63,7 @@ class MirrorState:
         if found is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             found = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-            found.execute("PRAGMA journal_mode=WAL")
+            use_wal(found)
             found.execute("PRAGMA synchronous=NORMAL")  # a lost row costs one more upstream request
             found.execute(_SCHEMA)
             self.local.connection = found
