@@ -1,7 +1,7 @@
 """An administrator's commands on a several-machines registry (issue 28): `registry-gen owner claim`
 and `owner bind-recorded` run as real processes on their own EMPTY work folder, with the same
-registry.yaml as the `registry-gen api` instance (content and tree in a bucket on moto's S3 server,
-state and accounts on a real PostgreSQL). When each returns, what it changed is in the tree bucket
+registry.yaml as the `registry-gen api` instance (content and tree in a bucket on moto's S3 server
+and on SeaweedFS's, state and accounts on a real PostgreSQL). When each returns, what it changed is in the tree bucket
 and served through the nginx in front of it, and the account it bound can publish through the api.
 An account removed (`DELETE /user/{id}` on the instance, `registry-gen user remove` from the
 administrator's folder) leaves the metas in the content bucket and what nginx serves."""
