@@ -79,7 +79,10 @@ class _ParsedMetas:
     """The metas parsed lately, by their file's digest (thread-safe, bounded in bytes). A mirrored
     package's meta holds the upstream's document, megabytes for some: the mirror reads it for each
     tarball it lands and the build once more, and parsing it again each time was the largest cost
-    of a cold install through the mirror (bench/PROFILE.md). A meta is never changed in place."""
+    of a cold install through the mirror (bench/PROFILE.md). A meta is never changed in place:
+    every caller of the same bytes shares it (tests/registry_api/test_cached_metas_stay.py runs
+    every write rule, the mirror's rules and a build over cached metas; freezing or copying a
+    mirrored meta would cost more than the parse the cache saves)."""
 
     def __init__(self, budget: int) -> None:
         self.budget, self.held = budget, 0

@@ -6,11 +6,13 @@ recording or hostile server on loopback, so each request of a purge can be check
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -18,6 +20,8 @@ import pytest
 
 from registry_gen.cli import main as registry_gen
 from registry_gen.purge import PurgeSettings, Purger, purge_targets
+from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from tests.hosts.servers import Recorded, free_port, nginx_server, recording_upstream
 from tests.registry_api.helpers import RegistryProcess, add_user, http, publish_body, tarball
 
@@ -115,6 +119,97 @@ def test_a_silent_cache_holds_a_purge_for_its_timeout_only_and_the_purge_is_retr
             assert b"xkey: demo other" in seen[-1] and b"Host: registry.example" in seen[-1]
         finally:
             purger.close()
+
+
+class _HeldPurges(BaseHTTPRequestHandler):
+    """A cache that counts PURGEs and holds the first one open until `release` is set."""
+
+    purges: list[str]
+    arrived: threading.Event
+    release: threading.Event
+
+    def do_PURGE(self) -> None:  # noqa: N802 - the HTTP method's name
+        self.purges.append(self.headers.get("xkey", ""))
+        if len(self.purges) == 1:
+            self.arrived.set()
+            self.release.wait(60)  # a bound for a broken test, not a synchronisation
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+class _SignalingLock:
+    """The purger's retry lock, unchanged, but saying when the second retry waits on it."""
+
+    def __init__(self, inner: threading.Lock, waiting: threading.Event) -> None:
+        self.inner, self.waiting = inner, waiting
+
+    def __enter__(self) -> None:
+        if threading.current_thread().name == "second-retry":
+            self.waiting.set()
+        self.inner.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.release()
+
+
+class _WatchedJournal:
+    """The state's journal, saying when the second retry has read the owed purges."""
+
+    def __init__(self, opened: Callable[[], object], read: threading.Event) -> None:
+        self.journal, self.read = opened(), read
+
+    def __enter__(self) -> "_WatchedJournal":
+        self.journal.__enter__()  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.journal.__exit__(*exc)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.journal, name)
+
+    def owed_purges(self, *args: object, **kwargs: object) -> object:
+        found = self.journal.owed_purges(*args, **kwargs)  # type: ignore[attr-defined]
+        if threading.current_thread().name == "second-retry":
+            self.read.set()
+        return found
+
+
+def test_two_retries_at_once_send_an_owed_purge_once(tmp_path: Path) -> None:
+    """The leader's tick and the purger's own timer may retry the owed purges at the same moment:
+    the second retry starts while the first one's PURGE is in flight, and sends nothing (red without
+    the purger's retry lock: it reads the same due row and sends the PURGE again)."""
+    purges: list[str] = []
+    arrived, release = threading.Event(), threading.Event()
+    handler = type("Held", (_HeldPurges,), {"purges": purges, "arrived": arrived, "release": release})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    opened = open_state(Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data")).journal
+    with opened() as journal:
+        journal.owe_purge(("/demo",), ("demo",), time.time())  # due now
+    purger = Purger(PurgeSettings(url=f"http://127.0.0.1:{server.server_address[1]}/", key_header="xkey", timeout_seconds=30), None, lambda: _WatchedJournal(opened, release))
+    purger._retrying = _SignalingLock(purger._retrying, release)  # type: ignore[assignment] # the second retry's wait releases the first PURGE
+    first = threading.Thread(target=purger.retry_owed, name="first-retry")
+    second = threading.Thread(target=purger.retry_owed, name="second-retry")
+    try:
+        first.start()
+        assert arrived.wait(60), "the first retry sent no PURGE"
+        second.start()  # while the first PURGE is held open
+        first.join(60)
+        second.join(60)
+        assert not first.is_alive() and not second.is_alive()
+        assert purges == ["demo"], purges
+        with opened() as journal:
+            assert journal.owed_purges(math.inf) == []
+    finally:
+        release.set()
+        purger.close()
+        server.shutdown()
+        server.server_close()
 
 
 def test_purge_targets_name_every_spelling_and_skip_private_files() -> None:

@@ -1,7 +1,7 @@
 """An administrator's commands on a several-machines registry (issue 28): `registry-gen owner claim`
 and `owner bind-recorded` run as real processes on their own EMPTY work folder, with the same
-registry.yaml as the `registry-gen api` instance (content and tree in a bucket on moto's S3 server,
-state and accounts on a real PostgreSQL). When each returns, what it changed is in the tree bucket
+registry.yaml as the `registry-gen api` instance (content and tree in a bucket on moto's S3 server
+and on SeaweedFS's, state and accounts on a real PostgreSQL). When each returns, what it changed is in the tree bucket
 and served through the nginx in front of it, and the account it bound can publish through the api.
 An account removed (`DELETE /user/{id}` on the instance, `registry-gen user remove` from the
 administrator's folder) leaves the metas in the content bucket and what nginx serves."""
@@ -23,6 +23,7 @@ from tests.registry_api.test_api_instances_postgres import postgres  # noqa: F40
 from tests.registry_api.test_api_object_store import BUCKET, PREFIX, Site, bucket_site, poll
 
 pytestmark = pytest.mark.slow
+KINDS = ["moto", "seaweedfs"]  # the two S3 implementations every bucket test runs on
 
 
 def admin_command(site: Site, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -46,8 +47,9 @@ def publish(site: Site, token: str, name: str, version: str) -> Any:
     return http("PUT", site.apis[0].base + name, token=token, body=publish_body(name, version, tarball(name, version)))
 
 
-def test_owner_claim_and_bind_recorded_write_through_the_bucket(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
-    with bucket_site("moto", postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
+@pytest.mark.parametrize("kind", KINDS)
+def test_owner_claim_and_bind_recorded_write_through_the_bucket(kind: str, postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    with bucket_site(kind, postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
         api = site.apis[0]
         alice = add_user(api.base, "alice", "alice-password-1")
         bob = add_user(api.base, "bob", "bob-password-1")
@@ -123,8 +125,9 @@ def assert_erased(site: Site, leaver: str) -> None:
     assert poll(lambda: not email_places(site, leaver)["-/all"], 30), "-/all still shows the email"
 
 
-def test_removing_an_account_erases_its_email_through_the_bucket(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
-    with bucket_site("moto", postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
+@pytest.mark.parametrize("kind", KINDS)
+def test_removing_an_account_erases_its_email_through_the_bucket(kind: str, postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    with bucket_site(kind, postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
         api = site.apis[0]
         made = admin_command(site, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n")
         assert made.returncode == 0, made.stderr
