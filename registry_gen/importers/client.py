@@ -79,11 +79,13 @@ class Deadlines:
             if len(self.due) >= PRUNE_AT:  # finished requests with long deadlines: drop them now
                 self.due = [entry for entry in self.due if not entry[2].finished]
                 heapq.heapify(self.due)
-            heapq.heappush(self.due, (time.monotonic() + max(seconds, 0.0), next(self.order), transfer))
+            entry = (time.monotonic() + max(seconds, 0.0), next(self.order), transfer)
+            heapq.heappush(self.due, entry)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="request-deadlines", daemon=True)
                 self.thread.start()
-            self.ready.notify()
+            elif self.due[0] is entry:  # due before any other: the thread sleeps too long otherwise
+                self.ready.notify()
 
     def _run(self) -> None:
         while True:
