@@ -168,6 +168,8 @@ class OriginLedger:
 
     def refusal(self, name: str, origin: str) -> str | None:
         keys, has_meta = self.held(name)
+        if not keys and not has_meta:
+            return None  # nothing here (a mirror's every new name): no record to read
         return owned_here(name, origin, keys, has_meta, self.read(name), self.matches)
 
 

@@ -101,8 +101,8 @@ def test_a_version_coming_of_age_is_decided_again_though_the_uplink_answers_304(
 
 def test_a_batch_of_landings_opens_the_origin_ledger_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The landing thread's ledger reads and writes for a batch share one connection (opening the
-    ledger for each cost more than the rows), and every package still ends up recorded, each
-    archive with its size, digest and time."""
+    ledger for each cost more than the rows), a request for a new name opens it not at all, and
+    every package still ends up recorded, each archive with its size, digest and time."""
     opened: list[str] = []
     opening = OriginLedger._opened
 
@@ -122,6 +122,8 @@ def test_a_batch_of_landings_opens_the_origin_ledger_once(tmp_path: Path, monkey
             assert service.document(name).ok
             assert service.tarball(name, f"{name}-1.0.0.tgz").ok
         service.settle()
+        # A request for a name new here asks content/ and the build's state; nothing held, no record to read.
+        assert [thread for thread in opened if thread == threading.current_thread().name] == []
         records = {name: service.ledger.read(name) for name in names}
     landing_opens = [name for name in opened if name == "mirror-landings"]
     assert batches and len(landing_opens) == len(batches), f"{len(landing_opens)} ledger opens for {len(batches)} batches"
