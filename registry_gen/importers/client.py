@@ -2,8 +2,8 @@
 
 An upstream is not trusted (SECURITY.md, "Imports"), so every request is bounded:
 - its body is streamed (to a file for tarballs) and refused past a size cap, announced or not;
-- the whole request, redirects included, has a deadline: a timer shuts the socket when it passes,
-  so a server trickling a byte at a time fails then, not never;
+- the whole request, redirects included, has a deadline: a timer (one thread for every request)
+  shuts the socket when it passes, so a server trickling a byte at a time fails then, not never;
 - redirects are followed to http and https only, and the token (`Authorization`) goes only to
   the origin it was given for: a redirect that leaves that origin drops it.
 
@@ -12,8 +12,10 @@ Concurrency lives in the orchestrator (a bounded thread pool calls these methods
 from __future__ import annotations
 
 import functools
+import heapq
 import http.client
 import io
+import itertools
 import json
 import socket
 import ssl
@@ -34,6 +36,7 @@ USER_AGENT = "registry-gen-import (+npm-protocol)"
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 FOLLOWED_SCHEMES = frozenset({"http", "https"})
 CHUNK = 64 * 1024
+PRUNE_AT = 4096  # deadlines kept before finished ones are dropped ahead of their time
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024  # a package document is parsed in memory: the largest public ones stay well below
 
 
@@ -59,6 +62,47 @@ class Answer:
     last_modified: str | None = None
 
 
+class Deadlines:
+    """One daemon thread for every request's deadline: it wakes at the earliest one due and calls
+    its `expire` (a thread started per request cost a cold install through the mirror one thread
+    start per document and tarball, bench/PROFILE.md). Thread-safe; the thread starts on first use
+    and ends when nothing is due for a minute."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Condition()
+        self.due: list[tuple[float, int, Transfer]] = []  # a heap by time; cancelled ones stay until due
+        self.order = itertools.count()
+        self.thread: threading.Thread | None = None
+
+    def add(self, transfer: Transfer, seconds: float) -> None:
+        with self.ready:
+            if len(self.due) >= PRUNE_AT:  # finished requests with long deadlines: drop them now
+                self.due = [entry for entry in self.due if not entry[2].finished]
+                heapq.heapify(self.due)
+            entry = (time.monotonic() + max(seconds, 0.0), next(self.order), transfer)
+            heapq.heappush(self.due, entry)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="request-deadlines", daemon=True)
+                self.thread.start()
+            elif self.due[0] is entry:  # due before any other: the thread sleeps too long otherwise
+                self.ready.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self.ready:
+                while not self.due or self.due[0][0] > time.monotonic():
+                    wait = self.due[0][0] - time.monotonic() if self.due else 60.0
+                    if not self.ready.wait(wait) and not self.due:
+                        self.thread = None  # idle: the next add starts another
+                        return
+                _, _, transfer = heapq.heappop(self.due)
+            if not transfer.finished:
+                transfer.expire()
+
+
+DEADLINES = Deadlines()
+
+
 class Transfer:
     """One request's deadline: at `seconds`, the socket in use is shut, which ends any read."""
 
@@ -66,8 +110,8 @@ class Transfer:
         self.lock = threading.Lock()
         self.sock: socket.socket | None = None
         self.expired = False
-        self.timer = threading.Timer(max(seconds, 0.0), self.expire)
-        self.timer.daemon = True
+        self.finished = False
+        self.seconds = seconds
 
     def attach(self, sock: socket.socket) -> None:
         with self.lock:
@@ -77,16 +121,20 @@ class Transfer:
 
     def expire(self) -> None:
         with self.lock:
+            if self.finished:
+                return
             self.expired = True
             if self.sock is not None:
                 _shut(self.sock)
 
     def __enter__(self) -> Transfer:
-        self.timer.start()
+        DEADLINES.add(self, self.seconds)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.timer.cancel()
+        with self.lock:
+            self.finished = True
+            self.sock = None
 
 
 def _shut(sock: socket.socket) -> None:

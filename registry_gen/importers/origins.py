@@ -14,9 +14,11 @@ A record lost only makes imports refuse more."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -92,6 +94,7 @@ class OriginLedger:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.content = settings.content_dir
+        self.held_open = threading.local()  # the calling thread's session (`session()`), if any
 
     def read(self, name: str) -> OriginRecord | None:
         with self._ledger() as ledger:
@@ -99,6 +102,8 @@ class OriginLedger:
         return None if row is None else parse_record(name, *row)
 
     def write(self, record: OriginRecord) -> None:
+        """Each write its own transaction, on disk before it returns (what it records must be
+        there before the files it names are written)."""
         with self._ledger() as ledger:
             ledger.record_import_origin(record.name, record.origin, files_json(record))
 
@@ -107,7 +112,26 @@ class OriginLedger:
         with self._ledger() as ledger:
             ledger.forget_import_origin(name)
 
-    def _ledger(self) -> Journal:
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        """Reads and writes of the calling thread share one ledger connection until it ends (the
+        mirror's landing thread, for a batch of landings: opening the ledger for each read and
+        write cost more than the rows, bench/PROFILE.md). Each write still commits on its own."""
+        if getattr(self.held_open, "ledger", None) is not None:
+            yield  # nested: the outer session's connection serves
+            return
+        with self._opened() as ledger:
+            self.held_open.ledger = ledger
+            try:
+                yield
+            finally:
+                self.held_open.ledger = None
+
+    def _ledger(self) -> contextlib.AbstractContextManager[Journal]:
+        held: Journal | None = getattr(self.held_open, "ledger", None)
+        return contextlib.nullcontext(held) if held is not None else self._opened()
+
+    def _opened(self) -> Journal:
         move_folder_in(self.settings)
         return open_state(self.settings).journal()
 
@@ -144,6 +168,8 @@ class OriginLedger:
 
     def refusal(self, name: str, origin: str) -> str | None:
         keys, has_meta = self.held(name)
+        if not keys and not has_meta:
+            return None  # nothing here (a mirror's every new name): no record to read
         return owned_here(name, origin, keys, has_meta, self.read(name), self.matches)
 
 

@@ -81,7 +81,8 @@ def land_document(
     """The package's new meta, after the archive moves its verdicts make; the keys written."""
     name = meta.name
     known = check_not_owned(storage, ledger, name, origin)
-    ledger.write(OriginRecord(name, origin, dict(known.files) if known is not None else {}))
+    if known is None or known.origin != origin:  # a refresh of a package it records changes no row
+        ledger.write(OriginRecord(name, origin, dict(known.files) if known is not None else {}))
     assert meta.mirror is not None
     moved = [*hold_back(storage, folders, settings, name, meta.mirror.held),
              *bring_back(storage, folders, settings, name, meta.mirror.allowed)]  # fmt: skip

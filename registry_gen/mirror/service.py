@@ -196,7 +196,7 @@ class MirrorService:
         self.folders = MirrorFolders.of(settings)
         self.health = Health()
         self.flights = Flights()
-        self.landings = LandingQueue(self.writes.store_batch, self.writes.land)
+        self.landings = LandingQueue(self._store_batch, self.writes.land)
         self.pending = Pending()
         self.advisories = AdvisoryIndex(settings)
         self.clients = {uplink.name: uplink_client(uplink) for uplink in settings.uplinks}
@@ -209,6 +209,11 @@ class MirrorService:
         # What this process last landed or kept of each package: (its "refreshed" epoch, its
         # uplink's URL, untrusted); what a refresh answered by a 304 may skip depends on it.
         self.landed_as: dict[str, tuple[float, str, bool]] = {}
+
+    def _store_batch(self, write: Callable[[Any], list[str]]) -> list[str]:
+        """A batch of landings into content/, its origin-ledger rows on one connection."""
+        with self.ledger.session():
+            return self.writes.store_batch(write)
 
     def settle(self) -> None:
         """Returns once every landing so far is in content/ and built into the tree."""

@@ -185,6 +185,35 @@ def test_a_trickling_upstream_fails_at_the_download_deadline(tmp_path: Path, wha
     assert not (root / "content" / "slow-pkg").exists() and not list((root / "data").rglob("*.part"))
 
 
+def test_every_request_deadline_shares_one_timer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold install through the mirror makes a request per document and tarball: their deadlines
+    are kept by one thread, not a thread started per request; a trickle among them is still cut."""
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread)
+        start(thread)
+
+    with hostile_upstream() as registry:
+        for index in range(20):
+            registry.publish(f"quick-{index}", "1.0.0")
+        registry.publish("slow-pkg", "1.0.0")
+        registry.routes["/slow-pkg"] = _trickle
+        monkeypatch.setattr(threading.Thread, "start", counted)
+        client = RegistryClient(registry.base, attempts=1, deadline=1.5)
+        for index in range(20):
+            assert client.document(f"quick-{index}")["name"] == f"quick-{index}"
+        begun = time.monotonic()
+        with pytest.raises(ImportProblem, match="did not finish within the 1.5 s download deadline"):
+            client.document("slow-pkg")
+        elapsed = time.monotonic() - begun
+    # The loopback server starts a thread per connection; every other thread started is the client's.
+    own = [thread for thread in started if not thread.name.endswith("(process_request_thread)")]
+    assert len(own) <= 1, f"{len(own)} threads started for 21 requests: {[thread.name for thread in own]}"
+    assert elapsed < 20  # cut at its deadline (the trickle would take 5000 s)
+
+
 def _flood(sent: list[int], announce: bool) -> object:
     """A 64 MiB body in 64 KiB writes, counting what the client let through before it hung up."""
     total = 64 * 1024 * 1024

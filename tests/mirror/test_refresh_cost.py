@@ -4,6 +4,7 @@ nothing else while nothing can change; the whole path again as soon as anything 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import registry_gen.mirror.service as service_module
+from registry_gen.importers.origins import OriginLedger
 from registry_gen.mirror.policy import epoch
 from registry_gen.mirror.service import MirrorService
 from registry_gen.settings import load_settings
@@ -95,3 +97,37 @@ def test_a_version_coming_of_age_is_decided_again_though_the_uplink_answers_304(
         assert service.document("young").ok and seen[-1] is not None  # 304 again, but 1.1.0 came of age
         service.settle()
         assert sorted(service.current_meta("young").mirror.allowed) == ["1.0.0", "1.1.0"]  # type: ignore[union-attr]
+
+
+def test_a_batch_of_landings_opens_the_origin_ledger_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The landing thread's ledger reads and writes for a batch share one connection (opening the
+    ledger for each cost more than the rows), a request for a new name opens it not at all, and
+    every package still ends up recorded, each archive with its size, digest and time."""
+    opened: list[str] = []
+    opening = OriginLedger._opened
+
+    def counted(ledger: OriginLedger) -> object:
+        opened.append(threading.current_thread().name)
+        return opening(ledger)
+
+    monkeypatch.setattr(OriginLedger, "_opened", counted)
+    names = [f"lot-{index}" for index in range(6)]
+    with mirrored(tmp_path, monkeypatch, "unused", "  '**': {proxy: up}\n", [], epoch(PUBLISHED) or 0.0) as (upstream, service, _):
+        for name in names:
+            upstream.publish(name, "1.0.0", time=PUBLISHED)
+        batches: list[int] = []
+        store = service.landings.store
+        monkeypatch.setattr(service.landings, "store", lambda write: batches.append(1) or store(write))
+        for name in names:
+            assert service.document(name).ok
+            assert service.tarball(name, f"{name}-1.0.0.tgz").ok
+        service.settle()
+        # A request for a name new here asks content/ and the build's state; nothing held, no record to read.
+        assert [thread for thread in opened if thread == threading.current_thread().name] == []
+        records = {name: service.ledger.read(name) for name in names}
+    landing_opens = [name for name in opened if name == "mirror-landings"]
+    assert batches and len(landing_opens) == len(batches), f"{len(landing_opens)} ledger opens for {len(batches)} batches"
+    for name, record in records.items():
+        assert record is not None and record.origin == upstream.base
+        mark = record.files[f"{name}/{name}-1.0.0.tgz"]
+        assert mark.size > 0 and mark.sha512.startswith("sha512-") and mark.mtime_ns is not None
