@@ -171,10 +171,9 @@ class BuildState(ListingTables):
         self.set_settings({"fingerprint": fingerprint, SHARDS_STALE: "", WHOLE_STALE: "1" if whole_stale else ""})
 
     def build_report(self) -> BuildReport:
-        """Totals and every refusal the state keeps, for the build's result."""
-        packages, versions = self.totals()
+        """Every refusal the state keeps, for the build's result (its totals: `totals`)."""
         errors, duplicates = self.meta_problems()
-        return BuildReport(packages, versions, tuple(self.archive_errors()), tuple(self.all_issues()), tuple(errors), tuple(duplicates))
+        return BuildReport(tuple(self.archive_errors()), tuple(self.all_issues()), tuple(errors), tuple(duplicates))
 
     # -- folder listings
 
