@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from registry_gen.state.records import Leaf, LeafHood, LeafOp, ListedAt, ListingMove, PackageBefore
+from registry_gen.state.records import Leaf, LeafHood, LeafOp, ListedAt, ListingMove, ListingPlace, PackageBefore
 from registry_gen.state.sqlite_cache import BuildState
 
 # The package's row, where it is listed and its shards: one statement.
@@ -94,8 +94,37 @@ class PgListings(BuildState):
         if before is _NOT_READ:
             super()._count_package(name, versions_now=versions_now)
             return
-        self._add_counter("packages", (versions_now is not None) - (before is not None))
-        self._add_counter("versions", (versions_now or 0) - (before or 0))
+        self._add_counters({"packages": (versions_now is not None) - (before is not None), "versions": (versions_now or 0) - (before or 0)})
+
+    def _add_counters(self, deltas: dict[str, int]) -> None:
+        moved = {key: delta for key, delta in deltas.items() if delta}
+        if moved:
+            self.db.execute(
+                "INSERT INTO counters (key, value) SELECT * FROM unnest(?::text[], ?::bigint[])"
+                " ON CONFLICT (key) DO UPDATE SET value = counters.value + excluded.value",
+                (list(moved), list(moved.values())),
+            )
+
+    def _place_listing(self, name: str, listing: ListingPlace, summary: str) -> None:
+        if not listing.listed:
+            self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
+            return
+        self.db.execute(
+            "INSERT INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?) ON CONFLICT (name)"
+            " DO UPDATE SET range_key = excluded.range_key, modified = excluded.modified, summary = excluded.summary,"
+            " search_entry = excluded.search_entry",
+            (name, listing.range_key, listing.modified, summary, listing.search_entry),
+        )
+
+    def set_settings(self, values: Mapping[str, str]) -> None:
+        """Each of `values` written where it differs (a missing row reads as ""), in one statement
+        (no read first: a round trip under the listings lock, where a build's end writes them)."""
+        self.db.execute(
+            "INSERT INTO settings (key, value) SELECT * FROM unnest(?::text[], ?::text[]) AS v (key, value)"
+            " WHERE v.value <> '' OR EXISTS (SELECT 1 FROM settings s WHERE s.key = v.key) ON CONFLICT (key)"
+            " DO UPDATE SET value = excluded.value WHERE settings.value IS DISTINCT FROM excluded.value",
+            (list(values), list(values.values())),
+        )
 
     def apply_listing_move(self, move: ListingMove) -> dict[str, str]:
         rows = summed_prefix_rows(move.prefix_rows)
