@@ -76,11 +76,14 @@ def recorded_keys(state: KeyringState) -> list[PublicKey]:
     return [PublicKey.from_json(item) for item in json.loads(raw)] if raw else []
 
 
-def publish_keys(settings: Settings, state: KeyringState, signer: Signer | None, written: list[str]) -> list[PublicKey]:
-    """Records the current key in the state and writes `-/npm/v1/keys` (removed when no key was ever used)."""
+def publish_keys(
+    settings: Settings, state: KeyringState, signer: Signer | None, written: list[str], recorded: list[PublicKey] | None = None
+) -> list[PublicKey]:
+    """Records the current key in the state and writes `-/npm/v1/keys` (removed when no key was
+    ever used). `recorded`: the state's keys when the caller read them already (None: read here)."""
     moment = datetime.now(timezone.utc)
     now = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    keys = rotate_keyring(recorded_keys(state), signer.public if signer else None, now)
+    keys = rotate_keyring(recorded_keys(state) if recorded is None else recorded, signer.public if signer else None, now)
     state.record_signing_keys(json.dumps([key.to_json() for key in keys]))
     target = settings.out_dir / KEYS_DOCUMENT
     if not keys:

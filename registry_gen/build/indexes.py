@@ -49,6 +49,9 @@ from registry_gen.writer import gzip_bytes, remove_tree, write_if_changed, write
 # Records in one leaf of a search shard; a fuller leaf splits in two. 200: a publish gzips ~1 ms per
 # leaf (2.2 ms at 400), while a shard of 10,000 packages is still only 50-100 fetches for the search box.
 SEARCH_LEAF_MAX = 200
+# Shards whose first leaves (and, for one-leaf shards, records) are read in one query: a publish
+# touches a few; a full build, which touches every shard, holds this many shards' records at once.
+SHARDS_AT_ONCE = 100
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
 LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json", f"{site.WEB_ROOT}/search-index.json.gz")
 
@@ -197,8 +200,9 @@ class IndexWriter:
                 self.write_browse_page(listing_prefix(key, self.state.prefix_counts(key)))
         shards = self.state.listed_shards() | _shards_on_disk(self.out) if every_shard else set(changes.shards)
         changed_leaves = leaves_by_shard(changes.leaves)
-        for key in sorted(shards | set(changed_leaves)):
-            self.write_shard(key, recut=key in shards, changed=None if every_shard else changed_leaves[key])
+        keys = sorted(shards | set(changed_leaves))
+        for start in range(0, len(keys), SHARDS_AT_ONCE):
+            self.write_shards(keys[start : start + SHARDS_AT_ONCE], recut=shards, changed=None if every_shard else changed_leaves)
         if changes.front or full:
             recent, counts = self.state.front_page_inputs(site.RECENT_COUNT)
             self.write_files(site.front_page(recent, sum(c for _, c in counts), counts, self.settings))
@@ -246,18 +250,29 @@ class IndexWriter:
             self.remove(f"{folder}/{stale}")
         return [child for child, *_ in page.children] if page.total > site.PAGE_SIZE else None
 
-    def write_shard(self, key: str, *, recut: bool, changed: set[str] | None) -> None:
-        """One search shard: its records in `<key>.json` while it is one leaf; else that file lists its
+    def write_shards(self, keys: list[str], *, recut: set[str], changed: Mapping[str, set[str]] | None) -> None:
+        """Some search shards (`recut`: those whose leaves were cut or joined; `changed`: the leaves
+        whose records changed, None: all): the first leaves of all of them, and the records of those
+        that are one leaf, asked at once (on PostgreSQL, one query each, under the listings lock)."""
+        heads = self.state.first_leaves(keys, at_most=2)
+        single = self.state.leaves_entries([(key, bounds[0]) for key, bounds in heads.items() if len(bounds) == 1])
+        for key in keys:
+            bounds = heads.get(key, [])
+            entries = single.get((key, bounds[0]), []) if len(bounds) == 1 else []
+            self.write_shard(key, bounds, entries, recut=key in recut, changed=None if changed is None else changed[key])
+
+    def write_shard(self, key: str, bounds: list[str], entries: list[bytes], *, recut: bool, changed: set[str] | None) -> None:
+        """One search shard (`bounds`: its first two leaves; `entries`: the records of the first when
+        it is the only one): its records in `<key>.json` while it is one leaf; else that file lists its
         leaves, each in `<key>/<id>.json`. `recut`: its leaves were cut or joined (the list is written
         again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all).
         Without a cut, only the changed leaves are looked at: O(1) however many leaves the shard has."""
         relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
-        bounds = self.state.shard_leaves(key, at_most=2)
         if len(bounds) <= 1:
             for path in (folder,) if bounds else (folder, relative, relative + ".gz"):
                 self.remove(path)
             if bounds:
-                self.write_search_json(relative, site.join_search_shard(self.state.leaf_entries(key, bounds[0])))
+                self.write_search_json(relative, site.join_search_shard(entries))
             return
         if recut or changed is None:
             targets = self._recut_shard(key, changed)

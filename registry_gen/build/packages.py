@@ -70,11 +70,9 @@ class Outcomes:
 
 
 def write_changes(context: BuildContext, state: BuildSession, cache: Manifests, plans: Plans, unwritten: AbstractSet[str]) -> Outcomes:
-    """Phase 4 of an incremental build: records what the plans found, removes what went, writes
-    what changed, then refreshes the pages whose Dependents list changed."""
+    """Phase 4 of an incremental build (what the plans found recorded by record_plan_refusals):
+    removes what went, writes what changed, then refreshes the pages whose Dependents list changed."""
     phase = PackageWriting(context, state, cache, unwritten)
-    refusals, _ = plan_findings(plans.plans.values())
-    state.record_refusals(refusals)
     refuse_mass_removal(context.settings, state, unasked_removals(context.settings, state, plans.plans.values()))
     # Whose "Dependents" changed: what a removed package linked to, and what a rewritten one gained or lost.
     dependents_changed: set[str] = set()
@@ -99,6 +97,12 @@ def write_changes(context: BuildContext, state: BuildSession, cache: Manifests, 
         phase.store_times(name, times)
     phase.refresh_dependents({n for n in dependents_changed if n in registry_names}, registry_names)
     return phase.outcomes
+
+
+def record_plan_refusals(state: BuildSession, plans: Plans) -> None:
+    """What an incremental build's plans refused, kept so that every build reports it."""
+    refusals, _ = plan_findings(plans.plans.values())
+    state.record_refusals(refusals)
 
 
 def write_everything(context: BuildContext, state: BuildSession, cache: Manifests, unwritten: AbstractSet[str]) -> Outcomes:

@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING
 from registry_gen.build.context import ProgressCallback
 from registry_gen.build.detect import detect
 from registry_gen.build.indexes import Indexed, write_indexes
-from registry_gen.build.packages import Outcomes, write_changes, write_everything
+from registry_gen.build.packages import Outcomes, record_plan_refusals, write_changes, write_everything
 from registry_gen.build.plan import meta_issues, plan_changes
 from registry_gen.build.read import ReadResult, read_content
 from registry_gen.build.results import BuildIssue, BuildResult
 from registry_gen.buildlock import holding_build_lock
 from registry_gen.errors import ContentMissing
-from registry_gen.keyring import publish_keys
+from registry_gen.keyring import publish_keys, recorded_keys
 from registry_gen.settings import Settings
 from registry_gen.state import BuildSession, Manifests, open_state
+from registry_gen.state.records import BuildReport
 from registry_gen.statedir import move_state_out_of_tree
 
 if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it
@@ -140,27 +141,37 @@ def _build_in_transaction(
     no longer uses (None: any of them may be unused, look at all)."""
     detected = detect(settings, state, changed, force_full=force_full, progress=progress, writing=writing, held=held)
     context = detected.context
+    # Read before the first look at the listings takes their lock (on PostgreSQL): the keyring
+    # changes only with a key rotation, which a full build makes holding every package's lock.
+    keys_before = recorded_keys(state)
     reading = read_content(context, state, cache, detected.changes)
     plan_errors: list[BuildIssue] = []
     if context.full:
         outcomes = write_everything(context, state, cache, detected.start.unwritten)
+        report = state.build_report()
     else:
         # A package whose write failed before is tried again, whatever changed.
         plans = plan_changes(settings, state, reading.affected | detected.start.unwritten)
         plan_errors = plans.errors
+        record_plan_refusals(state, plans)
+        # Complete now (this build's refusals are recorded): read before write_changes takes the
+        # listings lock, as these registry-wide queries do not depend on the listings.
+        report = state.build_report()
         outcomes = write_changes(context, state, cache, plans, detected.start.unwritten)
     packages_changed = outcomes.rebuilt_count > 0 or outcomes.package_set_changed
     indexed = write_indexes(context, state, outcomes.listing, detected.start, packages_changed=packages_changed, defer_whole=defer_whole)
-    result = _result(reading, outcomes, indexed, state, plan_errors)
-    publish_keys(settings, state, context.signer, result.written)
+    result = _result(reading, outcomes, indexed, state, report, plan_errors)
+    publish_keys(settings, state, context.signer, result.written, keys_before)
     state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
 
 
-def _result(reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, plan_errors: list[BuildIssue]) -> BuildResult:
+def _result(
+    reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, report: BuildReport, plan_errors: list[BuildIssue]
+) -> BuildResult:
     """Phase 6: the build's report, from what each phase returned and what the state keeps."""
-    report = state.build_report()
-    result = BuildResult(packages=report.packages, versions=report.versions, archives_read=reading.archives_read)
+    packages, versions = state.totals()
+    result = BuildResult(packages=packages, versions=versions, archives_read=reading.archives_read)
     for files in (outcomes.files, indexed.files):
         result.written.absorb(files.written)  # type: ignore[attr-defined]
         result.removed.absorb(files.removed)  # type: ignore[attr-defined]

@@ -15,8 +15,8 @@ from typing import Any
 
 from registry_gen.state.postgres_base import LISTINGS, LOCK_REGISTRY, PgDb
 from registry_gen.state.postgres_ledger import PgLedger
+from registry_gen.state.postgres_listings import PgListings
 from registry_gen.state.records import ARCHIVE_FIELDS, ArchiveRecord, CachedManifest, ListingMove, PackageBefore
-from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.state.sqlite_manifests import ManifestCache
 
 _FULL_BUILD_TABLES = """
@@ -44,7 +44,7 @@ DELETE FROM issues
 """
 
 
-class PgSession(BuildState):
+class PgSession(PgListings):
     """One build's session (or, outside a transaction, the write side's read-only view)."""
 
     def __init__(self, db: PgDb) -> None:  # noqa: D107 - no files: one connection to the database
@@ -52,6 +52,7 @@ class PgSession(BuildState):
         self.ledger = PgLedger(db, owned=False)
         self.forgotten = False  # forget_content made this build's tables of what content/ held
         self.listings_locked = False
+        self.versions_before = {}
 
     # -- one transaction: the ledger's rows and the cache's commit together
 

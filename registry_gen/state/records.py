@@ -182,10 +182,8 @@ class BrowseInputs:
 
 @dataclass(frozen=True, slots=True)
 class BuildReport:
-    """What a finished build reports from the state: totals and every refusal it keeps."""
+    """What a build reports from the state: every refusal it keeps."""
 
-    packages: int
-    versions: int
     archive_errors: tuple[tuple[str, str], ...]  # (path, reason)
     refusals: tuple[tuple[str, str, str], ...]  # (package, path, reason)
     meta_errors: tuple[tuple[str, str | None, str], ...]  # (path, name when last valid, reason)

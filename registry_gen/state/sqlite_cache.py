@@ -171,10 +171,9 @@ class BuildState(ListingTables):
         self.set_settings({"fingerprint": fingerprint, SHARDS_STALE: "", WHOLE_STALE: "1" if whole_stale else ""})
 
     def build_report(self) -> BuildReport:
-        """Totals and every refusal the state keeps, for the build's result."""
-        packages, versions = self.totals()
+        """Every refusal the state keeps, for the build's result (its totals: `totals`)."""
         errors, duplicates = self.meta_problems()
-        return BuildReport(packages, versions, tuple(self.archive_errors()), tuple(self.all_issues()), tuple(errors), tuple(duplicates))
+        return BuildReport(tuple(self.archive_errors()), tuple(self.all_issues()), tuple(errors), tuple(duplicates))
 
     # -- folder listings
 
@@ -395,18 +394,22 @@ class BuildState(ListingTables):
                 listing.search_text,
             ),
         )
-        self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
-        if listing.listed:
-            self.db.execute(
-                "INSERT INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?)",
-                (name, listing.range_key, listing.modified, summary, listing.search_entry),
-            )
+        self._place_listing(name, listing, summary)
         splits = self.apply_listing_move(move)
         self.db.execute("DELETE FROM links WHERE name = ?", (name,))
         self.db.executemany(
             "INSERT INTO links (name, target) VALUES (?, ?) ON CONFLICT DO NOTHING", ((name, t) for t in record.get("links", ()))
         )
         return splits
+
+    def _place_listing(self, name: str, listing: ListingPlace, summary: str) -> None:
+        """The package's row of the listings: replaced, or gone when it is not listed."""
+        self.db.execute("DELETE FROM listings WHERE name = ?", (name,))
+        if listing.listed:
+            self.db.execute(
+                "INSERT INTO listings (name, range_key, modified, summary, search_entry) VALUES (?, ?, ?, ?, ?)",
+                (name, listing.range_key, listing.modified, summary, listing.search_entry),
+            )
 
     def package_before(self, name: str, keys_after: Iterable[str]) -> PackageBefore:
         """What the package was just before its outcome is kept (its page's links, its listing)."""
@@ -466,8 +469,11 @@ class BuildState(ListingTables):
         """Moves the package and version counters (versions_now None: the package goes)."""
         row = self.db.execute("SELECT versions FROM packages WHERE name = ?", (name,)).fetchone()
         before = int(row[0]) if row else 0
-        self._add_counter("packages", (versions_now is not None) - (row is not None))
-        self._add_counter("versions", (versions_now or 0) - before)
+        self._add_counters({"packages": (versions_now is not None) - (row is not None), "versions": (versions_now or 0) - before})
+
+    def _add_counters(self, deltas: dict[str, int]) -> None:
+        for key, delta in deltas.items():
+            self._add_counter(key, delta)
 
     def _add_counter(self, key: str, delta: int) -> None:
         if delta:

@@ -150,6 +150,15 @@ class ListingTables:
         limit = "" if at_most is None else f" LIMIT {int(at_most)}"
         return [bound for (bound,) in self.db.execute(f"SELECT bound FROM search_leaves WHERE key = ? ORDER BY bound{limit}", (key,))]
 
+    def first_leaves(self, keys: Iterable[str], *, at_most: int) -> dict[str, list[str]]:
+        """shard_leaves(key, at_most=at_most) of each of `keys` that has leaves."""
+        found = {key: self.shard_leaves(key, at_most=at_most) for key in keys}
+        return {key: bounds for key, bounds in found.items() if bounds}
+
+    def leaves_entries(self, leaves: Iterable[tuple[str, str]]) -> dict[tuple[str, str], list[bytes]]:
+        """leaf_entries of each (shard, bound) of `leaves`."""
+        return {(key, bound): self.leaf_entries(key, bound) for key, bound in leaves}
+
     def _leaf_range(self, key: str, bound: str) -> tuple[str, tuple[str, ...]]:
         """The WHERE clause (on search_keys as k) and its arguments for the names of one leaf: from
         its bound up to the next leaf's, asked within the same statement (a round trip less per
