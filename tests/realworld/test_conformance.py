@@ -11,6 +11,7 @@ public registry serves them.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import platform
@@ -31,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from registry_gen import site, site_search
 from registry_gen.build.indexes import SEARCH_LEAF_MAX
 from tests.hosts.clients import CLIENTS, ClientRun, clean_env, install_client
 from tests.support import static_server
-from tests.realworld.corpus import LOCKFILE, MANIFEST, Corpus, ensure_corpus, odd_packages, package_name, split_spec
+from tests.realworld.corpus import LOCKFILE, MANIFEST, Corpus, cache_root, ensure_corpus, odd_packages, package_name, split_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # fixtures install ~1,200 packages per client
 
@@ -321,12 +323,26 @@ def npm_install(
     return Install(project, registry.requested_during("npm", lambda: npm.run("ci", "--ignore-scripts", cwd=project)))
 
 
+@contextlib.contextmanager
+def yarn_import_cache(corpus: Corpus) -> Iterator[Path]:
+    """yarn 1's cache for `yarn import`, kept outside the checkout per corpus and yarn version and
+    used by one import at a time (yarn 1's cache is not safe for concurrent writers). Its entries
+    are named by name, version and shasum, not by the registry's URL, and yarn checks each against
+    the integrity our documents give before using it; a missing or partial entry is fetched again."""
+    folder = cache_root() / "yarn1-import-cache" / f"{corpus.root.name}-{CLIENTS['yarn1'].package}"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder) + ".lock", timeout=2 * INSTALL_TIMEOUT):
+        yield folder
+
+
 @pytest.fixture(scope="module")
 def yarn_install(
-    registry: Registry, npm_install: Install, clients: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory
+    corpus: Corpus, registry: Registry, npm_install: Install, clients: dict[str, list[str]], tmp_path_factory: pytest.TempPathFactory
 ) -> Install:
     """yarn 1 cannot read lockfile v3; `yarn import` reads npm's node_modules instead (the
-    lockfile moved aside), then a fresh project installs from that yarn.lock, with a new cache."""
+    lockfile moved aside), then a fresh project installs from that yarn.lock, with a new cache.
+    `yarn import` also fetches every tarball into its cache, which only the install is asserted
+    on: the import's cache is kept between runs (`yarn_import_cache`), the install's is empty."""
     root = tmp_path_factory.mktemp("yarn1")
     yarn = client(clients, "yarn1", root / "client", registry)
     source = npm_install.project
@@ -334,7 +350,8 @@ def yarn_install(
     shutil.move(source / LOCKFILE.name, aside)
     try:
         yarn.configure(source)
-        yarn.run("import", "--non-interactive", cwd=source)
+        with yarn_import_cache(corpus) as cache:
+            yarn.run("import", "--non-interactive", cwd=source, env={"YARN_CACHE_FOLDER": str(cache)})
     finally:
         shutil.move(aside, source / LOCKFILE.name)
     project = corpus_project(root / "project", yarn, MANIFEST, source / "yarn.lock")
