@@ -207,7 +207,7 @@ def start(deployed: Deployment, count: int, within: float = 120) -> None:
     for index, api in enumerate(deployed.apis):
         running = api.process is not None and api.process.poll() is None
         if index < count and not running:
-            api.start()
+            api.start(ready=False)  # listening; ready is awaited below, within `within` (Api.start's own wait is 60 s)
             if not poll(lambda api=api: _answers(api.base + "-/ping"), within):
                 raise RuntimeError(f"instance {index} did not answer within {within:.0f} s")
         elif index >= count and running:
