@@ -44,6 +44,16 @@ def mirror_serve(root: Path) -> Iterator[RegistryProcess]:
         process.stop()
 
 
+@contextmanager
+def mirroring(tmp_path: Path, upstream: Upstream, uplink: str = "") -> Iterator[tuple[Path, RegistryProcess]]:
+    """A registry in `tmp_path/registry` proxying every name to `upstream` (extra uplink keys in
+    `uplink`), served by a real `registry-gen serve`: its folder and the server."""
+    root = tmp_path / "registry"
+    write_config(root, upstream.base, uplink=uplink)
+    with mirror_serve(root) as server:
+        yield root, server
+
+
 def registry_gen(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real CLI in its own process, in the registry's folder (its registry.yaml)."""
     return subprocess.run([sys.executable, "-m", "registry_gen", *args], cwd=root, capture_output=True, text=True, timeout=300)

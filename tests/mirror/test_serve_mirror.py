@@ -13,7 +13,9 @@ from pathlib import Path
 
 from registry_gen.importers.integrity import sri_sha512
 from tests.importers.upstream_server import hostile_upstream
-from tests.mirror.helpers import answering, built, conditional, document, journal_entries, mirror_serve, registry_gen, write_config
+from tests.mirror.helpers import (
+    answering, built, conditional, document, journal_entries, mirror_serve, mirroring, registry_gen, write_config,
+)
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.support import poll
 
@@ -88,9 +90,7 @@ def test_a_document_is_asked_again_conditionally_once_maxage_has_passed(tmp_path
 def test_the_last_good_copy_is_served_while_the_uplink_fails_and_it_is_left_alone_after_max_fails(tmp_path: Path) -> None:
     with hostile_upstream() as upstream:
         upstream.publish("steady", "1.0.0")
-        root = tmp_path / "registry"
-        write_config(root, upstream.base, uplink="    maxage: 0s\n    max_fails: 2\n    fail_timeout: 1h\n    retry: 0\n")
-        with mirror_serve(root) as server:
+        with mirroring(tmp_path, upstream, uplink="    maxage: 0s\n    max_fails: 2\n    fail_timeout: 1h\n    retry: 0\n") as (_, server):
             first = document(server.base, "steady")
             upstream.routes["/steady"] = answering(500)
             upstream.routes["/unknown"] = answering(500)
@@ -106,9 +106,7 @@ def test_the_last_good_copy_is_served_while_the_uplink_fails_and_it_is_left_alon
 def test_a_damaged_mirrored_meta_is_named_in_the_reply_and_the_servers_log(tmp_path: Path) -> None:
     with hostile_upstream() as upstream:
         upstream.publish("dented", "1.0.0")
-        root = tmp_path / "registry"
-        write_config(root, upstream.base, uplink="    maxage: 0s\n")
-        with mirror_serve(root) as server:
+        with mirroring(tmp_path, upstream, uplink="    maxage: 0s\n") as (root, server):
             document(server.base, "dented")
             built(root, "dented/index.html")  # landed and built: no pending copy answers any more
             meta = root / "content" / "dented" / "registry-meta.json"
