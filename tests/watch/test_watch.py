@@ -293,8 +293,8 @@ def test_the_watch_command_builds_rebuilds_and_stops_on_sigterm(settings: Settin
     settings.out_dir.mkdir()
     with static_server(settings.out_dir) as url:
         process = subprocess.Popen(
-            [sys.executable, "-m", "registry_gen", "watch", str(settings.content_dir), "--out", str(settings.out_dir),
-             "--base-url", url, "--settle", "0.2"],
+            [sys.executable, "-X", "faulthandler", "-m", "registry_gen", "watch", str(settings.content_dir), "--out",
+             str(settings.out_dir), "--base-url", url, "--settle", "0.2"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -310,11 +310,23 @@ def test_the_watch_command_builds_rebuilds_and_stops_on_sigterm(settings: Settin
                 assert b"npm install from-cli --registry=" + url.encode() in response.read()
         finally:
             process.send_signal(signal.SIGTERM)
-            stdout, stderr = process.communicate(timeout=60)
+            stdout, stderr = _stopped(process)
     assert process.returncode == 0, stderr
     assert "watching" in stdout and "build 1 (initial build)" in stdout and "rebuilt from-cli" in stdout
     assert "error: bad.tgz" in stderr
     assert "stopped after" in stdout
+
+
+def _stopped(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """The output of a process sent SIGTERM. One that does not end within 60 s is sent SIGABRT,
+    which makes `-X faulthandler` print every thread's stack: the failure then says where it hung
+    (a CI run saw `watch` not stop once, with nothing to tell why)."""
+    try:
+        return process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        stdout, stderr = process.communicate(timeout=60)
+        raise AssertionError(f"watch did not stop within 60 s of SIGTERM; its threads:\n{stderr}\n{stdout}") from None
 
 
 def test_a_watch_build_purges_the_cache_in_front(served: Settings) -> None:
