@@ -62,6 +62,10 @@ class Forbidden(RegistryError):
     """The caller may not do this."""
 
 
+class BrokenMeta(RegistryError):
+    """A registry-meta.json in content/ that does not parse: a person must fix it."""
+
+
 class ContentMissing(RegistryError):
     """The content folder does not exist: a typo must not empty a published tree."""
 

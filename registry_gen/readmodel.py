@@ -11,24 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from registry_gen.errors import InvalidManifest, RegistryError
-from registry_gen.meta import PackageMeta, parse_meta
+from registry_gen.meta import PackageMeta
 from registry_gen.publish import PackageState
 from registry_gen.settings import Settings
 from registry_gen.state import StateView, open_state
-from registry_gen.storage import ContentStorage, archive_key, meta_key
-
-
-class BrokenMeta(RegistryError):
-    """A registry-meta.json in content/ that does not parse: a person must fix it."""
-
-
-def parsed_meta(key: str, raw: bytes) -> PackageMeta:
-    """content/'s meta at `key`; BrokenMeta (naming the file and the fix) when it does not parse."""
-    try:
-        return parse_meta(raw)
-    except InvalidManifest as exc:
-        raise BrokenMeta(f"content/{key} is broken ({exc}); fix it by hand, then retry") from exc
+from registry_gen.storage import ContentStorage, archive_key, meta_key, parsed_meta
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from typing import Final
 from registry_gen import publish
 from registry_gen.audit import Who
 from registry_gen.build import BuildResult, build_locked
-from registry_gen.errors import Forbidden, LockTimeout, RegistryError, StateUnavailable, VersionConflict
+from registry_gen.errors import BrokenMeta, Forbidden, LockTimeout, RegistryError, StateUnavailable, VersionConflict
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT
@@ -46,7 +46,7 @@ from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.purge import purger_for
 from registry_gen.refresher import IndexRewrites
-from registry_gen.readmodel import BrokenMeta, CurrentPackage, RegistryReader
+from registry_gen.readmodel import CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.state import Journal, JournalEvent, open_state
 from registry_gen.state.ledger import content_digest

@@ -25,9 +25,8 @@ from registry_gen.importers.landing import Verified, land_archives
 from registry_gen.importers.origins import OriginLedger, OriginRecord
 from registry_gen.meta import PackageMeta
 from registry_gen.names import package_dir, tarball_filename, tarball_path
-from registry_gen.readmodel import parsed_meta
 from registry_gen.settings import Settings
-from registry_gen.storage import ContentStorage, archive_key, meta_key, write_meta
+from registry_gen.storage import ContentStorage, archive_key, meta_key, read_meta, write_meta
 from registry_gen.writer import atomic_copy, atomic_write_bytes
 
 
@@ -58,8 +57,7 @@ class MirrorFolders:
 
 def mirrored_meta_or_none(storage: ContentStorage, name: str) -> PackageMeta | None:
     """The package's meta when it is mirrored; None when it has none or it is not mirrored."""
-    raw = storage.read(meta_key(name))
-    meta = None if raw is None else parsed_meta(meta_key(name), raw)
+    meta = read_meta(storage, meta_key(name))
     return meta if meta is not None and meta.mirror is not None else None
 
 

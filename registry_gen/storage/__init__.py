@@ -18,6 +18,7 @@ from registry_gen.storage.contract import (
     archive_key,
     checked_key,
     meta_key,
+    parsed_meta,
     read_meta,
     write_meta,
 )
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ContentStorage", "FolderStorage", "MemoryStorage", "S3Location", "S3Storage", "StoredObject", "Timeouts",
-    "archive_key", "checked_key", "meta_key", "open_content_storage", "parse_s3_url", "read_meta", "write_meta",
+    "archive_key", "checked_key", "meta_key", "open_content_storage", "parse_s3_url", "parsed_meta", "read_meta", "write_meta",
 ]
 
 # boto3's own variables for a custom endpoint (the service-specific one first, as boto3 reads them).

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Protocol
 
+from registry_gen.errors import BrokenMeta, InvalidManifest
 from registry_gen.meta import META_FILENAME, PackageMeta, dump_meta, parse_meta
 from registry_gen.names import package_dir, tarball_filename
 
@@ -93,7 +94,15 @@ class ContentStorage(Protocol):
 
 def read_meta(storage: ContentStorage, key: str) -> PackageMeta | None:
     raw = storage.read(key)
-    return None if raw is None else parse_meta(raw)
+    return None if raw is None else parsed_meta(key, raw)
+
+
+def parsed_meta(key: str, raw: bytes) -> PackageMeta:
+    """content/'s meta at `key`; BrokenMeta (naming the file and the fix) when it does not parse."""
+    try:
+        return parse_meta(raw)
+    except InvalidManifest as exc:
+        raise BrokenMeta(f"content/{key} is broken ({exc}); fix it by hand, then retry") from exc
 
 
 def write_meta(storage: ContentStorage, key: str, meta: PackageMeta) -> None:

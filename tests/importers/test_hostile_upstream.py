@@ -62,6 +62,22 @@ def test_an_upstream_cannot_write_a_package_it_was_not_asked_for(tmp_path: Path,
     assert alice is not None and list(alice["versions"]) == ["1.0.0"] and alice["dist-tags"]["latest"] == "1.0.0"
 
 
+def test_an_import_over_a_damaged_meta_names_the_file_and_keeps_what_is_there(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root, config = make_root(tmp_path)
+    with hostile_upstream() as up:
+        up.publish("dented-pkg", "1.0.0")
+        assert _import(config, "registry", "dented-pkg", "--from", up.base) == 0
+        meta = root / "content" / "dented-pkg" / "registry-meta.json"
+        meta.write_text('{"name": "dented-pkg", "versions": ')  # an editor's crash, a full disk
+        up.publish("dented-pkg", "1.1.0")
+        capsys.readouterr()
+        assert _import(config, "registry", "dented-pkg", "--from", up.base) == 1
+    err = capsys.readouterr().err
+    assert "content/dented-pkg/registry-meta.json is broken" in err and "fix it by hand" in err, err
+    assert meta.read_text() == '{"name": "dented-pkg", "versions": '
+    assert sorted(p.name for p in meta.parent.glob("*.tgz")) == ["dented-pkg-1.0.0.tgz"]
+
+
 def test_a_lockfile_resolved_at_an_attackers_host_cannot_write_another_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root, config = make_root(tmp_path)
     with hostile_upstream() as honest, hostile_upstream() as attacker:
