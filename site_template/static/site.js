@@ -300,6 +300,7 @@
       var fragment = document.createDocumentFragment();
       found.slice(0, MAX_SHOWN).forEach(function (p) { fragment.appendChild(entry(p)); });
       list.appendChild(fragment);
+      list.setAttribute("data-query", query); // which query the list answers (typing renders each pause's)
       status.textContent = found.length === 0 ? "No package matches “" + query + "” (search matches the start of words in names, keywords, maintainers and, from three letters on, descriptions)."
         : found.length + (found.length === 1 ? " package matches" : " packages match")
           + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".";

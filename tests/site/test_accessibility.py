@@ -80,10 +80,11 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def search_for(word: str) -> Callable[[Page], None]:
-    """Types `word` into the front page's search box and waits for its results."""
+    """Types `word` into the front page's search box and waits for its results (not those of a
+    prefix typed before a pause: the list is rendered again for the whole word)."""
     def act(page: Page) -> None:
         page.locator("#q").press_sequentially(word)
-        expect(page.locator("#search-list .package-name").first).to_be_visible()
+        expect(page.locator(f'#search-list[data-query="{word}"] .package-name').first).to_be_visible()
 
     return act
 
@@ -249,7 +250,7 @@ def test_search_by_keyboard_alone(tree: str, page: Page) -> None:
     assert press_tab_until(page, "#q") == 2
     page.keyboard.type("express")
     results = page.locator("#search-list .package-name")
-    expect(results.first).to_have_text("express")
+    expect(page.locator('#search-list[data-query="express"] .package-name').first).to_have_text("express")
     page.keyboard.press("Tab")
     expect(results.first).to_be_focused()
     page.keyboard.press("Enter")
