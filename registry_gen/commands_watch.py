@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
 import typer
@@ -29,16 +29,26 @@ def _echo_report(report: Any) -> None:
     )
 
 
-def _wait_for_signal() -> None:
-    """Blocks until SIGINT or SIGTERM (a service manager's stop) arrives."""
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})  # Ctrl-C, and a service manager's stop
+
+
+@contextlib.contextmanager
+def stop_signals_held() -> Iterator[None]:
+    """Holds SIGINT and SIGTERM pending, in this thread and every thread started inside (threads
+    inherit the mask), until `wait_for_stop_signal` takes one. A stop that arrives during start-up
+    is thus kept, not fatal. A Python handler that set a threading.Event could hang the process:
+    it runs in the main thread, which may hold that very Event's lock when the signal lands
+    (a clean run saw watch hang once on SIGTERM)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
-        while not stop.wait(3600):
-            pass
+        yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def wait_for_stop_signal() -> int:
+    """Blocks until SIGINT or SIGTERM is pending (inside stop_signals_held); which one it was."""
+    return signal.sigwait(STOP_SIGNALS)
 
 
 def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -> None:
@@ -65,12 +75,13 @@ def register(app: typer.Typer, settings_from_options: Callable[..., Settings]) -
         if warning:
             typer.echo(warning, err=True)
         watcher = Watcher(settings, settle_seconds=settle, max_wait_seconds=max_wait, poll=poll, on_build=_echo_report)
-        watcher.start()
-        typer.echo(f"watching {settings.content_dir} -> {settings.out_dir} (Ctrl-C to stop)")
         try:
-            _wait_for_signal()
+            with stop_signals_held():
+                watcher.start()
+                typer.echo(f"watching {settings.content_dir} -> {settings.out_dir} (Ctrl-C to stop)")
+                wait_for_stop_signal()
         finally:
-            watcher.stop()
+            watcher.stop()  # signals are taken again here: a second Ctrl-C ends a slow stop
         typer.echo(f"stopped after {watcher.stats.builds} builds")
 
     app.command("watch")(watch_command)

@@ -317,6 +317,24 @@ def test_the_watch_command_builds_rebuilds_and_stops_on_sigterm(settings: Settin
     assert "stopped after" in stdout
 
 
+def test_a_stop_signal_that_lands_before_the_wait_is_kept_and_taken_by_it() -> None:
+    """Held from start-up on, a SIGTERM sent while watch is still starting (or while the main
+    thread is anywhere else) is kept pending and taken by the wait, never a handler run at a random
+    point of the main thread (one that set an Event could hang on that Event's own lock)."""
+    code = (
+        "import os, signal\n"
+        "from registry_gen.commands_watch import stop_signals_held, wait_for_stop_signal\n"
+        "with stop_signals_held():\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    print('still here')\n"
+        "    print(int(wait_for_stop_signal()))\n"
+        "print('mask restored:', signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:3] == ["still here", str(int(signal.SIGTERM)), "mask restored: True"]
+
+
 def _stopped(process: subprocess.Popen[str]) -> tuple[str, str]:
     """The output of a process sent SIGTERM. One that does not end within 60 s is sent SIGABRT,
     which makes `-X faulthandler` print every thread's stack: the failure then says where it hung
