@@ -13,8 +13,11 @@ file per machine, on PostgreSQL set-ups too, as a cache each server may lose on 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,8 @@ from registry_gen.state.sqlite_base import use_wal
 MIRRORED = "mirrored"  # the tree holds what the upstream has (the policy allowing)
 MISSING = "missing"  # the upstream has no such package (remembered for maxage, like a document)
 LOCAL = "local"  # owned here: never proxied (`note` says why)
+_SET_ASIDE_LOCK = threading.Lock()  # one thread sets a damaged file aside; the others open the new one
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS packages (
@@ -62,12 +67,41 @@ class MirrorState:
         found = getattr(self.local, "connection", None)
         if found is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            found = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-            use_wal(found)
-            found.execute("PRAGMA synchronous=NORMAL")  # a lost row costs one more upstream request
-            found.execute(_SCHEMA)
+            try:
+                found = self._open()
+            except sqlite3.DatabaseError as exc:
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise  # locked, read-only, disk full: the file itself is fine
+                found = self._open_after_setting_aside(exc)
             self.local.connection = found
         return found
+
+    def _open(self) -> sqlite3.Connection:
+        connection = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
+        try:
+            use_wal(connection)
+            connection.execute("PRAGMA synchronous=NORMAL")  # a lost row costs one more upstream request
+            connection.execute(_SCHEMA)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _open_after_setting_aside(self, damage: sqlite3.DatabaseError) -> sqlite3.Connection:
+        """A file that is not a database (a disk error, a stray copy) is only a cache: it is kept
+        aside for whoever wants to look, and the mirror starts afresh (each package is asked of its
+        upstream again, conditionally once its row is back) instead of answering 500s."""
+        with _SET_ASIDE_LOCK:
+            try:
+                return self._open()  # another thread set it aside already
+            except sqlite3.DatabaseError:
+                pass
+            aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{self.path}{suffix}").rename(f"{aside}{suffix}")
+            log.warning("%s is damaged (%s); it is kept as %s and the mirror's freshness state starts afresh", self.path, damage, aside.name)
+            return self._open()
 
     def get(self, name: str) -> Entry | None:
         row = self._connection().execute("SELECT * FROM packages WHERE name = ?", (name,)).fetchone()

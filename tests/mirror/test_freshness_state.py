@@ -50,3 +50,38 @@ def test_threads_opening_a_new_database_together_all_get_it(opener: str) -> None
             for thread in threads:
                 thread.join()
             assert not failures, f"round {round_}: {failures[0]!r}"
+
+
+def test_a_damaged_freshness_file_is_kept_aside_and_the_mirror_starts_afresh(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The freshness state is a cache: a file that is no database (a disk error, a stray copy) is
+    not a reason for a 500 on every proxied read. It is set aside, named in the log, and a new one
+    is used, by every thread (one of them sets it aside)."""
+    state_file = tmp_path / "mirror" / "state.sqlite3"
+    state_file.parent.mkdir()
+    junk = b"this is not a database\n" * 512
+    state_file.write_bytes(junk)
+    seen: list[object] = []
+    failures: list[BaseException] = []
+    state = MirrorState(tmp_path)
+    start = threading.Barrier(4)
+
+    def read() -> None:
+        try:
+            start.wait()
+            seen.append(state.get("left-pad"))
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            failures.append(exc)
+
+    with caplog.at_level("WARNING"):
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert failures == [] and seen == [None] * 4
+    aside = [p for p in state_file.parent.iterdir() if p.name.startswith("state.sqlite3.damaged-")]
+    assert [p.read_bytes() for p in aside] == [junk]  # kept once, byte for byte
+    assert sqlite3.connect(state_file).execute("SELECT count(*) FROM packages").fetchone() == (0,)
+    assert [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()] == [
+        f"{state_file} is damaged (file is not a database); it is kept as {aside[0].name} and the mirror's freshness state starts afresh"
+    ]
