@@ -276,12 +276,19 @@
     return item;
   }
 
+  // The status says which query it answers too, like the list: a page read under load can tell
+  // the answer to the last query from that of an earlier one (the same words for "w" and "@/").
+  function say(query, text) {
+    status.textContent = text;
+    status.setAttribute("data-query", query);
+  }
+
   function show(text) {
     var query = text.trim();
     if (!query) {
       results.hidden = true;
       browse.hidden = false;
-      status.textContent = "";
+      say(query, "");
       return;
     }
     var wanted = plan(query);
@@ -289,7 +296,7 @@
       list.textContent = "";
       results.hidden = true;
       browse.hidden = false;
-      status.textContent = "Type at least two letters or digits: search matches the start of words in names, keywords, maintainers and descriptions.";
+      say(query, "Type at least two letters or digits: search matches the start of words in names, keywords, maintainers and descriptions.");
       return;
     }
     Promise.all(wanted.keys.map(loadShard)).then(function (lists) {
@@ -301,15 +308,15 @@
       found.slice(0, MAX_SHOWN).forEach(function (p) { fragment.appendChild(entry(p)); });
       list.appendChild(fragment);
       list.setAttribute("data-query", query); // which query the list answers (typing renders each pause's)
-      status.textContent = found.length === 0 ? "No package matches “" + query + "” (search matches the start of words in names, keywords, maintainers and, from three letters on, descriptions)."
+      say(query, found.length === 0 ? "No package matches “" + query + "” (search matches the start of words in names, keywords, maintainers and, from three letters on, descriptions)."
         : found.length + (found.length === 1 ? " package matches" : " packages match")
-          + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".";
+          + (found.length > MAX_SHOWN ? " (showing the first " + MAX_SHOWN + ")" : "") + ".");
       results.hidden = found.length === 0;
       browse.hidden = true;
     }, function (error) {
       if (input.value.trim() !== query) return;
-      status.textContent = location.protocol === "file:" ? "Search needs the site to be served over http(s); browse the lists below instead."
-        : "Search is not available right now (" + error.message + "); browse the lists below instead.";
+      say(query, location.protocol === "file:" ? "Search needs the site to be served over http(s); browse the lists below instead."
+        : "Search is not available right now (" + error.message + "); browse the lists below instead.");
       results.hidden = true;
       browse.hidden = false;
     });

@@ -100,6 +100,21 @@ def generate_nginx_config(
     return conf
 
 
+def wait_for_pid_file(pid_file: Path, process: subprocess.Popen[Any], deadline: float = 60.0) -> None:
+    """Polls until `process` wrote its pid into `pid_file`: nginx does so once its sockets are
+    bound. A port found open says less: another process may have bound it since `free_port()`
+    chose it (nginx then retries, and exits), and a test would talk to that process."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before writing {pid_file}")
+        with contextlib.suppress(OSError):
+            if pid_file.read_text().strip() == str(process.pid):
+                return
+        time.sleep(0.05)  # polling a condition with a deadline
+    raise RuntimeError(f"{pid_file} did not name pid {process.pid} after {deadline}s")
+
+
 @contextlib.contextmanager
 def nginx_server(
     tree: Path, runtime: Path, port: int, api_upstream: str | None = None, extra_args: Sequence[str] = ()
@@ -113,6 +128,7 @@ def nginx_server(
         [NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=stderr
     )
     try:
+        wait_for_pid_file(runtime / "nginx.pid", process)
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/"
     finally:

@@ -40,6 +40,10 @@ def test_serve_purges_exactly_what_a_publish_changed_and_tags_its_answers(tmp_pa
     with recording_upstream() as (purge_port, records):
         (tmp_path / "registry.yaml").write_text(
             f"signup: open\nindex_refresh_seconds: 0.5\npurge:\n  url: http://127.0.0.1:{purge_port}{{path}}\n  key_header: xkey\n"
+            # The test reads what the publish purged before its 201: the attempt gets the longest
+            # budget, not the default 2 s a loaded machine's round trips to this Python server can
+            # outlast (the purge is then owed, and sent after the 201).
+            "  timeout_seconds: 30\n"
         )
         registry = RegistryProcess(tmp_path).start()
         try:
