@@ -23,7 +23,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 TREE_FOLDER = "_tree"
 # Tree uploads of one phase in flight at once; boto3's pool keeps 10 connections per client.
 UPLOAD_THREADS = 8
+# One pool for the process, its threads kept between publishes: a pool per phase started up to 13
+# threads per publish, ~5 ms each on a loaded machine (bench/PROFILE.md, "server share"). Its tasks
+# never submit to it, so trees (the write service's, the leader's) can share it without deadlock.
+_UPLOADERS = ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="tree-upload")
 
 
 # ---------------------------------------------------------------- where things are (pure)
@@ -228,8 +232,8 @@ class BucketTree:
             for upload in uploads:
                 self._upload(upload)
             return
-        with ThreadPoolExecutor(max_workers=min(UPLOAD_THREADS, len(uploads)), thread_name_prefix="tree-upload") as pool:
-            done = [pool.submit(self._upload, upload) for upload in uploads]
+        done = [_UPLOADERS.submit(self._upload, upload) for upload in uploads]
+        wait(done)
         for future in done:
             future.result()
 
