@@ -1,0 +1,154 @@
+"""What a publish costs in object-store requests and threads on PostgreSQL + bucket (issue 28,
+acceptance 2: the server share). Counted on a real PostgreSQL and a real S3 server (moto's server
+mode), for one publish through the write service as `registry-gen api` runs it (content and tree
+in the bucket, deferred whole documents), into a small registry. The request list is what the
+instance's boto3 client sends (its `before-parameter-build` event: operation and key)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from registry_gen.objectstore import ObjectStore, open_object_store
+from registry_gen.refresher import IndexRefresher
+from registry_gen.settings import Settings
+from registry_gen.writes import WriteService
+from tests.conftest import postgres_state_url
+from tests.registry_api.test_publish_cost_postgres import ALICE, _served_versions, _upload
+from tests.storage.s3servers import S3Server, make_bucket, s3_credentials, s3_server
+from tests.user_api.pg_server import PostgresServer
+
+pytestmark = pytest.mark.slow
+
+BUCKET = "registry"
+
+
+@dataclass(frozen=True)
+class Request:
+    operation: str  # PutObject, GetObject, ListObjectsV2, HeadObject, DeleteObject
+    key: str  # the key, or the prefix of a listing
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    with s3_credentials(), s3_server("moto", tmp_path_factory.mktemp("s3")) as server:
+        make_bucket(server.endpoint, BUCKET)
+        yield server
+
+
+@pytest.fixture
+def bucket_service(tmp_path: Path, state_postgres: PostgresServer, moto: S3Server) -> Iterator[tuple[WriteService, ObjectStore]]:
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,  # the refresher never runs by itself here
+        storage=f"s3://{BUCKET}/{tmp_path.name}", storage_endpoint_url=moto.endpoint,
+    )  # fmt: skip
+    with s3_credentials():
+        objects = open_object_store(settings)
+        assert objects is not None
+        objects.start(settings)
+        yield WriteService(settings, refresher=IndexRefresher(settings), objects=objects), objects
+
+
+def recorded(objects: ObjectStore) -> list[Request]:
+    """Every request the instance's S3 clients send from now on, in order."""
+    sent: list[Request] = []
+
+    def record(params: dict[str, Any], model: Any, **_: Any) -> None:
+        sent.append(Request(model.name, str(params.get("Key") or params.get("Prefix") or "")))
+
+    for client in {id(c): c for c in (objects.content.client, objects.tree.bucket.client)}.values():
+        client.meta.events.register("before-parameter-build.s3", record)
+    return sent
+
+
+@pytest.fixture
+def started_threads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads started while the test runs."""
+    names: list[str] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        names.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    return names
+
+
+def test_a_publish_to_the_bucket_sends_each_changed_object_once_and_reads_back_nothing_it_wrote(
+    bucket_service: tuple[WriteService, ObjectStore],
+) -> None:
+    service, objects = bucket_service
+    for warm in ("alpha-kit", "beta-kit", "counted-kit"):
+        service.publish(_upload(service.settings, warm, "1.0.0"), ALICE)
+    objects.tree.settle()  # the site's pages of the warm-up publishes, uploaded after their answers
+    sent = recorded(objects)
+    service.publish(_upload(service.settings, "counted-kit", "1.0.1"), ALICE)
+    objects.tree.settle()
+    assert "1.0.1" in _served_versions(service.settings, "counted-kit")
+    listing = "\n".join(f"{request.operation} {request.key}" for request in sent)
+    written = {request.key for request in sent if request.operation == "PutObject"}
+    puts = [request for request in sent if request.operation == "PutObject"]
+    assert len(puts) == len(written), listing  # no object uploaded twice
+    reads = [request for request in sent if request.operation in ("GetObject", "HeadObject")]
+    read_back = [r for i, r in enumerate(sent) if r in reads and Request("PutObject", r.key) in sent[:i]]
+    assert not read_back, listing  # nothing read back that it wrote
+    # The meta read once under the lock (the bucket is the truth: another instance may have written
+    # it); the package folder listed once (the synced files' stat is the objects' LastModified).
+    assert len(reads) <= 1 and len([r for r in sent if r.operation == "ListObjectsV2"]) <= 1, listing
+
+
+def test_a_publish_to_the_bucket_starts_no_thread(
+    bucket_service: tuple[WriteService, ObjectStore], started_threads: list[str]
+) -> None:
+    service, _ = bucket_service
+    for version in ("1.0.0", "1.0.1"):  # the upload pool's threads start once, with the first publishes
+        service.publish(_upload(service.settings, "threaded-kit", version), ALICE)
+    service.objects.tree.settle()  # type: ignore[union-attr]
+    started_threads.clear()
+    service.publish(_upload(service.settings, "threaded-kit", "1.0.2"), ALICE)
+    service.objects.tree.settle()  # type: ignore[union-attr]
+    assert "1.0.2" in _served_versions(service.settings, "threaded-kit")
+    # Each publish uploads a dozen tree objects in two parallel phases: a pool per phase started
+    # up to 13 threads per publish (~5 ms each on a loaded machine).
+    assert started_threads == []
+
+
+def test_a_publish_is_answered_once_its_documents_are_in_the_bucket_and_its_site_pages_follow(
+    bucket_service: tuple[WriteService, ObjectStore],
+) -> None:
+    """The site's pages (`-/web/`: a dozen PUTs of a publish's 16, no npm client reads them) are
+    uploaded after the answer: held here at the S3 client until released, the publish still
+    returns, with the documents and the tarball in the bucket; released, the pages land."""
+    service, objects = bucket_service
+    service.publish(_upload(service.settings, "gated-kit", "1.0.0"), ALICE)
+    objects.tree.settle()
+    sent = recorded(objects)
+    gate = threading.Event()
+
+    def hold_site_pages(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "PutObject" and "/-/web/" in str(params.get("Key")):
+            gate.wait(120)  # released by the test below, a bound so a failing test cannot hang
+
+    objects.tree.bucket.client.meta.events.register("before-parameter-build.s3", hold_site_pages)
+    publishing = threading.Thread(target=service.publish, args=(_upload(service.settings, "gated-kit", "1.0.1"), ALICE))
+    try:
+        publishing.start()
+        publishing.join(90)
+        answered = not publishing.is_alive()
+    finally:
+        gate.set()
+        publishing.join(120)
+    assert answered, "the publish waited for the site's pages"
+    answered_after = [request.key for request in sent if request.operation == "PutObject"]
+    prefix = f"{objects.tree.bucket.location.prefix}/"
+    assert {f"{prefix}gated-kit", f"{prefix}gated-kit/abbreviated.json", f"{prefix}gated-kit/-/gated-kit-1.0.1.tgz"} <= set(answered_after)
+    objects.tree.settle()  # the held pages: uploaded once released
+    front = objects.tree.bucket.read("-/web/package/gated-kit/index.html")
+    assert front is not None and b"1.0.1" in front
