@@ -22,7 +22,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,15 +201,8 @@ class BucketTree:
         self.shared = shared
         self.owed = Owed(set(), set())
         self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
-        self._site: ThreadPoolExecutor | None = None  # uploads the site's pages after a write's answer
 
-    def publish(self, result: BuildResult, *, site_after: Callable[[list[str]], None] | None = None) -> None:
-        """Uploads what `result` wrote (and what is owed), then the removals. With `site_after` (a
-        write, whose client waits for this call): the site's pages (`is_site_page`) are left owed
-        and uploaded just after by the tree's own thread, which then calls `site_after` with them
-        (their purge). No npm client reads them, and they are registry-wide files the issue lets
-        follow the write (the front page, the search shards): the answer waits for the tarballs
-        and the documents only (bench/PROFILE.md, "server share")."""
+    def publish(self, result: BuildResult) -> None:
         written, removed = list(result.written), list(result.removed)
         if getattr(result.written, "total", len(written)) > len(written):
             written = tree_files(self.out_dir)  # the build named only the first paths: publish the whole tree
@@ -217,42 +210,14 @@ class BucketTree:
             self.owed.written |= set(written)
             self.owed.removed = (self.owed.removed | set(removed)) - set(written)
             self.owed.written -= set(removed)
-            self._publish_owed(hold=is_site_page if site_after is not None else None)
-            later = site_after is not None and any(map(is_site_page, self.owed.written))
-        if later:
-            self._site_worker().submit(self._publish_site, site_after)
+            self._publish_owed()
 
-    def settle(self) -> None:
-        """Waits until the site uploads queued so far are done (or failed, and owed)."""
-        if self._site is not None:
-            self._site.submit(lambda: None).result()
-
-    def _site_worker(self) -> ThreadPoolExecutor:
-        """One thread per tree, so the site's uploads land in the order of the writes."""
-        with self._lock:
-            if self._site is None:
-                self._site = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tree-site")
-            return self._site
-
-    def _publish_site(self, then: Callable[[list[str]], None]) -> None:
-        try:
-            with self._lock:
-                site = sorted(filter(is_site_page, self.owed.written))
-                self._publish_owed()
-        except Exception as exc:  # noqa: BLE001 - the thread lives on; what failed stays owed for the next publish
-            log.warning("the site's pages were not uploaded (the next publish retries): %s: %s", type(exc).__name__, exc)
-            return
-        then(site)
-
-    def _publish_owed(self, hold: Callable[[str], bool] | None = None) -> None:
-        """Uploads what is owed, but what `hold` keeps (owed still), then removes what is owed."""
-        held = set(filter(hold, self.owed.written)) if hold is not None else set()
+    def _publish_owed(self) -> None:
         # A web folder's alias is skipped: the site links index.html explicitly.
-        plan = upload_plan(sorted(self.owed.written - held), shared=self.shared)
-        uploads = [upload for upload in plan if not upload.key.endswith("/")]
+        uploads = [upload for upload in upload_plan(sorted(self.owed.written), shared=self.shared) if not upload.key.endswith("/")]
         for phase in sorted({upload.phase for upload in uploads}):  # a phase starts once the one before is stored
             self._upload_together([upload for upload in uploads if upload.phase == phase])
-        self.owed.written = held
+        self.owed.written.clear()
         for key in sorted(self.owed.removed):
             for alias in {upload.key for upload in upload_plan([key])}:
                 if not alias.endswith("/"):
@@ -280,11 +245,6 @@ class BucketTree:
             self.bucket.publish(
                 upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
             )
-
-
-def is_site_page(relative: str) -> bool:
-    """A file of the HTML site (`-/web/`: pages and search shards), which no npm client reads."""
-    return relative.startswith(WEB_ROOT + "/")
 
 
 def tree_files(out_dir: Path) -> list[str]:

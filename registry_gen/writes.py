@@ -41,7 +41,7 @@ from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT
 from registry_gen.names import package_dir, tarball_filename, validate_name
-from registry_gen.objectstore import ObjectStore, is_site_page
+from registry_gen.objectstore import ObjectStore
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.purge import purger_for
@@ -386,20 +386,12 @@ class WriteService:
         """What follows each build of a write: what it wrote goes to the readers' tree (a bucket;
         nothing to do for out_dir), then the caches in front are told exactly which files changed
         (registry_gen.purge; bounded, never raises). A write is answered only after this, so the
-        origin serves it at once. With the tree in a bucket, the site's pages follow the answer
-        (BucketTree.publish), and so does their purge: a purge before the upload would let the
-        cache fetch the old page again."""
-        written = list(result.written)
+        origin serves it at once."""
         if self.objects is not None:
-            self.objects.tree.publish(result, site_after=self._purge_site)
-            written = [path for path in written if not is_site_page(path)]
+            self.objects.tree.publish(result)
         failpoint("before-purge")
         if self.purger is not None:
-            self.purger.after_build(written, result.removed, owed)
-
-    def _purge_site(self, pages: list[str]) -> None:
-        if self.purger is not None:
-            self.purger.after_build(pages)
+            self.purger.after_build(result.written, result.removed, owed)
 
     def _sync_content(self, touched: list[str]) -> None:
         """With content in a bucket: the work folder's copy of the packages this build reads (the
