@@ -94,6 +94,8 @@ class MirrorState:
         with _SET_ASIDE_LOCK:
             try:
                 return self._open()  # another thread set it aside already
+            except sqlite3.OperationalError:
+                raise  # locked or unwritable now: no proof the file is damaged, so it stays
             except sqlite3.DatabaseError:
                 pass
             aside = self.path.with_name(f"{self.path.name}.damaged-{int(time.time())}")
