@@ -285,12 +285,18 @@ class WriteService:
             self._abort(write_id)
             raise
         failpoint("after-write")
-        # On the journal's connection of now: a restart since begin_write ended that one, and the
-        # write was committed under its lock (the build's fence), so it is done.
-        self._opened_journal().finish_write(write_id, done=True)
-        # After the write is done: a tree bucket that fails now costs a 503 and an owed upload
-        # (registry_gen.objectstore), never an undo of a committed write; then the purge.
-        self._after_render(result, owed)
+        # Journalled done only once the readers' tree holds the write: a writer killed before that
+        # leaves it pending, and whoever resolves it renders the package again (build.detect).
+        # A tree bucket that fails costs a 503 and an owed upload (registry_gen.objectstore),
+        # never an undo of a committed write: the write is done all the same.
+        try:
+            self._publish_tree(result)
+            failpoint("after-upload")
+        finally:
+            # On the journal's connection of now: a restart since begin_write ended that one, and
+            # the write was committed under its lock (the build's fence), so it is done.
+            self._opened_journal().finish_write(write_id, done=True)
+        self._purge(result, owed)
         return result
 
     def _abort(self, write_id: int) -> None:
@@ -387,8 +393,14 @@ class WriteService:
         nothing to do for out_dir), then the caches in front are told exactly which files changed
         (registry_gen.purge; bounded, never raises). A write is answered only after this, so the
         origin serves it at once."""
+        self._publish_tree(result)
+        self._purge(result, owed)
+
+    def _publish_tree(self, result: BuildResult) -> None:
         if self.objects is not None:
             self.objects.tree.publish(result)
+
+    def _purge(self, result: BuildResult, owed: int | None) -> None:
         failpoint("before-purge")
         if self.purger is not None:
             self.purger.after_build(result.written, result.removed, owed)

@@ -34,6 +34,7 @@ class Detected:
     context: BuildContext
     changes: ContentChanges
     start: BuildStart
+    landed: tuple[str, ...] = ()  # content keys of pending writes resolved as landed (landed_packages)
 
 
 def detect(
@@ -48,7 +49,7 @@ def detect(
     start = state.begin_build(fingerprint, durable=writing is None, held=held)  # a journalled write's entry covers its build
     if start.seed_pins:
         seed_pins(state)  # a tree built before versions were pinned: pin what it serves now
-    recovered = recover_writes(settings, state, start, writing)
+    recovered, landed_keys = recover_writes(settings, state, start, writing)
     if changed is not None and recovered:
         changed = [*changed, *recovered]
     signer = load_signer(settings)  # a bad key stops the build before it writes anything
@@ -60,23 +61,40 @@ def detect(
         state.forget_content()  # a new generator or new settings: read every archive again
     context = BuildContext(settings, fingerprint, full, signer, progress)
     if changed is None or full:
-        return Detected(context, detect_changes(settings.content_dir, state), start)
-    return Detected(context, detect_hinted_changes(settings.content_dir, state, changed), start)
+        return Detected(context, detect_changes(settings.content_dir, state), start, tuple(landed_keys))
+    return Detected(context, detect_hinted_changes(settings.content_dir, state, changed), start, tuple(landed_keys))
 
 
-def recover_writes(settings: Settings, state: BuildSession, start: BuildStart, writing: int | None) -> list[str]:
+def recover_writes(settings: Settings, state: BuildSession, start: BuildStart, writing: int | None) -> tuple[list[str], list[str]]:
     """Resolves the pending journalled writes from what content/ holds (landed: done, else
-    aborted); returns the content keys they touched."""
-    done, aborted, keys = [], [], []
+    aborted); returns the content keys they touched, and those of the writes that landed."""
+    done, aborted, keys, landed_keys = [], [], [], []
     for write_id, files in start.pending_writes:
         if write_id == writing:
             continue
         current = {key: _file_digest(settings.content_dir / key, after) for key, after in files.items() if after != UNCHECKED}
-        (done if landed(files, current) else aborted).append(write_id)
+        if landed(files, current):
+            done.append(write_id)
+            landed_keys += list(files)
+        else:
+            aborted.append(write_id)
         keys += list(files)
     if done or aborted:
         state.resolve_writes(done, aborted)
-    return keys
+    return keys, landed_keys
+
+
+def landed_packages(state: BuildSession, keys: Iterable[str]) -> set[str]:
+    """The packages of writes resolved as landed, to be rendered again whatever their state says:
+    the writer may have died after its build committed and before the readers' tree (a bucket)
+    got what it rendered (registry_gen.writes). Asked once the build has read content/."""
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for key in keys:
+        by_kind[content_kind(key.rpartition("/")[2]) or ""].append(key)
+    names = {name for name in state.previous_meta_names(by_kind["meta"]).values() if name} if by_kind["meta"] else set()
+    if by_kind["archive"]:
+        names |= {record.name for record in state.previous_archives(by_kind["archive"]).values() if record.name}
+    return names
 
 
 def _file_digest(path: Path, like: str | None) -> str | None:

@@ -84,7 +84,7 @@ def write_changes(context: BuildContext, state: BuildSession, cache: Manifests, 
     times: TimesFound = {}
     incoming = phase.incoming_links(to_write) if len(to_write) > 1 else {}
     links_to = HeldIncoming(state, to_write, incoming).links_to
-    jobs = phase.jobs(to_write, plans.relinked, times, registry_names, links_to)
+    jobs = phase.jobs(to_write, plans.relinked | plans.rerender, times, registry_names, links_to)
     for outcome in phase.run(jobs, registry_names, len(to_write)):
         # Times are stored as each package lands, not all at the end: a first build holds one
         # entry per version otherwise (~150 MB at 1M versions).

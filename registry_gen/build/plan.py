@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 
@@ -185,20 +185,21 @@ class Plans:
     plans: dict[str, PackagePlan]
     relinked: set[str]
     errors: list[BuildIssue]
+    rerender: AbstractSet[str] = frozenset()  # written whatever their state says (detect.landed_packages)
 
 
-def plan_changes(settings: Settings, state: BuildSession, names: Iterable[str]) -> Plans:
-    """Phase 3 of an incremental build: plans the packages of `names`, then those whose pages link
-    to a package that appears or goes (package pages link dependencies only to packages in the
-    registry)."""
+def plan_changes(settings: Settings, state: BuildSession, names: Iterable[str], rerender: AbstractSet[str] = frozenset()) -> Plans:
+    """Phase 3 of an incremental build: plans the packages of `names` and `rerender` (rendered
+    again even if unchanged), then those whose pages link to a package that appears or goes
+    (package pages link dependencies only to packages in the registry)."""
     _, broken = meta_issues(*state.meta_problems())
-    plans = {name: plan_package(settings, state.package_inputs(name), name in broken) for name in sorted(names)}
+    plans = {name: plan_package(settings, state.package_inputs(name), name in broken) for name in sorted({*names, *rerender})}
     appeared_or_gone = {p.name for p in plans.values() if p.present != p.was_present}
     relinked = state.linking_to(appeared_or_gone) if appeared_or_gone else set()
     for name in sorted(relinked - plans.keys()):
         plans[name] = plan_package(settings, state.package_inputs(name), name in broken)
     _, errors = plan_findings(plans.values())
-    return Plans(plans, relinked, errors)
+    return Plans(plans, relinked, errors, frozenset(rerender))
 
 
 def unasked_removals(settings: Settings, state: BuildSession, plans: Iterable[PackagePlan]) -> int:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from registry_gen.build.context import ProgressCallback
-from registry_gen.build.detect import detect
+from registry_gen.build.detect import detect, landed_packages
 from registry_gen.build.indexes import Indexed, write_indexes
 from registry_gen.build.packages import Outcomes, record_plan_refusals, write_changes, write_everything
 from registry_gen.build.plan import meta_issues, plan_changes
@@ -151,7 +151,7 @@ def _build_in_transaction(
         report = state.build_report()
     else:
         # A package whose write failed before is tried again, whatever changed.
-        plans = plan_changes(settings, state, reading.affected | detected.start.unwritten)
+        plans = plan_changes(settings, state, reading.affected | detected.start.unwritten, landed_packages(state, detected.landed))
         plan_errors = plans.errors
         record_plan_refusals(state, plans)
         # Complete now (this build's refusals are recorded): read before write_changes takes the

@@ -71,11 +71,12 @@ def bucket_policy(*prefixes: str) -> str:
 
 @contextlib.contextmanager
 def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...] = ("a", "b"), *, private: bool = False,
-                extra: str = "") -> Iterator[Site]:
+                extra: str = "", envs: tuple[dict[str, str], ...] = ()) -> Iterator[Site]:
     """One S3 server of `kind` holding the bucket, an api instance per host (own EMPTY work folder,
     all on `database_url`, `extra` appended to each registry.yaml), started, and nginx in front with
     the config `host-config nginx --from-bucket` emits, one `--api-upstream` per instance; with
-    `private`, `--private-bucket` too and no bucket policy at all, so the bucket refuses anonymous reads."""
+    `private`, `--private-bucket` too and no bucket policy at all, so the bucket refuses anonymous reads;
+    `envs`, each instance's own environment, in the order of `hosts` (e.g. REGISTRY_GEN_FAILPOINT)."""
     reads_port = free_port()
     with s3_credentials(), s3_server(kind, root / "s3") as s3:
         make_bucket(s3.endpoint, BUCKET)
@@ -83,7 +84,7 @@ def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...]
             client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=bucket_policy(TREE, CANARY))
         client(s3.endpoint).put_object(Bucket=BUCKET, Key=CANARY, Body=b'{"canary": true}', ContentType="application/json")
         apis, works = [], []
-        for host in hosts:
+        for n, host in enumerate(hosts):
             (root / host).mkdir()
             works.append(root / host / "work")
             config = root / host / "registry.yaml"
@@ -92,7 +93,7 @@ def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...]
                 f"database_url: '{database_url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
                 f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n{extra}"
             )
-            apis.append(Api(config))
+            apis.append(Api(config, env=envs[n] if n < len(envs) else {}))
         # The emitted config: reads from the tree bucket, writes to any instance.
         origin = ["--config", str(apis[0].config), "--from-bucket", *(["--private-bucket"] if private else [])]
         origin += [arg for api in apis[1:] for arg in ("--api-upstream", f"127.0.0.1:{api.port}")]
