@@ -149,13 +149,38 @@ def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any
             typer.confirm(f"Remove the account {username}? Its name stays reserved", abort=True)
         with opened_store(config) as store:
             outcome = actions.remove(store, username)
-        # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package.
-        from registry_gen.ownership import erase_maintainer_email  # loads the build: only when used
+        # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package. The account
+        # goes first, so its name can publish no email meanwhile; `user erase-email` finishes.
+        typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}")
+        _erase_email(settings_of(config), username, "registry-gen user remove")
 
-        erased = erase_maintainer_email(settings_of(config), username)
-        typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}" + (f"; email erased from {len(erased)} package file(s)" if erased else ""))
+    @users.command("erase-email")
+    def erase_email(username: NameArg, config: ConfigOption = None) -> None:
+        """Finish a removed account's erasure: its email leaves every package meta that still names it
+        (after a damaged meta was fixed by hand, or a removal that stopped half-way)."""
+        with opened_store(config) as store:
+            if store.get_by_username(username) is not None:
+                raise UserApiError(f"{username} is a live account: remove it first (`registry-gen user remove {username}`)")
+        _erase_email(settings_of(config), username, "registry-gen user erase-email")
 
     register_token_commands(users, opened_store)
+
+
+def _erase_email(settings: Settings, username: str, actor: str) -> None:
+    """Erases the account's email from every package; one `error:` line per damaged meta it could
+    not read (each names the fix), and exit status 1 when any is left."""
+    from registry_gen.ownership import erase_maintainer_email  # loads the build: only when used
+
+    try:
+        erasure = erase_maintainer_email(settings, username, actor)
+    except RegistryError as error:
+        typer.echo(f"error: {_message(error)}; finish with `registry-gen user erase-email {username}`", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{username}: email erased from {len(erasure.erased)} package file(s)")
+    for line in erasure.left:
+        typer.echo(f"error: {line}", err=True)
+    if erasure.left:
+        raise typer.Exit(1)
 
 
 def _bound(change: Callable[..., None], verb: str, field: str, value: str) -> Callable[..., None]:

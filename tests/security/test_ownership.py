@@ -127,14 +127,14 @@ def test_open_signup_cannot_take_over_a_name_without_an_account(served: Registry
 
 
 def test_a_deleted_users_email_is_erased_from_metas_and_documents(demo_tree: Settings) -> None:
-    from registry_gen.ownership import erase_maintainer_email
+    from registry_gen.ownership import Erasure, erase_maintainer_email
 
     meta_path = demo_tree.content_dir / "registry-meta.json"
     meta_path.write_text(json.dumps({"name": "demo-core", "maintainers": [{"name": "demo", "email": "demo@private.example"},
                                                                           {"name": "kept", "email": "kept@example.com"}]}))
     run_build(demo_tree)
     assert b"demo@private.example" in (demo_tree.out_dir / "demo-core" / "index.html").read_bytes()
-    assert erase_maintainer_email(demo_tree, "demo") == ["registry-meta.json"]
+    assert erase_maintainer_email(demo_tree, "demo") == Erasure(["registry-meta.json"], [])
     for path in demo_tree.out_dir.rglob("*"):
         if path.is_file() and not path.name.endswith((".gz", ".tgz", ".sqlite3")):
             assert b"demo@private.example" not in path.read_bytes(), path
