@@ -50,19 +50,21 @@ def claim_package(
     return bool(claimed)
 
 
-def erase_email(state: PackageState, username: str) -> Change:
-    """The rule of an account's removal for one package: its maintainer entry named `username`
-    without its email (the name stays: it records who maintained the package), journalled as a
-    package:change. An empty Change when the meta holds no such email (any more)."""
-    people = without_email(state.meta.maintainers, username)
+def erase_email(state: PackageState, username: str | frozenset[str]) -> Change:
+    """The rule of an account's removal for one package: its maintainer entry named `username` (or
+    any of the names) without its email (the name stays: it records who maintained the package),
+    journalled as a package:change. An empty Change when the meta holds no such email (any more)."""
+    names = frozenset({username}) if isinstance(username, str) else username
+    people = without_email(state.meta.maintainers, names)
     if people == state.meta.maintainers:
         return Change()
-    event = JournalEvent("package:change", state.name, (), {"maintainer email erased": username})
+    erased = sorted({entry["name"] for entry in state.meta.maintainers if entry.get("name") in names and "email" in entry})
+    event = JournalEvent("package:change", state.name, (), {"maintainer email erased": erased[0] if len(erased) == 1 else erased})
     return Change(meta=dataclasses.replace(state.meta, maintainers=people), events=(event,))
 
 
-def without_email(people: list[dict[str, str]], username: str) -> list[dict[str, str]]:
-    return [{k: v for k, v in entry.items() if not (k == "email" and entry.get("name") == username)} for entry in people]
+def without_email(people: list[dict[str, str]], names: frozenset[str]) -> list[dict[str, str]]:
+    return [{k: v for k, v in entry.items() if not (k == "email" and entry.get("name") in names)} for entry in people]
 
 
 FINISH_ERASURE = "registry-gen user erase-email"
@@ -78,26 +80,27 @@ class Erasure:
 
 
 def erase_maintainer_email(
-    settings: Settings, username: str, actor: str = "registry-gen user remove", *, service: WriteService | None = None
+    settings: Settings, username: str | frozenset[str], actor: str = "registry-gen user remove", *, service: WriteService | None = None
 ) -> Erasure:
-    """A deleted account's email leaves every meta of the content (content/ or the content bucket),
-    and so every document, index and page. Emails inside a tarball's own package.json are the
-    package's bytes and stay (SECURITY.md, "Maintainer emails"). A meta that does not parse may
-    hold the email: it is named in `left`, never skipped in silence; the erasure is finished by
-    `registry-gen user erase-email NAME` once it is fixed (the name stays reserved: it finds them).
+    """A deleted account's email (or several accounts', by name) leaves every meta of the content
+    (content/ or the content bucket), and so every document, index and page. Emails inside a
+    tarball's own package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails").
+    A meta that does not parse may hold the email: it is named in `left`, never skipped in silence;
+    `registry-gen user erase-email NAME` finishes once it is fixed (the name stays reserved: it finds them).
 
     Each package is one write of the api's path (`service`: the api's own; else the CLI's
     `admin_write_service`): under its lock, journalled, rebuilt, with `storage:` the tree bucket
     uploaded and the caches purged. The metas are read first without a lock, as bind-recorded
     reads them; each one is decided again under its package's lock."""
+    names = frozenset({username}) if isinstance(username, str) else username
     storage = service.storage if service is not None else open_content_storage(settings, building=False)
-    then = f"run `{FINISH_ERASURE} {username}`"
-    found, damaged = _metas_naming(settings, storage, username)
+    then = f"run `{FINISH_ERASURE} {username}`" if isinstance(username, str) else f"run `{FINISH_ERASURE} --all-removed`"
+    found, damaged = _metas_naming(settings, storage, names)
     left = [broken.fix(then) for broken in damaged]
     if not found:
         return Erasure([], left)  # nothing to write: no write service opened (a registry without content yet)
     writes = service if service is not None else admin_write_service(settings)
-    erase = functools.partial(erase_email, username=username)
+    erase = functools.partial(erase_email, username=names)
     erased: list[str] = []
     for key, name in found.items():
         try:
@@ -109,8 +112,8 @@ def erase_maintainer_email(
     return Erasure(erased, left)
 
 
-def _metas_naming(settings: Settings, storage: ContentStorage, username: str) -> tuple[dict[str, str], list[BrokenMeta]]:
-    """The meta files (key -> package name) naming `username` with an email, in key order, and
+def _metas_naming(settings: Settings, storage: ContentStorage, names: frozenset[str]) -> tuple[dict[str, str], list[BrokenMeta]]:
+    """The meta files (key -> package name) naming any of `names` with an email, in key order, and
     the damaged metas (which may). A mirrored package's meta is the upstream's and takes no local
     writes: its people are the upstream's accounts, whoever has that name here."""
     found: dict[str, str] = {}
@@ -121,7 +124,7 @@ def _metas_naming(settings: Settings, storage: ContentStorage, username: str) ->
         except BrokenMeta as broken:
             damaged.append(broken)
             continue
-        if meta is not None and meta.mirror is None and without_email(meta.maintainers, username) != meta.maintainers:
+        if meta is not None and meta.mirror is None and without_email(meta.maintainers, names) != meta.maintainers:
             found[key] = meta.name
     return found, damaged
 

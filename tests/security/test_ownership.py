@@ -6,6 +6,7 @@ as `demo` and publishes a new version with a postinstall script."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,9 +74,9 @@ def demo_tree(tmp_path: Path) -> Settings:
     return settings
 
 
-def _cli(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def _cli(root: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "registry_gen", *args, "--config", str(root / "registry.yaml")],
-                          input=stdin, capture_output=True, text=True, cwd=root)
+                          input=stdin, capture_output=True, text=True, cwd=root, env={**os.environ, **(env or {})})
 
 
 def test_owner_claim_binds_the_recorded_name_to_an_account(demo_tree: Settings) -> None:
@@ -250,6 +251,31 @@ def test_a_removal_over_a_damaged_meta_names_it_and_erase_email_finishes_once_it
     assert LEAVER_EMAIL not in broken.read_bytes() and b"bob@example.com" in broken.read_bytes()
     live = _cli(tmp_path, "user", "erase-email", "alive")
     assert live.returncode == 1 and live.stderr.splitlines() == ["error: alive is a live account: remove it first (`registry-gen user remove alive`)"]
+
+
+def test_a_removal_killed_half_way_leaves_the_email_findable_and_erase_email_all_removed_finishes(tmp_path: Path) -> None:
+    """`user remove` killed (SIGKILL) after the account went and the erasure's first write was
+    journalled, before any meta changed: the email stays in the metas under the removed name, and
+    `user erase-email --all-removed` (no name needed) erases it from content/ and the tree."""
+    (tmp_path / "registry.yaml").write_text("content_dir: content\nout_dir: public\ndata_dir: data\nbase_url: http://127.0.0.1:9/\n")
+    _shared_packages(tmp_path)
+    for name in ("leaver", "bob"):  # bob stays: --all-removed leaves a live account's email alone
+        added = _cli(tmp_path, "user", "add", name, "--password-stdin", stdin=f"{name}-password-1\n")
+        assert added.returncode == 0, added.stderr
+    assert _cli(tmp_path, "build").returncode == 0
+    killed = _cli(tmp_path, "user", "remove", "leaver", "--yes", env={"REGISTRY_GEN_FAILPOINT": "after-intent:kill"})
+    assert killed.returncode == -9 and "removed leaver" in killed.stdout, (killed.returncode, killed.stderr)
+    assert "leaver" not in _cli(tmp_path, "user", "list").stdout
+    metas = sorted((tmp_path / "content").rglob("registry-meta.json"))
+    assert [path.parent.name for path in metas if LEAVER_EMAIL in path.read_bytes()] == ["broken-pkg", "kept-pkg"]
+    assert _tree_files_holding(tmp_path, LEAVER_EMAIL)
+
+    finished = _cli(tmp_path, "user", "erase-email", "--all-removed")
+    assert finished.returncode == 0 and "email erased from 2 package file(s)" in finished.stdout, finished.stdout + finished.stderr
+    assert [path for path in metas if LEAVER_EMAIL in path.read_bytes()] == [] and _tree_files_holding(tmp_path, LEAVER_EMAIL) == []
+    assert all(b"bob@example.com" in path.read_bytes() for path in metas)
+    both = _cli(tmp_path, "user", "erase-email", "leaver", "--all-removed")
+    assert both.returncode == 1 and both.stderr.splitlines() == ["error: give a removed account's NAME, or --all-removed (not both)"]
 
 
 def test_delete_user_over_a_damaged_meta_answers_a_problem_naming_it_and_the_cli_finishes(tmp_path: Path) -> None:
