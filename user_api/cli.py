@@ -138,6 +138,14 @@ def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any
             outcome = actions.set_password(store, username, password)
         typer.echo(f"password of {username} changed{_revoked(outcome.tokens_revoked)}")
 
+    register_removal_commands(users, opened_store, settings_of)
+    register_token_commands(users, opened_store)
+
+
+def register_removal_commands(users: typer.Typer, opened_store: Callable[..., Any], settings_of: Callable[[Path | None], Settings]) -> None:
+    """`user remove NAME` and `user erase-email NAME|--all-removed`, which finishes what a removal
+    could not erase (SECURITY.md, "Maintainer emails")."""
+
     @users.command("remove")
     def remove(
         username: NameArg,
@@ -169,8 +177,6 @@ def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any
             _erase_email(settings_of(config), username if username is not None else frozenset(names), "registry-gen user erase-email")
         else:
             typer.echo("no removed account: nothing to erase")
-
-    register_token_commands(users, opened_store)
 
 
 def _removed_names(store: UserStore, username: str | None, all_removed: bool) -> list[str]:
