@@ -63,7 +63,16 @@ class Forbidden(RegistryError):
 
 
 class BrokenMeta(RegistryError):
-    """A registry-meta.json in content/ that does not parse: a person must fix it."""
+    """A registry-meta.json in content/ that does not parse: a person must fix it. `key` is the
+    file's key in content/ (or the content bucket), `reason` what the parser said."""
+
+    def __init__(self, key: str, reason: str, then: str = "retry"):
+        self.key, self.reason = key, reason
+        super().__init__(self.fix(then))
+
+    def fix(self, then: str) -> str:
+        """The one line naming the file and what to run once it is fixed by hand (`then`)."""
+        return f"content/{self.key} is broken ({self.reason}); fix it by hand, then {then}"
 
 
 class ContentMissing(RegistryError):

@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from registry_gen.build import scan_content
-from registry_gen.errors import InvalidManifest, NotFound
-from registry_gen.meta import META_FILENAME, PackageMeta, parse_meta
+from registry_gen.errors import BrokenMeta, NotFound
+from registry_gen.meta import META_FILENAME, PackageMeta
 from registry_gen.names import validate_name
 from registry_gen.publish import Actor, PackageState, apply_claim, maintainer_entry, now_iso
 from registry_gen.refresher import IndexRefresher
 from registry_gen.settings import Settings
 from registry_gen.state import JournalEvent
-from registry_gen.storage import ContentStorage, open_content_storage
+from registry_gen.storage import ContentStorage, open_content_storage, parsed_meta
 from registry_gen.writes import Change, WriteService, admin_write_service
 
 
@@ -50,53 +50,83 @@ def claim_package(
     return bool(claimed)
 
 
-def erase_email(state: PackageState, username: str) -> Change:
-    """The rule of an account's removal for one package: its maintainer entry named `username`
-    without its email (the name stays: it records who maintained the package), journalled as a
-    package:change. An empty Change when the meta holds no such email (any more)."""
-    people = without_email(state.meta.maintainers, username)
+def erase_email(state: PackageState, username: str | frozenset[str]) -> Change:
+    """The rule of an account's removal for one package: its maintainer entry named `username` (or
+    any of the names) without its email (the name stays: it records who maintained the package),
+    journalled as a package:change. An empty Change when the meta holds no such email (any more)."""
+    names = frozenset({username}) if isinstance(username, str) else username
+    people = without_email(state.meta.maintainers, names)
     if people == state.meta.maintainers:
         return Change()
-    event = JournalEvent("package:change", state.name, (), {"maintainer email erased": username})
+    erased = sorted({entry["name"] for entry in state.meta.maintainers if entry.get("name") in names and "email" in entry})
+    event = JournalEvent("package:change", state.name, (), {"maintainer email erased": erased[0] if len(erased) == 1 else erased})
     return Change(meta=dataclasses.replace(state.meta, maintainers=people), events=(event,))
 
 
-def without_email(people: list[dict[str, str]], username: str) -> list[dict[str, str]]:
-    return [{k: v for k, v in entry.items() if not (k == "email" and entry.get("name") == username)} for entry in people]
+def without_email(people: list[dict[str, str]], names: frozenset[str]) -> list[dict[str, str]]:
+    return [{k: v for k, v in entry.items() if not (k == "email" and entry.get("name") in names)} for entry in people]
+
+
+FINISH_ERASURE = "registry-gen user erase-email"
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What an erasure did: the meta files it changed, and one line per damaged meta it could not
+    read (the file, why, and the command that finishes the erasure once it is fixed by hand)."""
+
+    erased: list[str]
+    left: list[str]
 
 
 def erase_maintainer_email(
-    settings: Settings, username: str, actor: str = "registry-gen user remove", *, service: WriteService | None = None
-) -> list[str]:
-    """A deleted account's email leaves every meta of the content (content/ or the content bucket),
-    and so every document, index and page. Returns the meta files changed. Emails inside a
+    settings: Settings, username: str | frozenset[str], actor: str = "registry-gen user remove", *, service: WriteService | None = None
+) -> Erasure:
+    """A deleted account's email (or several accounts', by name) leaves every meta of the content
+    (content/ or the content bucket), and so every document, index and page. Emails inside a
     tarball's own package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails").
+    A meta that does not parse may hold the email: it is named in `left`, never skipped in silence;
+    `registry-gen user erase-email NAME` finishes once it is fixed (the name stays reserved: it finds them).
 
     Each package is one write of the api's path (`service`: the api's own; else the CLI's
     `admin_write_service`): under its lock, journalled, rebuilt, with `storage:` the tree bucket
     uploaded and the caches purged. The metas are read first without a lock, as bind-recorded
     reads them; each one is decided again under its package's lock."""
+    names = frozenset({username}) if isinstance(username, str) else username
     storage = service.storage if service is not None else open_content_storage(settings, building=False)
-    found = _metas_naming(settings, storage, username)
+    then = f"run `{FINISH_ERASURE} {username}`" if isinstance(username, str) else f"run `{FINISH_ERASURE} --all-removed`"
+    found, damaged = _metas_naming(settings, storage, names)
+    left = [broken.fix(then) for broken in damaged]
     if not found:
-        return []  # nothing to write: no write service opened (a registry without content yet)
+        return Erasure([], left)  # nothing to write: no write service opened (a registry without content yet)
     writes = service if service is not None else admin_write_service(settings)
-    erase = functools.partial(erase_email, username=username)
-    erased = [key for key, name in found.items() if writes.apply(name, erase, Actor(actor)) is not None]
+    erase = functools.partial(erase_email, username=names)
+    erased: list[str] = []
+    for key, name in found.items():
+        try:
+            if writes.apply(name, erase, Actor(actor)) is not None:
+                erased.append(key)
+        except BrokenMeta as broken:  # damaged between the scan and its lock
+            left.append(broken.fix(then))
     _rewrite_whole_now(writes)
-    return erased
+    return Erasure(erased, left)
 
 
-def _metas_naming(settings: Settings, storage: ContentStorage, username: str) -> dict[str, str]:
-    """The meta files (key -> package name) naming `username` with an email, in key order. A
-    mirrored package's meta is the upstream's and takes no local writes: its people are the
-    upstream's accounts, whoever has that name here."""
+def _metas_naming(settings: Settings, storage: ContentStorage, names: frozenset[str]) -> tuple[dict[str, str], list[BrokenMeta]]:
+    """The meta files (key -> package name) naming any of `names` with an email, in key order, and
+    the damaged metas (which may). A mirrored package's meta is the upstream's and takes no local
+    writes: its people are the upstream's accounts, whoever has that name here."""
     found: dict[str, str] = {}
+    damaged: list[BrokenMeta] = []
     for key in _meta_keys(settings, storage):
-        meta = _meta_at(storage, key)
-        if meta is not None and meta.mirror is None and without_email(meta.maintainers, username) != meta.maintainers:
+        try:
+            meta = _meta_at(storage, key)
+        except BrokenMeta as broken:
+            damaged.append(broken)
+            continue
+        if meta is not None and meta.mirror is None and without_email(meta.maintainers, names) != meta.maintainers:
             found[key] = meta.name
-    return found
+    return found, damaged
 
 
 def _rewrite_whole_now(service: WriteService) -> None:
@@ -222,9 +252,12 @@ def bind_recorded_maintainers(
     unreadable: list[str] = []
     to_write: dict[str, PackageMeta] = {}
     for key in _meta_keys(settings, storage):
-        meta = _meta_at(storage, key)
+        try:
+            meta = _meta_at(storage, key)
+        except BrokenMeta:
+            unreadable.append(key)  # the build reports a broken meta; nothing in it can be bound safely
+            continue
         if meta is None:
-            unreadable.append(key)
             continue
         for name in unbound_names(meta):
             if name not in accounts:
@@ -245,11 +278,9 @@ def _meta_keys(settings: Settings, storage: ContentStorage) -> list[str]:
 
 
 def _meta_at(storage: ContentStorage, key: str) -> PackageMeta | None:
+    """The meta at `key` (None: gone since the listing); BrokenMeta naming it when it does not parse."""
     raw = storage.read(key)
-    try:
-        return parse_meta(raw) if raw is not None else None
-    except InvalidManifest:
-        return None  # the build reports a broken meta; nothing in it can be bound safely
+    return parsed_meta(key, raw) if raw is not None else None
 
 
 def _write_bindings(

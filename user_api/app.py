@@ -21,7 +21,7 @@ import bottle
 
 from registry_gen import audit
 from registry_gen.advisories import InvalidAdvisory, add_advisory
-from registry_gen.errors import InvalidName, NotFound
+from registry_gen.errors import InvalidName, NotFound, RegistryError
 from registry_gen.settings import Settings
 from user_api import account_actions, policy
 from user_api.admin import claim_for
@@ -29,6 +29,7 @@ from user_api.hooks_service import hook_store
 from user_api.errors import (
     AuthenticationRequired,
     BadRequest,
+    ErasureIncomplete,
     PackageNotFound,
     PermissionDenied,
     UnsupportedMediaType,
@@ -328,8 +329,8 @@ class UserServices:
     logins: LoginGuard | SharedLoginGuard  # shared with the npm login paths (web.login_guard)
     openapi_document: Mapping[str, Any]
     # Called with a deleted account's username: the server erases its email from every package
-    # (registry_gen.ownership.erase_maintainer_email); None for a /user app without a registry.
-    forget_maintainer: Callable[[str], object] | None = None
+    # (registry_gen.ownership.erase_maintainer_email, an Erasure); None for a /user app without a registry.
+    forget_maintainer: Callable[[str], Any] | None = None
 
 
 def list_users(context: RequestContext) -> Reply:
@@ -427,8 +428,26 @@ def delete_user(context: RequestContext, user_id: str) -> Reply:
     if user is None or not services.store.delete_user(user_id):
         raise UserNotFound()
     if services.forget_maintainer is not None:
-        services.forget_maintainer(user.username)  # AUTH.md: a deleted user's email leaves every package
+        _forget(services.forget_maintainer, user.username)  # AUTH.md: a deleted user's email leaves every package
     return Reply(204)
+
+
+def _forget(forget_maintainer: Callable[[str], Any], username: str) -> None:
+    """The removed account's email leaves every package; ErasureIncomplete (500, naming each damaged
+    meta left and the command that finishes) when some could not be read. The account stays removed:
+    the erasure is finished by `registry-gen user erase-email NAME` (SECURITY.md, "Maintainer emails")."""
+    finish = f"`registry-gen user erase-email {username}`"
+    try:
+        left = list(forget_maintainer(username).left)
+    except RegistryError as error:
+        log.warning("account %s removed, its email's erasure stopped: %s; finish with %s", username, error, finish)
+        raise ErasureIncomplete(f"The account {username} is removed, but erasing its email stopped ({error}); "
+                                f"an operator finishes it with {finish}.") from error
+    if left:
+        log.warning("account %s removed, its email left in damaged metas: %s", username, "; ".join(left))
+        raise ErasureIncomplete(
+            f"The account {username} is removed; its email may remain in {len(left)} damaged package file(s) "
+            f"until an operator fixes each by hand and runs {finish}.", errors=[FieldError(line) for line in left])
 
 
 def admit_login(context: RequestContext, username: str) -> None:

@@ -138,6 +138,14 @@ def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any
             outcome = actions.set_password(store, username, password)
         typer.echo(f"password of {username} changed{_revoked(outcome.tokens_revoked)}")
 
+    register_removal_commands(users, opened_store, settings_of)
+    register_token_commands(users, opened_store)
+
+
+def register_removal_commands(users: typer.Typer, opened_store: Callable[..., Any], settings_of: Callable[[Path | None], Settings]) -> None:
+    """`user remove NAME` and `user erase-email NAME|--all-removed`, which finishes what a removal
+    could not erase (SECURITY.md, "Maintainer emails")."""
+
     @users.command("remove")
     def remove(
         username: NameArg,
@@ -149,13 +157,55 @@ def register_account_actions(users: typer.Typer, opened_store: Callable[..., Any
             typer.confirm(f"Remove the account {username}? Its name stays reserved", abort=True)
         with opened_store(config) as store:
             outcome = actions.remove(store, username)
-        # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package.
-        from registry_gen.ownership import erase_maintainer_email  # loads the build: only when used
+        # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package. The account
+        # goes first, so its name can publish no email meanwhile; `user erase-email` finishes.
+        typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}")
+        _erase_email(settings_of(config), username, "registry-gen user remove")
 
-        erased = erase_maintainer_email(settings_of(config), username)
-        typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}" + (f"; email erased from {len(erased)} package file(s)" if erased else ""))
+    @users.command("erase-email")
+    def erase_email(
+        username: Annotated[str | None, typer.Argument(help="A removed account's username.")] = None,
+        all_removed: Annotated[bool, typer.Option(
+            "--all-removed", help="Every removed account's email (after a removal that stopped half-way).")] = False,
+        config: ConfigOption = None,
+    ) -> None:
+        """Finish a removed account's erasure: its email leaves every package meta that still names it
+        (after a damaged meta was fixed by hand, or a removal that stopped half-way)."""
+        with opened_store(config) as store:
+            names = _removed_names(store, username, all_removed)
+        if names:
+            _erase_email(settings_of(config), username if username is not None else frozenset(names), "registry-gen user erase-email")
+        else:
+            typer.echo("no removed account: nothing to erase")
 
-    register_token_commands(users, opened_store)
+
+def _removed_names(store: UserStore, username: str | None, all_removed: bool) -> list[str]:
+    """The names `user erase-email` works on: NAME (never a live account's) or every removed one."""
+    if (username is None) != all_removed:
+        raise UserApiError("give a removed account's NAME, or --all-removed (not both)")
+    if username is None:
+        return store.removed_usernames()
+    if store.get_by_username(username) is not None:
+        raise UserApiError(f"{username} is a live account: remove it first (`registry-gen user remove {username}`)")
+    return [username]
+
+
+def _erase_email(settings: Settings, username: str | frozenset[str], actor: str) -> None:
+    """Erases the account's (or accounts') email from every package; one `error:` line per damaged
+    meta it could not read (each names the fix), and exit status 1 when any is left."""
+    from registry_gen.ownership import erase_maintainer_email  # loads the build: only when used
+
+    finish = f"registry-gen user erase-email {username if isinstance(username, str) else '--all-removed'}"
+    try:
+        erasure = erase_maintainer_email(settings, username, actor)
+    except RegistryError as error:
+        typer.echo(f"error: {_message(error)}; finish with `{finish}`", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"email erased from {len(erasure.erased)} package file(s)")
+    for line in erasure.left:
+        typer.echo(f"error: {line}", err=True)
+    if erasure.left:
+        raise typer.Exit(1)
 
 
 def _bound(change: Callable[..., None], verb: str, field: str, value: str) -> Callable[..., None]:

@@ -144,5 +144,11 @@ class RateLimited(UserApiError):
         super().__init__(detail)
 
 
+class ErasureIncomplete(UserApiError):
+    """An account was removed, but its email could not be erased from every package (a damaged meta)."""
+
+    default_detail = "The account is removed, but its email is not erased from every package yet."
+
+
 class StoreUnavailable(UserApiError, Unavailable):
     default_detail = "The user database is unavailable; retry later."

@@ -78,6 +78,8 @@ PROBLEM_DESCRIPTIONS: Final = {
     415: "The body is neither application/json nor application/xml (UTF-8)",
     422: "The body parsed, but fields break the rules; `errors` points at each",
     429: "Rate limited",
+    500: "The user is deleted, but its email may remain in the damaged package metas `errors` names "
+         "(erasure-incomplete) until an operator fixes each and runs `registry-gen user erase-email NAME`",
     503: "The database is unavailable",
 }
 
@@ -730,7 +732,7 @@ def build_openapi(settings: Settings, *, max_body_bytes: int) -> dict[str, Any]:
                     "operationId": "deleteUser",
                     "summary": "Delete a user (admins only); the username stays reserved",
                     "parameters": [user_id],
-                    "responses": _responses({"204": {"description": "Deleted"}}, (401, 403, 404, 409)),
+                    "responses": _responses({"204": {"description": "Deleted"}}, (401, 403, 404, 409, 500)),
                 },
             },
             **_token_paths(user_id),

@@ -54,6 +54,7 @@ PROBLEM_TYPES_BY_ERROR: Final[dict[type[e.UserApiError], ProblemType]] = {
     e.NotAcceptable: ProblemType(406, "not-acceptable", "Not acceptable"),
     e.RateLimited: ProblemType(429, "rate-limited", "Too many requests"),
     e.StoreUnavailable: ProblemType(503, "service-unavailable", "Service unavailable"),
+    e.ErasureIncomplete: ProblemType(500, "erasure-incomplete", "Account removed, email not erased everywhere"),
 }
 INTERNAL: Final = ProblemType(500, None, "Internal Server Error")
 

@@ -67,6 +67,10 @@ class UserStore(Protocol):
 
     def delete_user(self, user_id: str) -> bool: ...
 
+    def removed_usernames(self) -> list[str]:
+        """The names of the deleted accounts (their tombstones), oldest first."""
+        ...
+
     def list_users(self, *, offset: int, limit: int) -> UserPage: ...
 
     def search_users(

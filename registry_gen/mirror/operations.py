@@ -13,11 +13,13 @@ from typing import Any
 
 from registry_gen.importers import lockfiles, upstream
 from registry_gen.importers.model import ImportProblem
-from registry_gen.meta import META_FILENAME, parse_meta
+from registry_gen.errors import BrokenMeta
+from registry_gen.meta import META_FILENAME
 from registry_gen.mirror.policy import name_regex
 from registry_gen.mirror.service import MirrorService, Outcome
 from registry_gen.names import tarball_filename
 from registry_gen.packument import build_packument
+from registry_gen.storage import parsed_meta
 
 WORKERS = 8
 LOCKFILE_NAMES = ("package-lock.json", "npm-shrinkwrap.json", "pnpm-lock.yaml", "yarn.lock")
@@ -38,27 +40,42 @@ class Report:
             self.failed.append(f"{label}: {outcome.message}")
 
 
-def mirrored_names(content_dir: Path) -> list[str]:
-    """Every package content/ holds a mirrored meta for (its `mirror` key), by name."""
-    found = []
+def mirrored_names(content_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """Every package content/ holds a mirrored meta for (its `mirror` key), by name; and each
+    damaged meta that may be one (its bytes name a mirror), by its folder's package name, with the
+    line naming the file and the fix (storage.parsed_meta's): named, never skipped in silence."""
+    found: list[str] = []
+    damaged: dict[str, str] = {}
     for path in sorted(content_dir.rglob(META_FILENAME)):
+        key = path.relative_to(content_dir).as_posix()
         try:
             raw = path.read_bytes()
-            if b'"mirror"' in raw:
-                meta = parse_meta(raw)
-                if meta.mirror is not None:
-                    found.append(meta.name)
-        except (OSError, ValueError):
-            continue  # the build reports an unreadable meta; refresh has nothing to say about it
-    return found
+        except FileNotFoundError:
+            continue  # removed since the walk: nothing is mirrored there any more
+        except OSError as exc:
+            damaged[key.rpartition("/")[0]] = f"content/{key} cannot be read ({exc.strerror}); fix its permissions, then retry"
+            continue
+        if b'"mirror"' not in raw:
+            continue  # a local package (a mirrored meta always holds its `mirror` key)
+        try:
+            meta = parsed_meta(key, raw)
+        except BrokenMeta as broken:
+            damaged[key.rpartition("/")[0]] = str(broken)
+            continue
+        if meta.mirror is not None:
+            found.append(meta.name)
+    return found, damaged
 
 
 def refresh(service: MirrorService, pattern: str = "**") -> Report:
     """Asks the uplink of every mirrored package matching `pattern` now (conditionally), makes the
-    verdicts again, lands what changed and builds it before returning."""
+    verdicts again, lands what changed and builds it before returning. A damaged meta matching it
+    is a failure of the report, naming the file."""
     wanted = re.compile(name_regex(pattern))
-    names = [name for name in mirrored_names(service.settings.content_dir) if wanted.match(name)]
+    mirrored, damaged = mirrored_names(service.settings.content_dir)
+    names = [name for name in mirrored if wanted.match(name)]
     report = Report()
+    report.failed.extend(line for name, line in damaged.items() if wanted.match(name))
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         for name, outcome in zip(names, pool.map(service.refresh, names), strict=True):
             report.note(name, outcome)

@@ -102,7 +102,7 @@ def parsed_meta(key: str, raw: bytes) -> PackageMeta:
     try:
         return parse_meta(raw)
     except InvalidManifest as exc:
-        raise BrokenMeta(f"content/{key} is broken ({exc}); fix it by hand, then retry") from exc
+        raise BrokenMeta(key, str(exc)) from exc
 
 
 def write_meta(storage: ContentStorage, key: str, meta: PackageMeta) -> None:

@@ -118,6 +118,26 @@ def test_a_damaged_mirrored_meta_is_named_in_the_reply_and_the_servers_log(tmp_p
             poll(lambda: "mirror: GET /dented failed" in "".join(server.output), "the failure in the server's log", timeout=30)
 
 
+def test_mirror_refresh_names_a_damaged_mirrored_meta_instead_of_skipping_it(tmp_path: Path) -> None:
+    with hostile_upstream() as upstream:
+        upstream.publish("dented", "1.0.0")
+        upstream.publish("steady", "1.0.0")
+        root = tmp_path / "registry"
+        write_config(root, upstream.base)
+        with mirror_serve(root) as server:
+            for name in ("dented", "steady"):
+                document(server.base, name)
+                built(root, f"{name}/index.html")
+        (root / "content" / "dented" / "registry-meta.json").write_text('{"name": "dented", "mirror": {"uplink": ')
+        refreshed = registry_gen(root, "mirror", "refresh")
+        failed = [line for line in refreshed.stderr.splitlines() if line.startswith("failed:")]
+        assert refreshed.returncode == 1 and "refreshed 1, skipped 0, failed 1" in refreshed.stdout, refreshed.stdout + refreshed.stderr
+        assert len(failed) == 1 and failed[0].startswith("failed: content/dented/registry-meta.json is broken (") and (
+            failed[0].endswith("fix it by hand, then retry")), failed
+        other = registry_gen(root, "mirror", "refresh", "steady")  # a pattern the damaged one does not match
+        assert other.returncode == 0 and "refreshed 1, skipped 0, failed 0" in other.stdout, other.stdout + other.stderr
+
+
 def test_what_an_upstream_cannot_make_this_registry_serve(tmp_path: Path) -> None:
     with hostile_upstream() as upstream:
         upstream.publish("victim", "1.0.0")

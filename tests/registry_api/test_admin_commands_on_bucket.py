@@ -166,3 +166,35 @@ def test_serve_refuses_content_in_a_bucket_in_one_line_naming_the_api(tmp_path: 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: storage: s3://registry/reg:") and "`registry-gen api`" in lines[0], lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["registry.yaml"]  # nothing created
+
+
+def test_a_removal_over_a_damaged_meta_in_the_bucket_names_it_and_erase_email_finishes(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    """DELETE /user/{id} on the instance with the leaver's meta damaged in the content bucket: the
+    account is removed, the answer is a 500 erasure-incomplete problem naming that meta and the
+    finishing command, nginx still serves the email (findable, not silently kept); once the meta
+    is fixed, `registry-gen user erase-email` from the administrator's folder erases it everywhere."""
+    with bucket_site("moto", postgres_state_url(postgres), tmp_path, hosts=("a",)) as site:
+        api = site.apis[0]
+        assert admin_command(site, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n").returncode == 0
+        boss = http("POST", api.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+        add_user(api.base, "alice", "alice-password-1")
+        name = shared_with_alice(site, "leaver-api")
+        assert_served(site, "leaver-api")
+        key = f"{PREFIX}/{name}/registry-meta.json"
+        good = site.client.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        site.client.put_object(Bucket=BUCKET, Key=key, Body=good[:-3])  # a hand edit cut short
+
+        (account,) = [a for a in http("GET", api.base + "user/search?keyword=leaver-api", token=boss).json["content"]]
+        reply = http("DELETE", f"{api.base}user/{account['id']}", token=boss)
+        assert reply.status == 500 and reply.json["type"].endswith("/erasure-incomplete"), reply.body
+        (left,) = reply.json["errors"]
+        assert left["detail"].startswith(f"content/{name}/registry-meta.json is broken ("), left
+        assert left["detail"].endswith("fix it by hand, then run `registry-gen user erase-email leaver-api`"), left
+        assert http("GET", f"{api.base}user/{account['id']}", token=boss).status == 404  # the account is removed
+        assert email_places(site, "leaver-api")["document"]  # the last good document: left for the finishing step
+
+        site.client.put_object(Bucket=BUCKET, Key=key, Body=good)  # fixed by hand
+        finished = admin_command(site, "user", "erase-email", "leaver-api")
+        assert finished.returncode == 0 and "email erased from 1 package file(s)" in finished.stdout, finished.stderr
+        assert_erased(site, "leaver-api")
+        assert http("GET", site.reads + name).json["maintainers"] == [{"name": "leaver-api"}, ALICE_ENTRY]

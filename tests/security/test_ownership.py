@@ -6,6 +6,7 @@ as `demo` and publishes a new version with a postinstall script."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -73,9 +74,9 @@ def demo_tree(tmp_path: Path) -> Settings:
     return settings
 
 
-def _cli(root: Path, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+def _cli(root: Path, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "registry_gen", *args, "--config", str(root / "registry.yaml")],
-                          input=stdin, capture_output=True, text=True, cwd=root)
+                          input=stdin, capture_output=True, text=True, cwd=root, env={**os.environ, **(env or {})})
 
 
 def test_owner_claim_binds_the_recorded_name_to_an_account(demo_tree: Settings) -> None:
@@ -127,14 +128,14 @@ def test_open_signup_cannot_take_over_a_name_without_an_account(served: Registry
 
 
 def test_a_deleted_users_email_is_erased_from_metas_and_documents(demo_tree: Settings) -> None:
-    from registry_gen.ownership import erase_maintainer_email
+    from registry_gen.ownership import Erasure, erase_maintainer_email
 
     meta_path = demo_tree.content_dir / "registry-meta.json"
     meta_path.write_text(json.dumps({"name": "demo-core", "maintainers": [{"name": "demo", "email": "demo@private.example"},
                                                                           {"name": "kept", "email": "kept@example.com"}]}))
     run_build(demo_tree)
     assert b"demo@private.example" in (demo_tree.out_dir / "demo-core" / "index.html").read_bytes()
-    assert erase_maintainer_email(demo_tree, "demo") == ["registry-meta.json"]
+    assert erase_maintainer_email(demo_tree, "demo") == Erasure(["registry-meta.json"], [])
     for path in demo_tree.out_dir.rglob("*"):
         if path.is_file() and not path.name.endswith((".gz", ".tgz", ".sqlite3")):
             assert b"demo@private.example" not in path.read_bytes(), path
@@ -185,3 +186,128 @@ def test_an_admin_claims_a_recorded_name_over_the_api_and_its_account_then_publi
     assert claimed.status == 200 and claimed.json["changed"] is True
     assert http("POST", served.base + "-/user-api/owners", token=boss, body={**claim, "package": "no-such-pkg"}).status == 404
     assert http("PUT", served.base + "demo-core", token=demo, body=body).status == 201
+
+
+LEAVER_EMAIL = b"leaver@private.example"
+
+
+def _shared_packages(root: Path) -> dict[str, bytes]:
+    """content/kept-pkg and content/broken-pkg, each naming the leaver with its email beside bob;
+    returns each meta's good bytes, by package name."""
+    people = [{"name": "leaver", "email": LEAVER_EMAIL.decode()}, {"name": "bob", "email": "bob@example.com"}]
+    metas = {}
+    for name in ("kept-pkg", "broken-pkg"):
+        folder = root / "content" / name
+        folder.mkdir(parents=True)
+        (folder / f"{name}-1.0.0.tgz").write_bytes(tarball(name, "1.0.0"))
+        metas[name] = json.dumps({"name": name, "maintainers": people}).encode()
+        (folder / "registry-meta.json").write_bytes(metas[name])
+    return metas
+
+
+def _tree_files_holding(root: Path, needle: bytes) -> list[str]:
+    """The files of the built tree (public/) whose bytes hold `needle` (archives and databases aside)."""
+    return sorted(str(path.relative_to(root)) for path in (root / "public").rglob("*")
+                  if path.is_file() and not path.name.endswith((".gz", ".tgz", ".sqlite3")) and needle in path.read_bytes())
+
+
+FINISH_LINE = ("error: content/broken-pkg/registry-meta.json is broken (", "); fix it by hand, then run `registry-gen user erase-email leaver`")
+
+
+def _names_the_damaged_meta(stderr: str) -> bool:
+    """One error: line, naming the damaged meta and the finishing command (the store logs INFO lines too)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    return "Traceback" not in stderr and len(lines) == 1 and lines[0].startswith(FINISH_LINE[0]) and lines[0].endswith(FINISH_LINE[1])
+
+
+def test_a_removal_over_a_damaged_meta_names_it_and_erase_email_finishes_once_it_is_fixed(tmp_path: Path) -> None:
+    """`user remove` on a real folder: the damaged meta is named in one error: line with the
+    finishing command (exit 1), the tree's last good document still holds the email (findable by
+    the removed name), and `user erase-email` erases it once the meta is fixed by hand."""
+    (tmp_path / "registry.yaml").write_text("content_dir: content\nout_dir: public\ndata_dir: data\nbase_url: http://127.0.0.1:9/\n")
+    metas = _shared_packages(tmp_path)
+    for name in ("leaver", "alive"):
+        added = _cli(tmp_path, "user", "add", name, "--email", f"{name}@private.example", "--password-stdin", stdin=f"{name}-password-1\n")
+        assert added.returncode == 0, added.stderr
+    assert _cli(tmp_path, "build").returncode == 0
+    assert _tree_files_holding(tmp_path, LEAVER_EMAIL)  # the check below can fail
+    broken = tmp_path / "content" / "broken-pkg" / "registry-meta.json"
+    broken.write_bytes(metas["broken-pkg"][:-3])  # a hand edit cut short
+
+    removed = _cli(tmp_path, "user", "remove", "leaver", "--yes")
+    assert removed.returncode == 1 and "removed leaver" in removed.stdout and "email erased from 1 package file(s)" in removed.stdout
+    assert _names_the_damaged_meta(removed.stderr), removed.stderr
+    assert LEAVER_EMAIL not in (tmp_path / "content" / "kept-pkg" / "registry-meta.json").read_bytes()
+    holding = _tree_files_holding(tmp_path, LEAVER_EMAIL)  # the last good documents: left for the finishing step
+    assert "public/broken-pkg/index.html" in holding and not [path for path in holding if "kept-pkg" in path], holding
+    assert _cli(tmp_path, "user", "list").stdout.count("leaver") == 0  # the account itself is gone
+    again = _cli(tmp_path, "user", "erase-email", "leaver")
+    assert again.returncode == 1 and _names_the_damaged_meta(again.stderr), again.stderr
+
+    broken.write_bytes(metas["broken-pkg"])  # fixed by hand
+    finished = _cli(tmp_path, "user", "erase-email", "leaver")
+    assert finished.returncode == 0 and "email erased from 1 package file(s)" in finished.stdout, finished.stderr
+    assert "error:" not in finished.stderr and _tree_files_holding(tmp_path, LEAVER_EMAIL) == []
+    assert LEAVER_EMAIL not in broken.read_bytes() and b"bob@example.com" in broken.read_bytes()
+    live = _cli(tmp_path, "user", "erase-email", "alive")
+    assert live.returncode == 1 and live.stderr.splitlines() == ["error: alive is a live account: remove it first (`registry-gen user remove alive`)"]
+
+
+def test_a_removal_killed_half_way_leaves_the_email_findable_and_erase_email_all_removed_finishes(tmp_path: Path) -> None:
+    """`user remove` killed (SIGKILL) after the account went and the erasure's first write was
+    journalled, before any meta changed: the email stays in the metas under the removed name, and
+    `user erase-email --all-removed` (no name needed) erases it from content/ and the tree."""
+    (tmp_path / "registry.yaml").write_text("content_dir: content\nout_dir: public\ndata_dir: data\nbase_url: http://127.0.0.1:9/\n")
+    _shared_packages(tmp_path)
+    for name in ("leaver", "bob"):  # bob stays: --all-removed leaves a live account's email alone
+        added = _cli(tmp_path, "user", "add", name, "--password-stdin", stdin=f"{name}-password-1\n")
+        assert added.returncode == 0, added.stderr
+    assert _cli(tmp_path, "build").returncode == 0
+    killed = _cli(tmp_path, "user", "remove", "leaver", "--yes", env={"REGISTRY_GEN_FAILPOINT": "after-intent:kill"})
+    assert killed.returncode == -9 and "removed leaver" in killed.stdout, (killed.returncode, killed.stderr)
+    assert "leaver" not in _cli(tmp_path, "user", "list").stdout
+    metas = sorted((tmp_path / "content").rglob("registry-meta.json"))
+    assert [path.parent.name for path in metas if LEAVER_EMAIL in path.read_bytes()] == ["broken-pkg", "kept-pkg"]
+    assert _tree_files_holding(tmp_path, LEAVER_EMAIL)
+
+    finished = _cli(tmp_path, "user", "erase-email", "--all-removed")
+    assert finished.returncode == 0 and "email erased from 2 package file(s)" in finished.stdout, finished.stdout + finished.stderr
+    assert [path for path in metas if LEAVER_EMAIL in path.read_bytes()] == [] and _tree_files_holding(tmp_path, LEAVER_EMAIL) == []
+    assert all(b"bob@example.com" in path.read_bytes() for path in metas)
+    both = _cli(tmp_path, "user", "erase-email", "leaver", "--all-removed")
+    assert both.returncode == 1 and both.stderr.splitlines() == ["error: give a removed account's NAME, or --all-removed (not both)"]
+
+
+def test_delete_user_over_a_damaged_meta_answers_a_problem_naming_it_and_the_cli_finishes(tmp_path: Path) -> None:
+    """DELETE /user/{id} on a real `registry-gen serve` (waitress): the account is removed, the
+    answer is a 500 erasure-incomplete problem naming the damaged meta and the finishing command;
+    once the meta is fixed, `user erase-email` (beside the running server) erases the email from
+    what the server serves."""
+    metas = _shared_packages(tmp_path)
+    process = RegistryProcess(tmp_path)
+    (tmp_path / "registry.yaml").write_text("signup: admin\nindex_refresh_seconds: 1\n")
+    for name, extra in (("boss", ["--admin"]), ("leaver", ["--email", LEAVER_EMAIL.decode()])):
+        assert _cli(tmp_path, "user", "add", name, *extra, "--password-stdin", stdin=f"{name}-password-1\n").returncode == 0
+    process.start()
+    try:
+        boss = http("POST", process.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+        assert LEAVER_EMAIL in http("GET", process.base + "broken-pkg").body
+        broken = tmp_path / "content" / "broken-pkg" / "registry-meta.json"
+        broken.write_bytes(metas["broken-pkg"][:-3])
+        leaver = http("GET", process.base + "user/search?keyword=leaver", token=boss).json["content"][0]
+        reply = http("DELETE", f"{process.base}user/{leaver['id']}", token=boss)
+        assert reply.status == 500 and reply.json["type"] == "tag:registry-gen,2025:problems/erasure-incomplete", reply.body
+        assert "registry-gen user erase-email leaver" in reply.json["detail"]
+        (left,) = reply.json["errors"]
+        assert left["detail"].startswith("content/broken-pkg/registry-meta.json is broken (") and left["detail"].endswith(FINISH_LINE[1])
+        assert http("GET", f"{process.base}user/{leaver['id']}", token=boss).status == 404  # removed
+        assert LEAVER_EMAIL not in http("GET", process.base + "kept-pkg").body
+        assert LEAVER_EMAIL in http("GET", process.base + "broken-pkg").body  # findable for the finishing step
+
+        broken.write_bytes(metas["broken-pkg"])
+        finished = _cli(tmp_path, "user", "erase-email", "leaver")
+        assert finished.returncode == 0 and "email erased from 1 package file(s)" in finished.stdout, finished.stderr
+        assert LEAVER_EMAIL not in http("GET", process.base + "broken-pkg").body
+        poll(lambda: LEAVER_EMAIL not in http("GET", process.base + "-/all").body, "-/all to drop the email")
+    finally:
+        process.stop()
