@@ -23,9 +23,11 @@ from registry_gen.state.sqlite_ledger import SqliteLedger
 
 # The pins of one package made what it serves now, unchanged rows untouched; answers the versions
 # refused (pinned already with another shasum). Data-modifying WITH parts all run, on one snapshot.
+# What it serves comes as one JSON object (version -> [shasum, record]): psycopg escapes a text
+# array element by element in Python, which a package's records would make O(versions) calls.
 PIN_STATEMENT = (
-    "WITH now (v, s, r) AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[])),"
-    " gone AS (DELETE FROM pins p WHERE p.name = ? AND p.version <> ALL(?::text[])),"
+    "WITH now (v, s, r) AS (SELECT key, value->>0, value->>1 FROM jsonb_each(?::jsonb)),"
+    " gone AS (DELETE FROM pins p WHERE p.name = ? AND NOT EXISTS (SELECT 1 FROM now n WHERE n.v = p.version)),"
     " changed AS (SELECT * FROM now n WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.name = ? AND p.version = n.v AND p.record = n.r)),"
     " put AS (INSERT INTO pins (name, version, shasum, record) SELECT ?, v, s, r FROM changed"
     " ON CONFLICT (name, version) DO UPDATE SET record = excluded.record WHERE pins.shasum = excluded.shasum RETURNING version)"
@@ -65,11 +67,8 @@ class PgLedger(SqliteLedger):
         only for the same bytes), in one statement (a round trip under the build's listings lock:
         was a read, then the writes); refused by the database when a version is pinned already
         with another shasum. Every part of the statement sees the pins as they were before it."""
-        versions = sorted(releases)
-        bodies = [json.dumps(releases[v].to_json(), separators=(",", ":")) for v in versions]
-        refused = sorted(version for (version,) in self.db.execute(PIN_STATEMENT, (
-            versions, [releases[v].shasum or "" for v in versions], bodies, name, versions, name, name,
-        )).fetchall())  # fmt: skip
+        now = {v: [r.shasum or "", json.dumps(r.to_json(), separators=(",", ":"))] for v, r in releases.items()}
+        refused = sorted(v for (v,) in self.db.execute(PIN_STATEMENT, (json.dumps(now), name, name, name)).fetchall())
         if refused:
             raise VersionConflict(
                 f"{name}@{', '.join(refused)} was published already with other bytes (the ledger's pin refuses it); "
