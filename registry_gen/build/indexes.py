@@ -197,7 +197,10 @@ class IndexWriter:
             for key in sorted(changes.ranges):
                 self.write_browse_path(key)
             for key in sorted(changes.pages):
-                self.write_browse_page(listing_prefix(key, self.state.prefix_counts(key)))
+                counts = self.state.prefix_counts(key)
+                prefix = listing_prefix(key, counts)
+                # The page's own count is among those just read (under the listings lock): not asked again.
+                self.write_browse_page(prefix, counts.get(prefix, 0) if len(prefix) >= 2 else None)
         shards = self.state.listed_shards() | _shards_on_disk(self.out) if every_shard else set(changes.shards)
         changed_leaves = leaves_by_shard(changes.leaves)
         keys = sorted(shards | set(changed_leaves))
@@ -230,16 +233,17 @@ class IndexWriter:
         for child in self.write_browse_page(prefix) or []:
             self.write_browse_tree(child)
 
-    def write_browse_page(self, prefix: str) -> list[str] | None:
+    def write_browse_page(self, prefix: str, total: int | None = None) -> list[str] | None:
         """Writes (or, if nothing starts with it any more, removes) the page of `prefix`, once per
-        build; returns its sub-ranges when it lists them instead of packages, else None."""
+        build; returns its sub-ranges when it lists them instead of packages, else None. `total`:
+        the prefix's package count when the caller has read it already."""
         if prefix not in self.browse_pages:
-            self.browse_pages[prefix] = self._render_browse_page(prefix)
+            self.browse_pages[prefix] = self._render_browse_page(prefix, total)
         return self.browse_pages[prefix]
 
-    def _render_browse_page(self, prefix: str) -> list[str] | None:
+    def _render_browse_page(self, prefix: str, total: int | None) -> list[str] | None:
         folder = site.browse_folder(prefix)
-        page = self.state.browse_inputs(prefix, site.PAGE_SIZE)
+        page = self.state.browse_inputs(prefix, site.PAGE_SIZE, total)
         if not page.total:
             self.remove(folder)
             return None

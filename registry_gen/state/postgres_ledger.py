@@ -21,6 +21,19 @@ from registry_gen.state.postgres_base import JOURNAL, LOCK_PACKAGE, LOCK_REGISTR
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_ledger import SqliteLedger
 
+# The pins of one package made what it serves now, unchanged rows untouched; answers the versions
+# refused (pinned already with another shasum). Data-modifying WITH parts all run, on one snapshot.
+# What it serves comes as one JSON object (version -> [shasum, record]): psycopg escapes a text
+# array element by element in Python, which a package's records would make O(versions) calls.
+PIN_STATEMENT = (
+    "WITH now (v, s, r) AS (SELECT key, value->>0, value->>1 FROM jsonb_each(?::jsonb)),"
+    " gone AS (DELETE FROM pins p WHERE p.name = ? AND NOT EXISTS (SELECT 1 FROM now n WHERE n.v = p.version)),"
+    " changed AS (SELECT * FROM now n WHERE NOT EXISTS (SELECT 1 FROM pins p WHERE p.name = ? AND p.version = n.v AND p.record = n.r)),"
+    " put AS (INSERT INTO pins (name, version, shasum, record) SELECT ?, v, s, r FROM changed"
+    " ON CONFLICT (name, version) DO UPDATE SET record = excluded.record WHERE pins.shasum = excluded.shasum RETURNING version)"
+    " SELECT v FROM changed WHERE v NOT IN (SELECT version FROM put)"
+)
+
 
 class PgLedger(SqliteLedger):
     """The ledger over one PgDb. `owned`: this ledger closes the connection (the journal's own);
@@ -51,22 +64,11 @@ class PgLedger(SqliteLedger):
 
     def pin(self, name: str, releases: Mapping[str, ArchiveRecord]) -> None:
         """Pins what `name` serves now (gone versions dropped, new ones added, a record refreshed
-        only for the same bytes), in one statement for the additions; refused by the database when a
-        version is pinned already with another shasum."""
-        before = dict(self.db.execute("SELECT version, record FROM pins WHERE name = ?", (name,)).fetchall())
-        now = {version: json.dumps(record.to_json(), separators=(",", ":")) for version, record in releases.items()}
-        gone = sorted(before.keys() - now.keys())
-        if gone:
-            self.db.execute("DELETE FROM pins WHERE name = ? AND version = ANY(?)", (name, gone))
-        changed = sorted(v for v, body in now.items() if before.get(v) != body)
-        if not changed:
-            return
-        rows = self.db.execute(
-            "INSERT INTO pins (name, version, shasum, record) SELECT ?, v, s, r FROM unnest(?::text[], ?::text[], ?::text[]) AS t (v, s, r)"
-            " ON CONFLICT (name, version) DO UPDATE SET record = excluded.record WHERE pins.shasum = excluded.shasum RETURNING version",
-            (name, changed, [releases[v].shasum or "" for v in changed], [now[v] for v in changed]),
-        ).fetchall()
-        refused = sorted(set(changed) - {version for (version,) in rows})
+        only for the same bytes), in one statement (a round trip under the build's listings lock:
+        was a read, then the writes); refused by the database when a version is pinned already
+        with another shasum. Every part of the statement sees the pins as they were before it."""
+        now = {v: [r.shasum or "", json.dumps(r.to_json(), separators=(",", ":"))] for v, r in releases.items()}
+        refused = sorted(v for (v,) in self.db.execute(PIN_STATEMENT, (json.dumps(now), name, name, name)).fetchall())
         if refused:
             raise VersionConflict(
                 f"{name}@{', '.join(refused)} was published already with other bytes (the ledger's pin refuses it); "

@@ -88,8 +88,9 @@ class ListingTables:
 
     # -- what the listing documents show
 
-    def browse_inputs(self, prefix: str, page_size: int) -> BrowseInputs:
-        total = self._prefix_count(prefix)
+    def browse_inputs(self, prefix: str, page_size: int, total: int | None = None) -> BrowseInputs:
+        """`total`: the prefix's count when the caller read it in this transaction (`prefix_counts`)."""
+        total = self._prefix_count(prefix) if total is None else total
         if not total:
             return BrowseInputs(0, (), ())
         split = total > page_size

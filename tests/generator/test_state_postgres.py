@@ -127,6 +127,31 @@ def test_the_database_refuses_a_pinned_version_with_other_bytes(settings: Settin
     assert _pg(settings, "SELECT shasum, record FROM pins WHERE name = 'kept'") == pinned
 
 
+def test_one_pin_statement_adds_refreshes_and_drops_as_the_embedded_ledger_does(
+    settings: Settings, state_postgres: PostgresServer
+) -> None:
+    """The pins are written in one statement on PostgreSQL (a round trip under the listings lock):
+    a new version added, a record refreshed for the same bytes, a gone version dropped, an
+    unchanged one untouched; the same rows as SQLite's read-then-write."""
+    first = ArchiveRecord("p/p-1.0.0.tgz", 1, 1, "p", "1.0.0", shasum="1" * 40)
+    second = ArchiveRecord("p/p-1.1.0.tgz", 1, 1, "p", "1.1.0", shasum="2" * 40)
+    refreshed = ArchiveRecord("p/p-1.1.0.tgz", 7, 7, "p", "1.1.0", shasum="2" * 40, file_count=3)
+    third = ArchiveRecord("p/p-1.2.0.tgz", 1, 1, "p", "1.2.0", shasum="3" * 40)
+    rows = {}
+    for kind, where in (("sqlite", settings), ("postgres", _postgres_settings(settings, state_postgres))):
+        session = open_state(where).session()
+        try:
+            session.begin_build("any")
+            session.pin("p", {"1.0.0": first, "1.1.0": second})
+            session.pin("p", {"1.1.0": refreshed, "1.2.0": third})
+            rows[kind] = session.live_of("p")
+            session.pin("p", {})
+            assert session.live_of("p") == {}
+        finally:
+            session.close()
+    assert rows["postgres"] == rows["sqlite"] == {"1.1.0": refreshed, "1.2.0": third}
+
+
 def test_an_embedded_ledger_moves_into_the_database_losing_nothing(settings: Settings, state_postgres: PostgresServer) -> None:
     service = WriteService(settings)
     service.land_archive("moved", tarball("moved", "1.0.0"), ALICE)

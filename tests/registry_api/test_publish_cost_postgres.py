@@ -40,7 +40,9 @@ AT_MOST = {"counted-kit": 86, "fresh-kit": 86}
 # 42 and 53 before the window was cut: now the report's refusals and the keyring are read before
 # the lock, and a package's listing, its leaves, each table's part of its move, the shards'
 # records and the build's end settings take one statement each (registry_gen.state.postgres_listings).
-LOCKED_AT_MOST = {"counted-kit": 21, "fresh-kit": 23}
+# 21 and 23 before the pins were read and written in one statement (postgres_ledger.PIN_STATEMENT)
+# and a changed package's browse page took its count from the prefix counts just read (indexes.py).
+LOCKED_AT_MOST = {"counted-kit": 19, "fresh-kit": 22}
 
 
 LISTINGS_LOCKED = "-- the listings lock is held from here"
