@@ -117,15 +117,22 @@ class MirrorGate:
             sent = _send_file(outcome.file, environ, start_response)
             if sent is not None:
                 return sent  # else it landed meanwhile: the tree has it
+        if environ.get(ACCEL_HEADER):
+            return self._accelerated(self._located(path, name, environ, tarball is None), environ, start_response, tarball is not None)
         if tarball is None:
             self.service.ensure_built(name)
-        if environ.get(ACCEL_HEADER):
-            return self._accelerated(path, environ, start_response, tarball is not None)
         return self.tree(environ, start_response)
 
-    def _accelerated(self, path: str, environ: dict[str, Any], start_response: StartResponse, tarball: bool) -> Iterable[bytes]:
-        """nginx sends the file: its location over the tree, the file this request resolves to."""
+    def _located(self, path: str, name: str, environ: dict[str, Any], document: bool) -> str | None:
+        """The tree's file for this read, looked up once (a fresh document read costs its freshness
+        row and this lookup); a document the tree lacks is built first, when it is mirrored."""
         relative = self.tree.locate(path, environ)
+        if relative is None and document and self.service.ensure_built(name):
+            relative = self.tree.locate(path, environ)
+        return relative
+
+    def _accelerated(self, relative: str | None, environ: dict[str, Any], start_response: StartResponse, tarball: bool) -> Iterable[bytes]:
+        """nginx sends the file: its location over the tree, the file this request resolves to."""
         if relative is None:
             return _reply(start_response, 404, "not found", environ.get("REQUEST_METHOD") == "HEAD")
         prefix = ACCEL_TARBALLS if tarball else ACCEL_DOCUMENTS

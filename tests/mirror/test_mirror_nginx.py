@@ -5,6 +5,7 @@ tree lacks falls back to the API; read rules still hold before any upstream is a
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
@@ -74,3 +75,45 @@ def test_nginx_sends_the_files_the_api_keeps_fresh(tmp_path: Path) -> None:
             assert not any(hit.path.startswith(("/@private", "/local-")) for hit in upstream.hits)
             token = add_user(base, "reader")
             assert http("GET", base + "@private%2flib", token=token).status == 200
+
+
+def _connections_to(port: int) -> set[tuple[str, str]]:
+    """The TCP connections (local, remote address) to or from `port` the kernel still holds,
+    closed ones in TIME_WAIT included (they stay for a minute): one per connection made."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError), open(table) as rows:
+            for row in list(rows)[1:]:
+                local, remote, state = row.split()[1:4]
+                if state != "0A" and port in (int(local.rsplit(":", 1)[1], 16), int(remote.rsplit(":", 1)[1], 16)):
+                    found.add((local, remote) if int(local.rsplit(":", 1)[1], 16) != port else (remote, local))
+    return found
+
+
+def test_fresh_document_reads_reuse_nginx_connections_to_the_api(tmp_path: Path) -> None:
+    """Each proxied document read goes through the API: nginx keeps its connections to it open
+    (upstream keepalive), so a burst of reads costs no connection set-up (counted: the API's
+    connections, closed ones included, before and after the reads)."""
+    names = [f"pkg-{index}" for index in range(6)]
+    with hostile_upstream() as upstream:
+        for name in names:
+            upstream.publish(name, "1.0.0")
+        root = tmp_path / "registry"
+        config = write_config(root, upstream.base)
+        with nginx_and_api(root, config) as base:
+            for name in names:
+                assert http("GET", base + name).status == 200
+                built(root, f"{name}/index.html")
+            api_port = int(re.findall(r"server 127\.0\.0\.1:(\d+)", (root / "nginx" / "nginx.conf").read_text())[0])
+            asked, before = len(upstream.hits), _connections_to(api_port)
+            reads = 0
+            for _ in range(5):
+                for name in names:
+                    reply = http("GET", base + name)
+                    assert reply.status == 200 and reply.json["name"] == name
+                    reads += 1
+            made = _connections_to(api_port) - before
+            assert len(upstream.hits) == asked  # fresh: every read was the API's check and nginx's file
+            # nginx runs one worker here, which keeps its connection (a second only if the API
+            # dropped the first as idle meanwhile); without keepalive, one connection per read.
+            assert len(made) <= 2, f"{len(made)} new connections to the API for {reads} reads"
