@@ -50,21 +50,30 @@ def claim_package(
     return bool(claimed)
 
 
-def erase_email(state: PackageState, username: str | frozenset[str]) -> Change:
-    """The rule of an account's removal for one package: its maintainer entry named `username` (or
-    any of the names) without its email (the name stays: it records who maintained the package),
-    journalled as a package:change. An empty Change when the meta holds no such email (any more)."""
+def erase_email(state: PackageState, username: str | frozenset[str], account_ids: frozenset[str] = frozenset()) -> Change:
+    """The rule of an account's removal for one package: its maintainer entries without their email
+    (the name stays: it records who maintained the package), journalled as a package:change (what
+    was erased, by the entries' names). An entry bound to one of `account_ids` is the account's
+    whatever name it carries (recorded before an admin renamed it); an unbound entry is matched by
+    `username` (or any of the names). An empty Change when the meta holds no such email (any more)."""
     names = frozenset({username}) if isinstance(username, str) else username
-    people = without_email(state.meta.maintainers, names)
+    people = without_email(state.meta.maintainers, names, account_ids)
     if people == state.meta.maintainers:
         return Change()
-    erased = sorted({entry["name"] for entry in state.meta.maintainers if entry.get("name") in names and "email" in entry})
+    erased = sorted({entry["name"] for entry in state.meta.maintainers if "email" in entry and is_theirs(entry, names, account_ids)})
     event = JournalEvent("package:change", state.name, (), {"maintainer email erased": erased[0] if len(erased) == 1 else erased})
     return Change(meta=dataclasses.replace(state.meta, maintainers=people), events=(event,))
 
 
-def without_email(people: list[dict[str, str]], names: frozenset[str]) -> list[dict[str, str]]:
-    return [{k: v for k, v in entry.items() if not (k == "email" and entry.get("name") in names)} for entry in people]
+def without_email(people: list[dict[str, str]], names: frozenset[str], account_ids: frozenset[str] = frozenset()) -> list[dict[str, str]]:
+    return [{k: v for k, v in entry.items() if not (k == "email" and is_theirs(entry, names, account_ids))} for entry in people]
+
+
+def is_theirs(entry: dict[str, str], names: frozenset[str], account_ids: frozenset[str]) -> bool:
+    """Whether a maintainer entry is one of the accounts': a bound entry by its account id (ids bind,
+    as in publish.grants; its name may be an old one, or another account's since), an unbound
+    entry by its name."""
+    return entry["account"] in account_ids if "account" in entry else entry.get("name") in names
 
 
 FINISH_ERASURE = "registry-gen user erase-email"
@@ -80,13 +89,20 @@ class Erasure:
 
 
 def erase_maintainer_email(
-    settings: Settings, username: str | frozenset[str], actor: str = "registry-gen user remove", *, service: WriteService | None = None
+    settings: Settings,
+    username: str | frozenset[str],
+    actor: str = "registry-gen user remove",
+    *,
+    service: WriteService | None = None,
+    account_ids: frozenset[str] = frozenset(),
 ) -> Erasure:
     """A deleted account's email (or several accounts', by name) leaves every meta of the content
     (content/ or the content bucket), and so every document, index and page. Emails inside a
     tarball's own package.json are the package's bytes and stay (SECURITY.md, "Maintainer emails").
-    A meta that does not parse may hold the email: it is named in `left`, never skipped in silence;
-    `registry-gen user erase-email NAME` finishes once it is fixed (the name stays reserved: it finds them).
+    `account_ids`: the accounts' ids, which find the entries recorded under a name they had before
+    an admin renamed them (erase_email). A meta that does not parse may hold the email: it is named
+    in `left`, never skipped in silence; `registry-gen user erase-email NAME` finishes once it is
+    fixed (the tombstone keeps the name and the id: they find them).
 
     Each package is one write of the api's path (`service`: the api's own; else the CLI's
     `admin_write_service`): under its lock, journalled, rebuilt, with `storage:` the tree bucket
@@ -95,12 +111,12 @@ def erase_maintainer_email(
     names = frozenset({username}) if isinstance(username, str) else username
     storage = service.storage if service is not None else open_content_storage(settings, building=False)
     then = f"run `{FINISH_ERASURE} {username}`" if isinstance(username, str) else f"run `{FINISH_ERASURE} --all-removed`"
-    found, damaged = _metas_naming(settings, storage, names)
+    found, damaged = _metas_naming(settings, storage, names, account_ids)
     left = [broken.fix(then) for broken in damaged]
     if not found:
         return Erasure([], left)  # nothing to write: no write service opened (a registry without content yet)
     writes = service if service is not None else admin_write_service(settings)
-    erase = functools.partial(erase_email, username=names)
+    erase = functools.partial(erase_email, username=names, account_ids=account_ids)
     erased: list[str] = []
     for key, name in found.items():
         try:
@@ -112,8 +128,11 @@ def erase_maintainer_email(
     return Erasure(erased, left)
 
 
-def _metas_naming(settings: Settings, storage: ContentStorage, names: frozenset[str]) -> tuple[dict[str, str], list[BrokenMeta]]:
-    """The meta files (key -> package name) naming any of `names` with an email, in key order, and
+def _metas_naming(
+    settings: Settings, storage: ContentStorage, names: frozenset[str], account_ids: frozenset[str]
+) -> tuple[dict[str, str], list[BrokenMeta]]:
+    """The meta files (key -> package name) holding an email of the accounts (by id or name, see
+    erase_email), in key order, and
     the damaged metas (which may). A mirrored package's meta is the upstream's and takes no local
     writes: its people are the upstream's accounts, whoever has that name here."""
     found: dict[str, str] = {}
@@ -124,7 +143,7 @@ def _metas_naming(settings: Settings, storage: ContentStorage, names: frozenset[
         except BrokenMeta as broken:
             damaged.append(broken)
             continue
-        if meta is not None and meta.mirror is None and without_email(meta.maintainers, names) != meta.maintainers:
+        if meta is not None and meta.mirror is None and without_email(meta.maintainers, names, account_ids) != meta.maintainers:
             found[key] = meta.name
     return found, damaged
 

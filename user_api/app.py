@@ -328,9 +328,10 @@ class UserServices:
     signup_limiter: RateLimiter
     logins: LoginGuard | SharedLoginGuard  # shared with the npm login paths (web.login_guard)
     openapi_document: Mapping[str, Any]
-    # Called with a deleted account's username: the server erases its email from every package
-    # (registry_gen.ownership.erase_maintainer_email, an Erasure); None for a /user app without a registry.
-    forget_maintainer: Callable[[str], Any] | None = None
+    # Called with a deleted account's username and account_ids={its id}: the server erases its email
+    # from every package (registry_gen.ownership.erase_maintainer_email, an Erasure); None for a
+    # /user app without a registry.
+    forget_maintainer: Callable[..., Any] | None = None
 
 
 def list_users(context: RequestContext) -> Reply:
@@ -428,17 +429,19 @@ def delete_user(context: RequestContext, user_id: str) -> Reply:
     if user is None or not services.store.delete_user(user_id):
         raise UserNotFound()
     if services.forget_maintainer is not None:
-        _forget(services.forget_maintainer, user.username)  # AUTH.md: a deleted user's email leaves every package
+        _forget(services.forget_maintainer, user)  # AUTH.md: a deleted user's email leaves every package
     return Reply(204)
 
 
-def _forget(forget_maintainer: Callable[[str], Any], username: str) -> None:
-    """The removed account's email leaves every package; ErasureIncomplete (500, naming each damaged
-    meta left and the command that finishes) when some could not be read. The account stays removed:
-    the erasure is finished by `registry-gen user erase-email NAME` (SECURITY.md, "Maintainer emails")."""
+def _forget(forget_maintainer: Callable[..., Any], user: User) -> None:
+    """The removed account's email leaves every package (the entries bound to its id, whatever name
+    they were recorded under, and the unbound ones of its name); ErasureIncomplete (500, naming each
+    damaged meta left and the command that finishes) when some could not be read. The account stays
+    removed: the erasure is finished by `registry-gen user erase-email NAME` (SECURITY.md, "Maintainer emails")."""
+    username = user.username
     finish = f"`registry-gen user erase-email {username}`"
     try:
-        left = list(forget_maintainer(username).left)
+        left = list(forget_maintainer(username, account_ids=frozenset({user.id})).left)
     except RegistryError as error:
         log.warning("account %s removed, its email's erasure stopped: %s; finish with %s", username, error, finish)
         raise ErasureIncomplete(f"The account {username} is removed, but erasing its email stopped ({error}); "
@@ -604,9 +607,9 @@ def openapi(context: RequestContext) -> Reply:
 
 
 def create_user_app(settings: Settings, store: UserStore, *, limits: ApiLimits | None = None,
-                    forget_maintainer: Callable[[str], object] | None = None) -> bottle.Bottle:
+                    forget_maintainer: Callable[..., object] | None = None) -> bottle.Bottle:
     """A fresh Bottle app serving /user, /user/<id>, /user/search, the login and the OpenAPI document.
-    `forget_maintainer(username)` runs after an account is deleted (see UserServices)."""
+    `forget_maintainer(username, account_ids=...)` runs after an account is deleted (see UserServices)."""
     limits = limits or web.web_limits(settings)
     services = UserServices(
         settings=settings,

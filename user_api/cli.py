@@ -160,7 +160,7 @@ def register_removal_commands(users: typer.Typer, opened_store: Callable[..., An
         # As DELETE /user/{id} does (AUTH.md): the account's email leaves every package. The account
         # goes first, so its name can publish no email meanwhile; `user erase-email` finishes.
         typer.echo(f"removed {username}{_revoked(outcome.tokens_revoked)}")
-        _erase_email(settings_of(config), username, "registry-gen user remove")
+        _erase_email(settings_of(config), username, "registry-gen user remove", frozenset({outcome.user.id}))
 
     @users.command("erase-email")
     def erase_email(
@@ -172,32 +172,36 @@ def register_removal_commands(users: typer.Typer, opened_store: Callable[..., An
         """Finish a removed account's erasure: its email leaves every package meta that still names it
         (after a damaged meta was fixed by hand, or a removal that stopped half-way)."""
         with opened_store(config) as store:
-            names = _removed_names(store, username, all_removed)
-        if names:
-            _erase_email(settings_of(config), username if username is not None else frozenset(names), "registry-gen user erase-email")
+            removed = _removed_accounts(store, username, all_removed)
+        if removed:
+            names = username if username is not None else frozenset(removed)
+            _erase_email(settings_of(config), names, "registry-gen user erase-email", frozenset(filter(None, removed.values())))
         else:
             typer.echo("no removed account: nothing to erase")
 
 
-def _removed_names(store: UserStore, username: str | None, all_removed: bool) -> list[str]:
-    """The names `user erase-email` works on: NAME (never a live account's) or every removed one."""
+def _removed_accounts(store: UserStore, username: str | None, all_removed: bool) -> dict[str, str]:
+    """The removed accounts `user erase-email` works on (name -> id, from their tombstones: the id
+    finds the entries recorded under a name the account had before a rename): NAME (never a live
+    account's, "" its id when no tombstone has that name) or every removed one."""
     if (username is None) != all_removed:
         raise UserApiError("give a removed account's NAME, or --all-removed (not both)")
+    removed = store.removed_accounts()
     if username is None:
-        return store.removed_usernames()
+        return removed
     if store.get_by_username(username) is not None:
         raise UserApiError(f"{username} is a live account: remove it first (`registry-gen user remove {username}`)")
-    return [username]
+    return {username: removed.get(username, "")}
 
 
-def _erase_email(settings: Settings, username: str | frozenset[str], actor: str) -> None:
+def _erase_email(settings: Settings, username: str | frozenset[str], actor: str, account_ids: frozenset[str]) -> None:
     """Erases the account's (or accounts') email from every package; one `error:` line per damaged
     meta it could not read (each names the fix), and exit status 1 when any is left."""
     from registry_gen.ownership import erase_maintainer_email  # loads the build: only when used
 
     finish = f"registry-gen user erase-email {username if isinstance(username, str) else '--all-removed'}"
     try:
-        erasure = erase_maintainer_email(settings, username, actor)
+        erasure = erase_maintainer_email(settings, username, actor, account_ids=account_ids)
     except RegistryError as error:
         typer.echo(f"error: {_message(error)}; finish with `{finish}`", err=True)
         raise typer.Exit(1) from None

@@ -365,9 +365,10 @@ class SqlUserStore:
             row = tx.one("SELECT live_users FROM user_stats WHERE id = 1")
         return int(row[0]) if row else 0
 
-    def removed_usernames(self) -> list[str]:
+    def removed_accounts(self) -> dict[str, str]:
         with self._read() as tx:
-            return [str(row[0]) for row in tx.all("SELECT username FROM users WHERE status = 'deleted' ORDER BY pk", ())]
+            rows = tx.all("SELECT username, id FROM users WHERE status = 'deleted' ORDER BY pk", ())
+        return {str(name): str(key) for name, key in rows}
 
     def list_users(self, *, offset: int, limit: int) -> UserPage:
         with self._read() as tx:

@@ -67,8 +67,8 @@ class UserStore(Protocol):
 
     def delete_user(self, user_id: str) -> bool: ...
 
-    def removed_usernames(self) -> list[str]:
-        """The names of the deleted accounts (their tombstones), oldest first."""
+    def removed_accounts(self) -> dict[str, str]:
+        """The deleted accounts (their tombstones, which keep the name and the id): name -> id, oldest first."""
         ...
 
     def list_users(self, *, offset: int, limit: int) -> UserPage: ...

@@ -19,7 +19,7 @@ from registry_gen.errors import Forbidden
 from registry_gen.meta import PackageMeta, parse_meta
 from registry_gen.publish import Actor, PackageState, apply_publish, authorize, decode_publish
 from registry_gen.settings import Limits, Settings
-from tests.registry_api.helpers import RegistryProcess, http, publish_body, tarball
+from tests.registry_api.helpers import RegistryProcess, add_user, http, publish_body, tarball
 from tests.support import poll
 
 ATTACKER = Actor("demo", "demo@evil.example", account_id="acct-new")
@@ -311,3 +311,78 @@ def test_delete_user_over_a_damaged_meta_answers_a_problem_naming_it_and_the_cli
         poll(lambda: LEAVER_EMAIL not in http("GET", process.base + "-/all").body, "-/all to drop the email")
     finally:
         process.stop()
+
+
+def test_the_erasure_matches_a_bound_entry_by_its_account_id_whatever_name_it_carries() -> None:
+    """An entry recorded before an admin renamed its account carries the old name and the account's
+    id: the id binds it. A name alone matches only an unbound entry; an entry bound to another
+    account keeps its email even when it carries the removed name."""
+    from registry_gen.ownership import erase_email
+
+    state = _state([{"name": "old-name", "email": "gone@private.example", "account": "acct-gone"},
+                    {"name": "new-name", "email": "other@example.com", "account": "acct-other"},
+                    {"name": "legacy", "email": "legacy@private.example"}])
+    change = erase_email(state, frozenset({"new-name", "legacy"}), frozenset({"acct-gone"}))
+    assert change.meta is not None and change.meta.maintainers == [
+        {"name": "old-name", "account": "acct-gone"}, {"name": "new-name", "email": "other@example.com", "account": "acct-other"},
+        {"name": "legacy"}]
+    erased = {"maintainer email erased": ["legacy", "old-name"]}  # by the entries' names, as before
+    assert [(event.kind, event.detail) for event in change.events] == [("package:change", erased)]
+
+
+def _publish_then_renamed(base: str, admin: str, name: str, package: str) -> str:
+    """`name` signs up (its email LEAVER_EMAIL) and publishes `package` (its entry: name, email,
+    account id); the admin then renames the account to renamed-`name`. Returns the account's id."""
+    token = add_user(base, name, email=LEAVER_EMAIL.decode())
+    assert http("PUT", base + package, token=token, body=publish_body(package, "1.0.0", tarball(package, "1.0.0"))).status == 201
+    (found,) = http("GET", f"{base}user/search?keyword={name}", token=admin).json["content"]
+    renamed = http("PATCH", f"{base}user/{found['id']}", token=admin, raw=json.dumps({"username": f"renamed-{name}"}).encode(),
+                   headers={"Content-Type": "application/merge-patch+json"})
+    assert renamed.status == 200 and renamed.json["username"] == f"renamed-{name}", renamed.body
+    return str(found["id"])
+
+
+def _renaming_registry(tmp_path: Path) -> tuple[RegistryProcess, str]:
+    """A started `registry-gen serve` (open signup) with an admin; returns it and the admin's token."""
+    (tmp_path / "registry.yaml").write_text("signup: open\nindex_refresh_seconds: 1\n")
+    added = _cli(tmp_path, "user", "add", "boss", "--admin", "--password-stdin", stdin="boss-password-1\n")
+    assert added.returncode == 0, added.stderr
+    process = RegistryProcess(tmp_path).start()
+    return process, http("POST", process.base + "-/user-api/tokens", body={"username": "boss", "password": "boss-password-1"}).json["token"]
+
+
+def test_removing_a_renamed_account_erases_the_email_recorded_under_its_old_name(tmp_path: Path) -> None:
+    """DELETE /user/{id} on a real `serve`, and `user remove NEW-NAME` beside it: each account
+    published under its old name, then an admin renamed it (PATCH /user/{id})."""
+    process, admin = _renaming_registry(tmp_path)
+    try:
+        leaver = _publish_then_renamed(process.base, admin, "leaver", "leaver-pkg")
+        _publish_then_renamed(process.base, admin, "mover", "mover-pkg")
+        assert LEAVER_EMAIL in http("GET", process.base + "leaver-pkg").body  # the checks below can fail
+        assert http("DELETE", f"{process.base}user/{leaver}", token=admin).status == 204
+        assert http("GET", process.base + "leaver-pkg").json["maintainers"] == [{"name": "leaver"}]
+        removed = _cli(tmp_path, "user", "remove", "renamed-mover", "--yes")
+        assert removed.returncode == 0 and "email erased from 1 package file(s)" in removed.stdout, removed.stdout + removed.stderr
+        assert http("GET", process.base + "mover-pkg").json["maintainers"] == [{"name": "mover"}]
+        assert [path for path in (tmp_path / "content").rglob("registry-meta.json") if LEAVER_EMAIL in path.read_bytes()] == []
+        poll(lambda: LEAVER_EMAIL not in http("GET", process.base + "-/all").body, "-/all to drop the email")
+    finally:
+        process.stop()
+
+
+def test_erase_email_all_removed_finds_a_renamed_accounts_entries_by_the_tombstones_ids(tmp_path: Path) -> None:
+    """A removal of a renamed account killed half-way (the CLI, after the account went): the email
+    is still recorded under the old name, and `user erase-email --all-removed` finds it by the
+    tombstone's id."""
+    process, admin = _renaming_registry(tmp_path)
+    try:
+        _publish_then_renamed(process.base, admin, "leaver", "leaver-pkg")
+    finally:
+        process.stop()
+    killed = _cli(tmp_path, "user", "remove", "renamed-leaver", "--yes", env={"REGISTRY_GEN_FAILPOINT": "after-intent:kill"})
+    assert "removed renamed-leaver" in killed.stdout, (killed.returncode, killed.stderr)
+    meta = tmp_path / "content" / "leaver-pkg" / "registry-meta.json"
+    assert LEAVER_EMAIL in meta.read_bytes() and _tree_files_holding(tmp_path, LEAVER_EMAIL)
+    finished = _cli(tmp_path, "user", "erase-email", "--all-removed")
+    assert finished.returncode == 0 and "email erased from 1 package file(s)" in finished.stdout, finished.stdout + finished.stderr
+    assert LEAVER_EMAIL not in meta.read_bytes() and _tree_files_holding(tmp_path, LEAVER_EMAIL) == []
