@@ -28,7 +28,7 @@ def _open_temp(path: Path | str) -> tuple[int, str]:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
-            os.makedirs(folder, exist_ok=True)
+            _make_folder(folder)
             continue
         except FileExistsError:
             continue
@@ -39,6 +39,23 @@ def _open_temp(path: Path | str) -> tuple[int, str]:
             raise
         return fd, temp
     raise FileExistsError(f"no free temp file name beside {path}")
+
+
+def _make_folder(folder: str) -> None:
+    """os.makedirs(exist_ok=True) without its stat of the parent for every folder it makes: mkdir
+    first, the parents only when it says they are missing (a new package's folders cost one mkdir
+    each). A file in the way is left for the open that follows to report."""
+    try:
+        os.mkdir(folder)
+    except FileNotFoundError:
+        parent = os.path.dirname(folder)
+        if not parent or parent == folder:
+            raise
+        _make_folder(parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
+    except FileExistsError:
+        pass
 
 
 @functools.cache
@@ -84,7 +101,7 @@ def _open_unnamed(folder: str) -> int | None:
         except FileNotFoundError:
             if attempt:
                 raise
-            os.makedirs(folder, exist_ok=True)
+            _make_folder(folder)
             continue
         except OSError as error:
             if error.errno in _NO_TMPFILE:

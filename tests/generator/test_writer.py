@@ -239,3 +239,21 @@ def test_files_are_0644_with_an_fchmod_only_where_the_umask_narrows_it(folder: P
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(fchmods), "0o644"]
+
+
+def test_new_folders_cost_a_mkdir_each_and_no_stat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new package's folders: mkdir first, the parents only when it says they are missing
+    # (os.makedirs stats every parent before each mkdir).
+    (tmp_path / "flat").write_bytes(b"a file in the way")
+    attempts: list[str] = []
+    stats: list[str] = []
+    real_mkdir, real_stat = os.mkdir, os.stat
+    monkeypatch.setattr(os, "mkdir", lambda path, *a, **k: (attempts.append(os.path.relpath(path, tmp_path)), real_mkdir(path, *a, **k))[1])
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: (stats.append(str(path)), real_stat(path, *a, **k))[1])
+    atomic_write_bytes(tmp_path / "-" / "web" / "p" / "v" / "1.0.0" / "index.html", b"<p>")
+    atomic_write_bytes(tmp_path / "-" / "web" / "p" / "index.html", b"<p>")
+    assert stats == []
+    assert attempts == ["-/web/p/v/1.0.0", "-/web/p/v", "-/web/p", "-/web", "-", "-/web", "-/web/p", "-/web/p/v", "-/web/p/v/1.0.0"]
+    with pytest.raises(NotADirectoryError):
+        atomic_write_bytes(tmp_path / "flat" / "doc.json", b"{}")
+    assert (tmp_path / "flat").read_bytes() == b"a file in the way"
