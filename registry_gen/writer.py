@@ -175,7 +175,6 @@ def _write_atomically(path: Path, fill: Callable[[int], None], durable: bool, ne
             os.close(fd)
         if linked is None:  # no /proc: fill again, the temp file way
             _write_through_temp(path, fill, durable)
-            return
     if durable:
         fsync_dir(path.parent)
 

@@ -180,7 +180,11 @@ def test_a_system_without_proc_links_nothing_and_writes_through_a_temp(tmp_path:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", source)
 
     monkeypatch.setattr(writer.os, "link", no_proc)
-    atomic_write_bytes(tmp_path / "f" / "doc.json", b"bytes")
+    synced: list[Path] = []
+    real_fsync_dir = writer.fsync_dir
+    monkeypatch.setattr(writer, "fsync_dir", lambda folder: (synced.append(folder), real_fsync_dir(folder))[1])
+    atomic_write_bytes(tmp_path / "f" / "doc.json", b"bytes", durable=True)
+    assert synced == [tmp_path / "f"]
     assert (tmp_path / "f" / "doc.json").read_bytes() == b"bytes"
     assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["doc.json"]
 
