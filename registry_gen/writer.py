@@ -1,8 +1,11 @@
-"""The only code that changes the output tree: atomic writes (temp file in the same folder + rename)."""
+"""The only code that changes the output tree: atomic writes (a new file written unnamed in its folder
+and linked to its name; a replacement through a temp file in the same folder + rename)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import gzip
 import itertools
 import os
@@ -15,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 
-def _open_temp(path: Path) -> tuple[int, str]:
+def _open_temp(path: Path | str) -> tuple[int, str]:
     """A new temp file beside `path`, open for writing, mode 0644 whatever the umask. Its folder
     is made only when the open says it is missing: one mkdir per new folder, not a stat and a
     mkdir per file (a full build writes ~12 files per package)."""
@@ -25,17 +28,53 @@ def _open_temp(path: Path) -> tuple[int, str]:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
-            os.makedirs(folder, exist_ok=True)
+            _make_folder(folder)
             continue
         except FileExistsError:
             continue
         try:
-            os.fchmod(fd, 0o644)  # the umask may have narrowed it; readers (nginx) need it
+            _widen_mode(fd)
         except BaseException:
             _discard(fd, temp)
             raise
         return fd, temp
     raise FileExistsError(f"no free temp file name beside {path}")
+
+
+def _make_folder(folder: str) -> None:
+    """os.makedirs(exist_ok=True) without its stat of the parent for every folder it makes: mkdir
+    first, the parents only when it says they are missing (a new package's folders cost one mkdir
+    each). A file in the way is left for the open that follows to report."""
+    try:
+        os.mkdir(folder)
+    except FileNotFoundError:
+        parent = os.path.dirname(folder)
+        if not parent or parent == folder:
+            raise
+        _make_folder(parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
+    except FileExistsError:
+        pass
+
+
+@functools.cache
+def _umask_narrows_0644() -> bool:
+    """Whether the process umask takes a bit off 0644 (then each new file needs an fchmod, as
+    readers such as nginx need it). Read once per process, from /proc without changing it (the
+    os.umask round trip would race other threads' creates); the CLI and servers never change it.
+    Unknown: assume it does."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o644 != 0
+    return True
+
+
+def _widen_mode(fd: int) -> None:
+    if _umask_narrows_0644():
+        os.fchmod(fd, 0o644)
 
 
 def _discard(fd: int, temp: str) -> None:
@@ -44,27 +83,117 @@ def _discard(fd: int, temp: str) -> None:
         os.unlink(temp)
 
 
-def _write_atomically(path: Path, fill: Callable[[int], None], durable: bool) -> None:
-    """`fill` writes the new bytes into a temp file beside `path`, which then replaces it: readers
-    see the old file or the new one, never a half-written one. Durable: the file and its folder
-    entry reach the disk before this returns."""
-    fd, temp = _open_temp(path)
+# O_TMPFILE (Linux): a file with no name in its folder until linkat gives it one, so a new file
+# appears whole under its final name without a temp name, a rename or a random token. A file
+# system or kernel without it answers one of these; then the temp file + rename path is used.
+_O_TMPFILE = getattr(os, "O_TMPFILE", 0)
+_NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOSYS})
+
+
+def _open_unnamed(folder: str) -> int | None:
+    """A new unnamed file in `folder` (made if missing), open for writing, mode 0644 whatever the
+    umask; None where the file system cannot make one."""
+    if not _O_TMPFILE:
+        return None
+    for attempt in range(2):
+        try:
+            fd = os.open(folder or ".", _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            if attempt:
+                raise
+            _make_folder(folder)
+            continue
+        except OSError as error:
+            if error.errno in _NO_TMPFILE:
+                return None
+            raise
+        try:
+            _widen_mode(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+    return None
+
+
+def _link_unnamed(fd: int, path: str) -> bool | None:
+    """Gives the unnamed file `fd` the name `path`: True when done, False when `path` exists
+    (linkat never replaces), None when this system cannot (no /proc). The source is the magic
+    link /proc/self/fd/N, followed (AT_SYMLINK_FOLLOW); an absolute source ignores its dir fd,
+    which is passed only because os.link calls plain link(2), which follows nothing, without one."""
     try:
-        fill(fd)
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        _discard(fd, temp)
+        os.link(f"/proc/self/fd/{fd}", path, src_dir_fd=fd, follow_symlinks=True)
+    except FileExistsError:
+        return False
+    except OSError as error:
+        if error.errno in (errno.ENOENT, errno.EXDEV, errno.EPERM, errno.EOPNOTSUPP):
+            return None
         raise
-    os.close(fd)
+    return True
+
+
+def _link_as_replacement(fd: int, path: str) -> None:
+    """The unnamed file `fd` replaces the existing `path`: linked to a temp name beside it, then
+    renamed over it (linkat cannot replace)."""
+    folder, name = os.path.split(path)
+    for _ in range(100):
+        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.link(f"/proc/self/fd/{fd}", temp, src_dir_fd=fd, follow_symlinks=True)
+        except FileExistsError:
+            continue
+        _rename_or_remove(temp, path)
+        return
+    raise FileExistsError(f"no free temp file name beside {path}")
+
+
+def _rename_or_remove(temp: str, path: str | Path) -> None:
     try:
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+
+
+def _write_atomically(path: Path, fill: Callable[[int], None], durable: bool, new: bool = True) -> None:
+    """`fill` writes the new bytes into a file that takes the name `path` only once complete:
+    readers see the old file or the new one (or none), never a half-written one. `new` (no
+    file is known there): the file is written unnamed and linked to `path`; else, or where the
+    file system cannot, through a temp file beside it and a rename. Durable: the file and its
+    folder entry reach the disk before this returns."""
+    fd = _open_unnamed(os.path.dirname(path)) if new else None
+    if fd is None:
+        _write_through_temp(path, fill, durable)
+    else:
+        try:
+            _fill_file(fd, fill, durable)
+            linked = _link_unnamed(fd, str(path))
+            if linked is False:
+                _link_as_replacement(fd, str(path))
+        finally:
+            os.close(fd)
+        if linked is None:  # no /proc: fill again, the temp file way
+            _write_through_temp(path, fill, durable)
     if durable:
         fsync_dir(path.parent)
+
+
+def _fill_file(fd: int, fill: Callable[[int], None], durable: bool) -> None:
+    fill(fd)
+    if durable:
+        os.fsync(fd)
+
+
+def _write_through_temp(path: Path, fill: Callable[[int], None], durable: bool) -> None:
+    fd, temp = _open_temp(path)
+    try:
+        _fill_file(fd, fill, durable)
+    except BaseException:
+        _discard(fd, temp)
+        raise
+    os.close(fd)
+    _rename_or_remove(temp, path)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -91,9 +220,10 @@ def write_if_changed(path: Path, data: bytes) -> bool:
     try:
         if path.stat().st_size == len(data) and path.read_bytes() == data:
             return False
+        new = False
     except FileNotFoundError:
-        pass
-    atomic_write_bytes(path, data)
+        new = True
+    _write_atomically(path, lambda fd: _write_all(fd, data), durable=False, new=new)
     return True
 
 
