@@ -285,17 +285,16 @@ class WriteService:
             self._abort(write_id)
             raise
         failpoint("after-write")
-        # Journalled done only once the readers' tree holds the write: a writer killed before that
-        # leaves it pending, and whoever resolves it renders the package again (build.detect).
-        # A tree bucket that fails costs a 503 and an owed upload (registry_gen.objectstore),
-        # never an undo of a committed write: the write is done all the same.
-        try:
-            self._publish_tree(result)
-            failpoint("after-upload")
-        finally:
-            # On the journal's connection of now: a restart since begin_write ended that one, and
-            # the write was committed under its lock (the build's fence), so it is done.
-            self._opened_journal().finish_write(write_id, done=True)
+        # Journalled done only once the readers' tree holds the write. A writer killed before that,
+        # or a tree bucket that refuses the upload (a 503 to the client), leaves it pending, never
+        # undone: once this lock is released its writer counts as gone, and whoever resolves it
+        # (the leader within seconds, or the package's next write) renders the package again and
+        # uploads it (build.detect.landed_packages), then journals it done.
+        self._publish_tree(result)
+        failpoint("after-upload")
+        # On the journal's connection of now: a restart since begin_write ended that one, and the
+        # write was committed under its lock (the build's fence), so it is done.
+        self._opened_journal().finish_write(write_id, done=True)
         self._purge(result, owed)
         return result
 

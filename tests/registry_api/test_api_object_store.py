@@ -71,12 +71,14 @@ def bucket_policy(*prefixes: str) -> str:
 
 @contextlib.contextmanager
 def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...] = ("a", "b"), *, private: bool = False,
-                extra: str = "", envs: tuple[dict[str, str], ...] = ()) -> Iterator[Site]:
+                extra: str = "", envs: tuple[dict[str, str], ...] = (),
+                endpoint_of: Callable[[int, str], str] | None = None) -> Iterator[Site]:
     """One S3 server of `kind` holding the bucket, an api instance per host (own EMPTY work folder,
     all on `database_url`, `extra` appended to each registry.yaml), started, and nginx in front with
     the config `host-config nginx --from-bucket` emits, one `--api-upstream` per instance; with
     `private`, `--private-bucket` too and no bucket policy at all, so the bucket refuses anonymous reads;
-    `envs`, each instance's own environment, in the order of `hosts` (e.g. REGISTRY_GEN_FAILPOINT)."""
+    `envs`, each instance's own environment, in the order of `hosts` (e.g. REGISTRY_GEN_FAILPOINT);
+    `endpoint_of(n, endpoint)`, the S3 endpoint instance n talks to (e.g. a proxy in front of it)."""
     reads_port = free_port()
     with s3_credentials(), s3_server(kind, root / "s3") as s3:
         make_bucket(s3.endpoint, BUCKET)
@@ -91,7 +93,7 @@ def bucket_site(kind: str, database_url: str, root: Path, hosts: tuple[str, ...]
             config.write_text(
                 f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: http://127.0.0.1:{reads_port}/\n"
                 f"database_url: '{database_url}'\nsignup: open\nstorage: s3://{BUCKET}/{PREFIX}\n"
-                f"storage_endpoint_url: {s3.endpoint}\nindex_refresh_seconds: 1\n{extra}"
+                f"storage_endpoint_url: {endpoint_of(n, s3.endpoint) if endpoint_of else s3.endpoint}\nindex_refresh_seconds: 1\n{extra}"
             )
             apis.append(Api(config, env=envs[n] if n < len(envs) else {}))
         # The emitted config: reads from the tree bucket, writes to any instance.
