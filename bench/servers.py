@@ -166,7 +166,10 @@ def registry_gen_serve(command: list[str], content: Path, workdir: Path, deadlin
 @contextlib.contextmanager
 def nginx_and_api(work: Path, config: Path, nginx_conf: str, port: int, api_port: int) -> Iterator[str]:
     """`registry-gen api` over `config` on `api_port`, and nginx with `nginx_conf` (the project's
-    `host-config nginx` output for `port`) in front of it; yields the URL nginx answers on."""
+    `host-config nginx` output for `port`) in front of it; yields the URL nginx answers on, once
+    the API is ready."""
+    from tests.hosts.servers import wait_for_api
+
     runtime = work / "nginx"
     runtime.mkdir(exist_ok=True)
     (runtime / "nginx.conf").write_text(nginx_conf)
@@ -177,7 +180,9 @@ def nginx_and_api(work: Path, config: Path, nginx_conf: str, port: int, api_port
     nginx = subprocess.Popen([NGINX, "-p", str(runtime), "-c", str(runtime / "nginx.conf"), "-g", "daemon off;"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
-        wait_for_port(api_port, api)
+        # Ready, not just listening: the API answers 503 while it starts (its temp-file sweep walks
+        # the whole tree, seconds at 10,000 packages), and a run begun then counts those as errors.
+        wait_for_api(api_port, api, deadline=600)
         wait_for_port(port, nginx)
         yield f"http://127.0.0.1:{port}/"
     finally:
@@ -194,7 +199,7 @@ def wrk(
     for key, value in (headers or {}).items():
         command += ["-H", f"{key}: {value}"]
     proc = subprocess.run([*command, url], capture_output=True, text=True, timeout=seconds + 60)
-    if proc.returncode != 0:
+    if proc.returncode != 0 or proc.stderr.strip():  # a Lua error leaves wrk running, on the bare URL
         raise RuntimeError(f"wrk failed: {proc.stderr or proc.stdout}")
     text = proc.stdout
     rate = re.search(r"Requests/sec:\s*([\d.]+)", text)
@@ -209,7 +214,34 @@ def wrk(
     if p99:
         scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}[p99.group(2)]
         result["p99_ms"] = float(p99.group(1)) * scale
+    for status, count in re.findall(r"^status (\d{3}): (\d+)$", text, re.MULTILINE):  # printed by STATUS_COUNTER
+        result[f"status_{status}"] = float(count)
     return result
+
+
+# Lua to append to a wrk script: counts each status ≥ 400 in every thread, and prints the totals
+# (`status 503: 1234`) when the run is done, so a figure can say what its errors were.
+STATUS_COUNTER = """
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+statuses = {}
+response = function(status, headers, body)
+  if status > 399 then statuses[status] = (statuses[status] or 0) + 1 end
+end
+done = function(summary, latency, requests)
+  local total = {}
+  for _, thread in ipairs(threads) do
+    for status, count in pairs(thread:get("statuses")) do total[status] = (total[status] or 0) + count end
+  end
+  for status, count in pairs(total) do io.write(string.format("status %d: %d\\n", status, count)) end
+end
+"""
+
+
+def error_statuses(result: dict[str, float]) -> str:
+    """The statuses of a `wrk` result's failed responses, as `503 ×1,234, 404 ×2` (or "none")."""
+    counted = sorted((key.removeprefix("status_"), int(value)) for key, value in result.items() if key.startswith("status_"))
+    return ", ".join(f"{status} ×{count:,}" for status, count in counted) or "none"
 
 
 @contextlib.contextmanager

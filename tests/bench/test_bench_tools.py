@@ -1,6 +1,7 @@
 """The benchmark's own tools do what its figures rely on: the synthetic registry's generation
 picks up where it was cut off, a full build's worker processes show in its figures, and the
-idle-connection holder really holds answered keep-alive connections."""
+idle-connection holder really holds answered keep-alive connections, wrk's failed reads are
+counted by status, and a deployment is measured only once its API is ready."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import os
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -110,7 +113,7 @@ class _Answer(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         body = b'{"ok":true}'
-        self.send_response(200)
+        self.send_response(503 if self.path.startswith("/down") else 200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -145,3 +148,34 @@ def test_idle_connections_are_answered_then_held_open(server: ThreadingHTTPServe
         assert answered == 20
         assert _established_to(port) == 20
     assert _established_to(port) < 20  # closed on exit (a few may linger in the kernel's close)
+
+
+@pytest.mark.skipif(not Path(servers.WRK).exists(), reason=f"wrk is not installed at {servers.WRK}")
+def test_wrk_counts_failed_reads_by_status(server: ThreadingHTTPServer, tmp_path: Path) -> None:
+    script = tmp_path / "paths.lua"
+    script.write_text('local i = 0\nrequest = function()\n  i = i + 1\n'
+                      '  return wrk.format("GET", i % 2 == 0 and "/down" or "/doc")\nend\n' + servers.STATUS_COUNTER)  # fmt: skip
+    result = servers.wrk(f"http://127.0.0.1:{server.server_address[1]}/", seconds=1, connections=2, threads=1, script=script)
+    assert result["non_2xx"] > 0
+    assert result["status_503"] == result["non_2xx"]  # every failure counted, under its status, and no success
+    assert servers.error_statuses(result) == f"503 ×{int(result['non_2xx']):,}"
+
+
+@pytest.mark.skipif(not Path(servers.WRK).exists(), reason=f"wrk is not installed at {servers.WRK}")
+def test_wrk_refuses_a_script_it_cannot_run(server: ThreadingHTTPServer, tmp_path: Path) -> None:
+    script = tmp_path / "broken.lua"
+    script.write_text('request = function()\n  return wrk.format("GET", "/doc\nend\n')  # an unfinished string
+    with pytest.raises(RuntimeError, match="unfinished string"):  # not a run against the bare URL
+        servers.wrk(f"http://127.0.0.1:{server.server_address[1]}/", seconds=1, connections=2, threads=1, script=script)
+
+
+def test_a_deployment_is_yielded_once_its_api_is_ready(tmp_path: Path) -> None:
+    from bench.bench_mirror import deployment
+
+    with deployment(tmp_path / "registry", "") as url:
+        try:
+            urllib.request.urlopen(url + "-/whoami", timeout=30)
+            status = 200
+        except urllib.error.HTTPError as answer:
+            status = answer.code
+    assert status == 401  # the API's own answer to no token, not its 503 "this instance is starting"
