@@ -9,7 +9,9 @@ import io
 import json
 import os
 import pty
+import random
 import select
+import socket
 import socketserver
 import subprocess
 import threading
@@ -22,6 +24,37 @@ from typing import Any
 from registry_gen.archive import build_npm_tarball
 
 NPM = os.environ.get("NPM", "npm")
+
+# A port chosen by bind(("127.0.0.1", 0)) and released comes from the kernel's ephemeral range,
+# which every outgoing connection on the machine draws from: any connect() (a client, psycopg,
+# boto3, nginx's upstreams, another test run) may take it before the server the port was chosen for
+# binds it (seen: "address 127.0.0.1:36621 is in use" with three test runs in parallel). Ports
+# below that range are taken only by something binding them on purpose.
+CHOSEN_PORTS_FROM = 20000
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port() -> int:
+    """A port nobody listens on right now, at random below the ephemeral range when there is room
+    (the caller binds it soon after); never 4873, 4874, 8081 or 8082 (below CHOSEN_PORTS_FROM)."""
+    floor = _ephemeral_floor()
+    for _ in range(100 if floor > CHOSEN_PORTS_FROM + 1000 else 0):
+        port = random.randrange(CHOSEN_PORTS_FROM, floor)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken: try another
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # no room below: the OS's choice
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def manifest(name: str, version: str, **fields: Any) -> dict[str, Any]:

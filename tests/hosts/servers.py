@@ -23,17 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from registry_gen.cli import main as registry_gen
-from tests.support import static_server
+from tests.support import free_port, static_server
 
 NGINX = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def free_port() -> int:
-    """A port nobody listens on right now (the OS picks it; the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def stop_process(process: subprocess.Popen[Any], grace: float = 20) -> None:

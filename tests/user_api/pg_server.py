@@ -10,11 +10,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support import free_port
 
 
 def find_bindir() -> Path | None:
@@ -23,12 +24,6 @@ def find_bindir() -> Path | None:
             return Path(candidate)
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -94,7 +89,7 @@ def start_postgres() -> PostgresServer:
         os.chown(root, owner.pw_uid, owner.pw_gid)
     last_error: Exception | None = None
     for _ in range(3):  # the port may be taken between probing and binding
-        server = PostgresServer(bindir=bindir, root=root, port=_free_port(), as_postgres_user=as_postgres_user)
+        server = PostgresServer(bindir=bindir, root=root, port=free_port(), as_postgres_user=as_postgres_user)
         try:
             server.start()
             return server
