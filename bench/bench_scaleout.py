@@ -96,7 +96,7 @@ def _stat(pid: int) -> tuple[int, list[str]] | None:
     return int(fields[1]), fields
 
 
-def _tree_cpu(root: int) -> float:
+def tree_cpu(root: int) -> float:
     """CPU seconds of `root` and its live descendants, plus the children they reaped (PostgreSQL's
     backends, nginx's workers)."""
     parents = {pid: found[0] for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if (found := _stat(pid))}
@@ -119,7 +119,7 @@ class Meter:
     roots: dict[str, list[int]] = field(default_factory=lambda: {kind: [] for kind in PROCESS_KINDS})
 
     def cpu(self) -> dict[str, float]:
-        return {kind: sum(_tree_cpu(pid) for pid in pids) for kind, pids in self.roots.items()}
+        return {kind: sum(tree_cpu(pid) for pid in pids) for kind, pids in self.roots.items()}
 
 
 def _own_cpu() -> float:
