@@ -374,8 +374,7 @@ def parts() -> Iterator[Parts]:
     """PostgreSQL and the S3 server (with its public-read bucket) for the whole run."""
     import psycopg
 
-    from registry_gen.hosting import public_read_policy
-    from tests.storage.s3servers import client, make_bucket, s3_credentials, s3_server
+    from tests.storage.s3servers import s3_credentials, s3_server
     from tests.user_api.pg_server import start_postgres
 
     work = Path(tempfile.mkdtemp(prefix="bench-scaleout-"))
@@ -384,8 +383,7 @@ def parts() -> Iterator[Parts]:
         with psycopg.connect(server.url(), autocommit=True) as conn:  # the accounts' search
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
         with s3_credentials(), s3_server("moto", work / "s3") as s3:
-            make_bucket(s3.endpoint, BUCKET)
-            client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=public_read_policy(BUCKET))
+            public_bucket(s3.endpoint)
             yield Parts(server, s3, work)
     finally:
         server.stop()
@@ -455,13 +453,20 @@ def bucket_share(found: Parts, s3: Any, root: Path, folder: str, sizes: Sizes) -
 def seaweedfs(work: Path) -> Iterator[Any]:
     """SeaweedFS (`weed mini`) started as tests/storage/s3servers.py starts it, with the same
     public-read bucket as moto's; the S3 credentials are parts()'s."""
-    from registry_gen.hosting import public_read_policy
-    from tests.storage.s3servers import client, make_bucket, s3_server
+    from tests.storage.s3servers import s3_server
 
     with s3_server("seaweedfs", work / "s3-seaweedfs") as s3:
-        make_bucket(s3.endpoint, BUCKET)
-        client(s3.endpoint).put_bucket_policy(Bucket=BUCKET, Policy=public_read_policy(BUCKET))
+        public_bucket(s3.endpoint)
         yield s3
+
+
+def public_bucket(endpoint: str) -> None:
+    """The bench's bucket, which anyone may read (nginx --from-bucket reads it anonymously)."""
+    from registry_gen.hosting import public_read_policy
+    from tests.storage.s3servers import client, make_bucket
+
+    make_bucket(endpoint, BUCKET)
+    client(endpoint).put_bucket_policy(Bucket=BUCKET, Policy=public_read_policy(BUCKET))
 
 
 def _quantile(samples: list[float], share: float) -> float:
