@@ -1,5 +1,5 @@
-"""bench_scaleout runs on a tiny size (real PostgreSQL, moto, nginx --from-bucket, Varnish, three
-api instances) and gives every figure; and `python -m bench --merge` puts one module's new figures
+"""bench_scaleout runs on a tiny size (real PostgreSQL, moto and SeaweedFS, nginx --from-bucket,
+Varnish, three api instances) and gives every figure; and `python -m bench --merge` puts one module's new figures
 into a report without dropping the others'."""
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ pytestmark = pytest.mark.slow
 
 def test_the_scaleout_bench_runs_on_a_tiny_registry() -> None:
     rows = {row["figure"]: row for row in run(True, Sizes(rounds=2, publishes=6, seconds=120, versions=10))}
-    assert len(rows) == 7
+    assert len(rows) == 8
     origin = rows["scale-out: the origin (nginx from the bucket) serves the new version right after the 201"]
     assert origin["value"] == 100.0  # the 201 comes after the upload: no timing in this
     assert "2 of 2 reads were a HIT" in origin["note"]  # the cache really held the old document
     three = rows["scale-out: publishes per second, 3 api instances"]
     assert three["value"] > 0 and three["ratio"] > 0 and "0 failed" in three["note"] and "Model:" in three["note"]
+    for store, server in (("bucket", "moto"), ("SeaweedFS bucket", "SeaweedFS")):  # the same registry on each S3 server
+        share = rows[f"scale-out: publish server share on PostgreSQL + {store}, registry of 10 versions"]
+        assert f"the S3 server: {server};" in share["note"] and "median of 2" in share["note"], share["note"]
     for figure, row in rows.items():
         assert isinstance(row["value"], float), figure
 
