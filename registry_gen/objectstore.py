@@ -22,7 +22,8 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from registry_gen.hosting import TREE_KEY_CHARACTERS, Upload, upload_plan
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
 from registry_gen.purge import SharedCache, cache_key, shared_cache
 from registry_gen.state import open_state
+from registry_gen.state.ledger import ContentToken, package_folders
 from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint, Timeouts
 from registry_gen.storage.contract import checked_key, is_content_key
 from registry_gen.storage.folder import FolderStorage
@@ -98,27 +100,30 @@ def _md5_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def package_folders(keys: Iterable[str]) -> set[str]:
-    """The content folders (`name/` or `@scope/name/`) holding these keys, with the trailing '/'
-    a listing needs (`foo/` must not list `foo-bar/`)."""
-    return {key.rpartition("/")[0] + "/" for key in keys if "/" in key}
-
-
 # ---------------------------------------------------------------- content: bucket → work folder
 
 
 class ContentMirror:
-    """The work folder's copy of the content bucket, made equal to it prefix by prefix."""
+    """The work folder's copy of the content bucket, made equal to it prefix by prefix.
+
+    It remembers, per package folder, the token (registry_gen.state.ledger, "Folder tokens") at
+    which its copy was last made equal to the bucket: a listing read under the folder's lock, or
+    this process's own write on top of such a copy (`wrote`). A build whose folder's token is still
+    that one needs no listing. Forgotten on anything else: a listing without a token, a write
+    rolled back, a restart (the memory is this process's)."""
 
     def __init__(self, bucket: S3Storage, folder: Path, skip: str | None = None):
         self.bucket = bucket
         self.local = FolderStorage(folder)
         self.folder = folder
         self.skip = skip  # the tree's folder when it sits inside the content prefix
+        self._synced: dict[str, ContentToken] = {}
+        self._memory = threading.Lock()  # the write service and the leader's refresher sync from two threads
 
     def sync(self, prefix: str = "") -> int:
         """Makes the work folder's files under `prefix` those of the bucket (missing or changed
         ones fetched, extra ones removed); returns how many files changed."""
+        self._forget_under(prefix)
         remote = {item.key: item for item in self.bucket.list(prefix) if not self._skipped(item.key)}
         local = {item.key: item for item in self.local.list(prefix)}
         changed = 0
@@ -135,7 +140,47 @@ class ContentMirror:
         return changed
 
     def sync_packages(self, keys: Iterable[str]) -> int:
-        return sum(self.sync(folder) for folder in sorted(package_folders(keys)))
+        """The package folders of `keys` made equal to the bucket, each listed."""
+        return self.sync_folders(package_folders(keys))
+
+    def sync_folders(self, folders: Iterable[str], tokens: Mapping[str, ContentToken] | None = None) -> int:
+        """These package folders made equal to the bucket. `tokens`: each folder's token now, read
+        under the folder's lock; a folder whose copy here was made at that very token is not listed
+        (nobody wrote it through registry-gen since), a listed one is remembered at it."""
+        changed = 0
+        for folder in sorted(folders):
+            token = (tokens or {}).get(folder)
+            if token is not None and self.synced_at(folder) == token:
+                continue
+            changed += self.sync(folder)
+            if token is not None:
+                with self._memory:
+                    self._synced[folder] = token
+        return changed
+
+    def synced_at(self, folder: str) -> ContentToken | None:
+        with self._memory:
+            return self._synced.get(folder)
+
+    def wrote(self, folders: Iterable[str]) -> None:
+        """This process's write moved these folders' tokens by one (its `begin_write`) and has
+        stored, and adopted here, every change it made in them: a copy made at (e, g) now equals
+        the bucket at (e, g + 1). A copy of unknown token stays unknown."""
+        with self._memory:
+            for folder in folders:
+                if folder in self._synced:
+                    everywhere, own = self._synced[folder]
+                    self._synced[folder] = (everywhere, own + 1)
+
+    def forget(self, folders: Iterable[str]) -> None:
+        """These folders' copies may differ from the bucket (a write rolled back): listed next time."""
+        with self._memory:
+            for folder in folders:
+                self._synced.pop(folder, None)
+
+    def _forget_under(self, prefix: str) -> None:
+        with self._memory:
+            self._synced = {folder: token for folder, token in self._synced.items() if not folder.startswith(prefix)}
 
     def _skipped(self, key: str) -> bool:
         return not is_content_key(key) or (self.skip is not None and key.startswith(self.skip))
@@ -144,8 +189,21 @@ class ContentMirror:
         """A file this process has just stored in the bucket, written to the work folder as well: the
         next sync finds the bytes the listing's ETag names and only sets the mtime, instead of
         reading the file back (two GETs less per publish). Nothing is trusted: other bytes, or an
-        ETag that is no MD5 (multipart, some encryptions), and the sync reads the bucket's."""
-        atomic_write_bytes(self.folder / checked_key(key), data)
+        ETag that is no MD5 (multipart, some encryptions), and the sync reads the bucket's.
+
+        Its mtime is the one a sync would give it (object_mtime_ns) with this clock's second for
+        the object's LastModified, which no PUT answers: a build that needs no listing records the
+        same stat as every other instance, unless the PUT straddled a second or the clocks differ;
+        then the next listing sets the bucket's, and the build reads the file again (same bytes)."""
+        target = self.folder / checked_key(key)
+        atomic_write_bytes(target, data)
+        size = len(data)
+        mtime = object_mtime_ns(StoredObject(key, size, f"{size}-{hashlib.md5(data).hexdigest()}", time.time()))
+        os.utime(target, ns=(mtime, mtime))
+
+    def adopt_removal(self, key: str) -> None:
+        """A file this process has just removed from the bucket, removed here too."""
+        self.local.remove(checked_key(key))
 
     def _refresh(self, key: str, item: StoredObject, mtime_ns: int, held: StoredObject | None) -> None:
         target = self.folder / key
@@ -347,7 +405,10 @@ class ObjectStore:
 
         settings.content_dir.mkdir(parents=True, exist_ok=True)
         settings.out_dir.mkdir(parents=True, exist_ok=True)
-        with holding_build_lock(settings.lock_file, lock_timeout), open_state(settings).registry_lock(lock_timeout):
+        state = open_state(settings)
+        with holding_build_lock(settings.lock_file, lock_timeout), state.registry_lock(lock_timeout):
+            with state.journal() as journal:  # files put into the bucket by hand: every instance lists again
+                journal.move_all_tokens()
             fetched = self.mirror.sync()
             result = build_locked(settings)
         log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())

@@ -49,7 +49,7 @@ from registry_gen.refresher import IndexRewrites
 from registry_gen.readmodel import CurrentPackage, RegistryReader
 from registry_gen.settings import Settings
 from registry_gen.state import Journal, JournalEvent, open_state
-from registry_gen.state.ledger import content_digest
+from registry_gen.state.ledger import content_digest, package_folders
 from registry_gen.state.locks import HeldLock
 from registry_gen.storage import ContentStorage, archive_key, open_content_storage
 from registry_gen.write_events import describe_write, write_events
@@ -218,8 +218,10 @@ class WriteService:
     def _journalled(self, write: Callable[[ContentStorage], list[str]], journal: BatchJournal | None) -> list[str]:
         """`write` on content/, journalled pending first and done once it wrote something."""
         if journal is None:
+            self._move_all_tokens()
             return write(self.storage)
         entries = self._opened_journal()
+        self._move_all_tokens()  # a batch names no folder in advance: every instance lists again
         write_id = entries.begin_write(
             journal.files, journal.events, journal.actor, None, publish.now_iso(), journal.who.to_json()
         )
@@ -274,13 +276,14 @@ class WriteService:
         removing = {key for version in sorted(change.removed) for key in self.reader.archive_keys(name, version)}
         owed = self._owe_purge(name, change)
         journal = self._opened_journal()
+        files = self._files_after(current, change, removing)
         write_id = journal.begin_write(
-            self._files_after(current, change, removing), events, actor.name if actor else "registry-gen",
+            files, events, actor.name if actor else "registry-gen",
             actor.account_id if actor else None, publish.now_iso(), origin_of(actor).to_json(),
         )  # fmt: skip
         failpoint("after-intent")
         try:
-            result = self._write(current, change, sorted(removing), write_id)
+            result = self._write(current, change, sorted(removing), write_id, package_folders(files))
         except BaseException:
             self._abort(write_id)
             raise
@@ -330,7 +333,8 @@ class WriteService:
             with suppress(StateUnavailable):
                 journal.close()
 
-    def _write(self, current: CurrentPackage, change: Change, removing: list[str], write_id: int) -> BuildResult:
+    def _write(self, current: CurrentPackage, change: Change, removing: list[str], write_id: int, folders: set[str]) -> BuildResult:
+        """Stores the change (`folders`: those whose tokens its begin_write moved), then builds."""
         name = current.state.name
         touched = [current.meta_key]  # the build looks only at these files (it trusts its state for the rest)
         added = None
@@ -343,6 +347,7 @@ class WriteService:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
             touched += self._remove_archives(removing)
+            self._wrote(folders)
             failpoint("after-store")
             self._confirm_lock()  # again once stored: the build renders the tree, then commits (fenced too)
             result = self._build(touched, write_id, publish=False)  # _commit publishes once the write is done
@@ -367,6 +372,16 @@ class WriteService:
             files[archive_key(current.state.name, change.upload.version)] = content_digest(change.upload.data)
         return files
 
+    def _move_all_tokens(self) -> None:
+        if self.objects is not None:
+            self._opened_journal().move_all_tokens()
+
+    def _wrote(self, folders: set[str]) -> None:
+        """With content in a bucket: every change of this write is stored and adopted in the work
+        folder, so its copy of `folders` moves on by this write (ContentMirror.wrote)."""
+        if self.objects is not None:
+            self.objects.mirror.wrote(folders)
+
     def _recover(self) -> None:
         """Before each write reads: a writer killed between journalling a write and finishing it
         left it pending; one build resolves it from content/ (and takes its files). Before, not
@@ -376,7 +391,7 @@ class WriteService:
             self._build([])
 
     def _build(self, touched: list[str], write_id: int | None = None, *, publish: bool = True) -> BuildResult:
-        self._sync_content(touched)
+        self._sync_content(touched, write_id)
         result = build_locked(
             self.settings, touched, defer_whole=self.refresher is not None, writing=write_id, held=self._held,
             fence=self._confirm_lock,
@@ -404,13 +419,19 @@ class WriteService:
         if self.purger is not None:
             self.purger.after_build(result.written, result.removed, owed)
 
-    def _sync_content(self, touched: list[str]) -> None:
+    def _sync_content(self, touched: list[str], write_id: int | None = None) -> None:
         """With content in a bucket: the work folder's copy of the packages this build reads (the
-        touched ones, and those of writes a crashed writer left pending) made equal to the bucket."""
+        touched ones, and those of writes a crashed writer left pending) made equal to the bucket.
+        A touched folder whose token (read here, under its lock) is the one this copy was made at
+        is not listed (ContentMirror.sync_folders); a pending write's folders always are."""
         if self.objects is None:
             return
-        pending = [key for write in self._opened_journal().pending_writes(self._held) for key in write.files]
-        self.objects.mirror.sync_packages([*touched, *pending])
+        journal = self._opened_journal()
+        pending = [key for write in journal.pending_writes(self._held) if write.id != write_id for key in write.files]
+        self.objects.mirror.sync_packages(pending)
+        folders = package_folders(touched) - package_folders(pending)
+        if folders:
+            self.objects.mirror.sync_folders(folders, journal.content_tokens(folders))
 
     def _store_meta(self, key: str, change: Change) -> None:
         # The meta (owners, times, unpublish records) is written first: a kill before the archive
@@ -418,6 +439,7 @@ class WriteService:
         # leave an archive that nobody owns.
         if change.delete_meta:
             self.storage.remove(key)
+            self._adopt_removal(key)
         elif change.meta is not None:
             data = dump_meta(change.meta)
             self.storage.replace(key, data)
@@ -444,9 +466,16 @@ class WriteService:
     def _remove_archives(self, keys: list[str]) -> list[str]:
         for key in keys:
             self.storage.remove(key)
+            self._adopt_removal(key)
         return keys
 
+    def _adopt_removal(self, key: str) -> None:
+        if self.objects is not None:
+            self.objects.mirror.adopt_removal(key)
+
     def _roll_back(self, added: str | None, current: CurrentPackage, change: Change) -> None:
+        if self.objects is not None:  # the work folder holds what this write stored: listed again next time
+            self.objects.mirror.forget(package_folders([current.meta_key]))
         if added is not None:
             self.storage.remove(added)  # created by this write (create-only): nobody else's
         if not (change.meta is not None or change.delete_meta):

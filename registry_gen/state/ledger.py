@@ -31,13 +31,23 @@ write in progress is listed too (its build leaves it: `writing`). On the embedde
 default one file lock covers every package: a caller holding it sees every pending write gone.
 On PostgreSQL a package nobody holds is taken by the caller's transaction to its end (the writer
 of a package whose dead predecessor a build resolves waits for that build).
+
+**Folder tokens** (PostgreSQL; `content_tokens`): what lets an api instance with content in a
+bucket skip listing a package's folder before a build (registry_gen.objectstore.ContentMirror).
+Each content folder (`name/`, `@scope/name/`) has a generation that `begin_write` moves, in its own
+statement, for every folder of the keys it names, before content/ changes and under the packages'
+locks; one registry-wide generation moves for writes that name no keys in advance (a batch under
+the whole lock) and at a server's start (`move_all_tokens`). A folder's token is the pair (the
+registry-wide generation, its own): equal to what an instance synced at means that nobody wrote the
+folder through registry-gen since. Generations only grow; the embedded default keeps none
+(`content_tokens` answers nothing: unknown, so the folder is listed).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -47,6 +57,14 @@ UNCHECKED: Final = "*"  # a file a write touches whose final bytes are not known
 # content key -> its digest after the write: sha256 hex, or an SRI `sha512-...` string (what an
 # import verified already); None: gone; UNCHECKED: not checked.
 WriteFiles = Mapping[str, str | None]
+ContentToken = tuple[int, int]  # (registry-wide generation, the folder's generation): see "Folder tokens"
+EVERY_FOLDER: Final = ""  # the registry-wide generation's row: no content folder is named ""
+
+
+def package_folders(keys: Iterable[str]) -> set[str]:
+    """The content folders (`name/` or `@scope/name/`) holding these keys, with the trailing '/'
+    a listing needs (`foo/` must not list `foo-bar/`)."""
+    return {key.rpartition("/")[0] + "/" for key in keys if "/" in key}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +141,8 @@ class Journal(Protocol):
         who: Mapping[str, str] | None = None,
     ) -> int: ...  # fmt: skip
     def finish_write(self, write_id: int, *, done: bool) -> None: ...
+    def content_tokens(self, folders: Collection[str]) -> dict[str, ContentToken]: ...  # {} where none are kept
+    def move_all_tokens(self) -> None: ...  # every folder's token changes ("Folder tokens")
     def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]: ...  # writer gone; `held`: the caller's
     def since(self, seq: int, limit: int = 100) -> list[JournalEntry]: ...
     def prune(self, before: str) -> int: ...  # retention: entries older than `before` (ISO time) go; how many

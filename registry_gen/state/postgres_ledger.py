@@ -16,7 +16,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 
 from registry_gen.errors import VersionConflict
-from registry_gen.state.ledger import PendingWrite
+from registry_gen.state.ledger import EVERY_FOLDER, ContentToken, JournalEvent, PendingWrite, WriteFiles, package_folders
 from registry_gen.state.postgres_base import JOURNAL, LOCK_PACKAGE, LOCK_REGISTRY, PgDb, package_key
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_ledger import SqliteLedger
@@ -32,6 +32,19 @@ PIN_STATEMENT = (
     " put AS (INSERT INTO pins (name, version, shasum, record) SELECT ?, v, s, r FROM changed"
     " ON CONFLICT (name, version) DO UPDATE SET record = excluded.record WHERE pins.shasum = excluded.shasum RETURNING version)"
     " SELECT v FROM changed WHERE v NOT IN (SELECT version FROM put)"
+)
+
+
+# A write kept pending and its folders' generations moved, in one statement (its own transaction):
+# before content/ changes, under the packages' locks (registry_gen.state.ledger, "Folder tokens").
+BEGIN_WRITE_STATEMENT = (
+    "WITH moved AS (INSERT INTO content_folders (folder, generation) SELECT unnest(?::text[]), 1"
+    " ON CONFLICT (folder) DO UPDATE SET generation = content_folders.generation + 1)"
+    " INSERT INTO writes (status, started, actor, actor_id, files, events, who) VALUES ('pending', ?, ?, ?, ?, ?, ?) RETURNING id"
+)
+MOVE_FOLDERS_STATEMENT = (
+    "INSERT INTO content_folders (folder, generation) SELECT unnest(?::text[]), 1"
+    " ON CONFLICT (folder) DO UPDATE SET generation = content_folders.generation + 1"
 )
 
 
@@ -74,6 +87,29 @@ class PgLedger(SqliteLedger):
                 f"{name}@{', '.join(refused)} was published already with other bytes (the ledger's pin refuses it); "
                 "a version number can be published only once"
             )
+
+    def begin_write(
+        self, files: WriteFiles, events: Sequence[JournalEvent], actor: str, actor_id: str | None, time: str,
+        who: Mapping[str, str] | None = None,
+    ) -> int:  # fmt: skip
+        """Keeps a write pending, durably, before content/ changes, and moves the token of each
+        content folder it names; returns its id."""
+        body = json.dumps([[e.kind, e.package, list(e.versions), dict(e.detail)] for e in events], separators=(",", ":"))
+        row = self.db.execute(
+            BEGIN_WRITE_STATEMENT,
+            (sorted(package_folders(files)), time, actor, actor_id, json.dumps(dict(files), separators=(",", ":")), body,
+             json.dumps(dict(who or {}), separators=(",", ":"))),
+        ).fetchone()  # fmt: skip
+        return int(row[0])
+
+    def content_tokens(self, folders: Collection[str]) -> dict[str, ContentToken]:
+        """Each folder's token now (a folder never written through registry-gen: generation 0)."""
+        rows = dict(self.db.execute("SELECT folder, generation FROM content_folders WHERE folder = ANY(?)", ([*folders, EVERY_FOLDER],)).fetchall())
+        everywhere = int(rows.get(EVERY_FOLDER, 0))
+        return {folder: (everywhere, int(rows.get(folder, 0))) for folder in folders}
+
+    def move_all_tokens(self) -> None:
+        self.db.execute(MOVE_FOLDERS_STATEMENT, ([EVERY_FOLDER],))
 
     def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]:
         """The pending writes whose writer is gone. Several processes write at once here: a write

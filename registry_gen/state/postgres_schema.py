@@ -70,6 +70,16 @@ LEDGER_STEPS: Final[tuple[tuple[int, str], ...]] = (
         );
         """,
     ),
+    (
+        5,
+        """
+        -- Each content folder's generation, moved by every write that names a key in it (and the
+        -- row '' by writes that name none, and a server's start): registry_gen.state.ledger,
+        -- "Folder tokens". Only grows; never copied by migrate (a new database starts every
+        -- instance afresh).
+        CREATE TABLE content_folders (folder text COLLATE "C" PRIMARY KEY, generation bigint NOT NULL);
+        """,
+    ),
 )
 LEDGER_LATEST: Final = LEDGER_STEPS[-1][0]
 CACHE_VERSION: Final = 1  # any change to CACHE_SCHEMA bumps it: the cache tables are dropped and made again

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from registry_gen.errors import LedgerUnreadable
 from registry_gen.state import heldopen
-from registry_gen.state.ledger import JournalEntry, JournalEvent, OwedPurge, PendingWrite, WriteFiles
+from registry_gen.state.ledger import ContentToken, JournalEntry, JournalEvent, OwedPurge, PendingWrite, WriteFiles
 from registry_gen.state.migrations import LATEST, migrate
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_base import connect, connect_readonly, user_version
@@ -220,6 +220,13 @@ class SqliteLedger:
             )  # fmt: skip
         outcomes = [("done", i) for i in done] + [("aborted", i) for i in aborted]
         self.db.executemany("UPDATE writes SET status = ?, files = '{}', events = '[]' WHERE id = ? AND status = 'pending'", outcomes)
+
+    def content_tokens(self, folders: Collection[str]) -> dict[str, ContentToken]:
+        """None kept on the embedded default (content is a local folder: nothing to sync)."""
+        return {}
+
+    def move_all_tokens(self) -> None:
+        return None
 
     def pending_writes(self, held: Collection[str] = ()) -> list[PendingWrite]:
         """Every pending write: with the one file lock held (registry_gen.state.locks), no other writer is live."""
