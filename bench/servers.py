@@ -18,14 +18,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from tests.support import free_port  # one port chooser for tests and benches: at random below the ephemeral range (tests/support.py)
+
 NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
 WRK = os.environ.get("WRK", "/usr/bin/wrk")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, deadline: float = 60.0) -> None:

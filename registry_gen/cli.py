@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.models import CommandInfo
@@ -25,6 +25,9 @@ from registry_gen import cli_coercion
 from registry_gen.cli_options import ConfigOption
 from registry_gen.errors import RegistryError
 from registry_gen.settings import Settings, default_base_url_warning, load_settings
+
+if TYPE_CHECKING:
+    from registry_gen.build.results import BuildResult
 
 log = logging.getLogger(__name__)
 PLUGIN_GROUP = "registry_gen.commands"
@@ -99,10 +102,35 @@ def build_command(
     for issue in result.errors:
         typer.echo(f"error: {issue}", err=True)
     typer.echo(f"built {settings.out_dir}: {result.summary()}")
+    _purge_caches(settings, result)
     if settings.strict and _lint_fails(settings):
         raise typer.Exit(1)
     if result.errors:
         raise typer.Exit(1)
+
+
+def _purge_caches(settings: Settings, result: BuildResult) -> None:
+    """With `purge:`, the caches in front learn what this build changed, as after an api's write:
+    a build is done when the cache serves it (docs/deploying/caches.md). A failed purge is a
+    warning (the tree is built), kept owed in the state's ledger."""
+    from registry_gen.purge import purger_for
+
+    purger = purger_for(settings)
+    if purger is None:
+        return
+    named, total = list(result.written), getattr(result.written, "total", len(result.written))
+    if total > len(named):
+        typer.echo(
+            f"warning: this build changed {total:,} files, more than a purge names: purge the whole cache in front, "
+            "or it serves the old files until their shared lifetime (purge: shared_max_age) ends", err=True,
+        )  # fmt: skip
+        return
+    failure = purger.send_owed_now([*named, *result.removed])
+    if failure is not None:
+        typer.echo(
+            f"warning: the cache in front was not purged ({failure}); it serves the old files until the purge goes "
+            "through: the purge is kept owed, sent by `registry-gen api` or the next `registry-gen build`", err=True,
+        )  # fmt: skip
 
 
 def _lint_fails(settings: Settings) -> bool:
@@ -343,6 +371,8 @@ def lower_case_prompt_errors() -> None:
 def run_command(args: list[str]) -> int:
     debug = wants_debug(args)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not debug:  # the account commands print their own line; the store's INFO lines are the server log's
+        logging.getLogger("user_api.sqlstore").setLevel(logging.WARNING)
     try:
         cli_coercion.install()  # parsed values skip typer's pydantic adapters where they need none
         lower_case_prompt_errors()

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 TICK_SECONDS: Final = 1.0
 RECONCILE_AFTER_SECONDS: Final = 2.0  # a write this long pending with its writer gone is healed
+FAILURE_LOG_SECONDS: Final = 60.0  # a failure the next turns repeat is logged again at most this often
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +69,7 @@ class Leader:
         self.rebuilds = 0  # completed fenced builds, for tests and the logs
         self._first_seen: dict[int, float] = {}
         self._last_rebuild = float("-inf")
+        self._failing: tuple[str, float, int] | None = None  # the failure last logged, when, and the failed turns since
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="registry-leader", daemon=True)
 
@@ -108,12 +110,25 @@ class Leader:
         except NotLeader:
             return False
         except Exception as exc:  # noqa: BLE001 - the thread must live on; the next turn retries
-            detail = str(exc) if isinstance(exc, (RegistryError, OSError)) else f"{type(exc).__name__}: {exc}"
-            log.warning("the leader's rebuild did not run (the next turn retries): %s", detail)
+            self._log_failure(str(exc) if isinstance(exc, (RegistryError, OSError)) else f"{type(exc).__name__}: {exc}")
             return False
         self._first_seen, self._last_rebuild = {}, time.monotonic()
         self.rebuilds += 1
+        if self._failing is not None:
+            log.warning("the leader's rebuild runs again, after %d failed turn(s)", self._failing[2] + 1)
+            self._failing = None
         return True
+
+    def _log_failure(self, detail: str) -> None:
+        """One line per failure, not per turn: a bucket down for an hour would otherwise log 3,600
+        identical lines; the same failure is logged again every FAILURE_LOG_SECONDS with its count."""
+        now = time.monotonic()
+        if self._failing is not None and self._failing[0] == detail and now - self._failing[1] < FAILURE_LOG_SECONDS:
+            self._failing = (detail, self._failing[1], self._failing[2] + 1)
+            return
+        again = f" ({self._failing[2] + 1} failed turn(s) since the last line)" if self._failing is not None else ""
+        log.warning("the leader's rebuild did not run (the next turn retries): %s%s", detail, again)
+        self._failing = (detail, now, 0)
 
     def _due(self, force: bool) -> bool:
         now = time.monotonic()

@@ -278,6 +278,7 @@ class Purger:
         self._backlog = PurgeTargets()
         self._attempt = 0
         self._timer: threading.Timer | None = None
+        self._next_delay = RETRY_DELAYS[0]  # after the last failed attempt at the owed purges
         self._failing = False
         # One retry of the owed purges at a time in a process: the timer's and the leader's tick
         # would otherwise read the same due rows and send them twice.
@@ -345,9 +346,33 @@ class Purger:
         with self._retrying:
             return self._retry_owed(everything)
 
+    def send_owed_now(self, changed: Iterable[str]) -> str | None:
+        """For a command that exits right after (`registry-gen build`): the purge of `changed` is
+        recorded as owed, then everything owed is sent in one bounded attempt, with no retry
+        thread. Returns why it failed (all of it kept owed in the ledger, for `registry-gen api`'s
+        leader or the next build), or None."""
+        if self.ledger is None:
+            return None
+        self.owe(changed)
+        with self._retrying:
+            _, failure = self._send_owed(everything=True)
+        return failure
+
     def _retry_owed(self, everything: bool) -> int:
+        sent, failure = self._send_owed(everything)
+        if failure is not None:
+            self._failed_owed(failure, self._next_delay)
+            return sent
+        with self.ledger() as journal:  # type: ignore[misc]  # owed but not due yet (a later write joined while this one was sent)
+            if journal.owed_purges(float("inf"), limit=1):
+                self._schedule(RETRY_DELAYS[0])
+        return sent
+
+    def _send_owed(self, everything: bool) -> tuple[int, str | None]:
+        """One attempt at the owed purges (all of them, or those due): how many it settled, and why
+        it failed (then they stay owed, due again after a backoff: `_next_delay`)."""
         now = time.time()
-        with self.ledger() as journal:
+        with self.ledger() as journal:  # type: ignore[misc]
             owed = journal.owed_purges(float("inf") if everything else now)
         expired = [item.id for item in owed if now - item.since > self.settings.shared_max_age]
         live = [item for item in owed if item.id not in expired]
@@ -359,20 +384,16 @@ class Purger:
                 self.purge(targets)
         except Exception as exc:  # noqa: BLE001 - retried later; never a traceback
             self.failed += 1
-            delay = RETRY_DELAYS[min(min(i.attempts for i in live), len(RETRY_DELAYS) - 1)]
-            self._settled(expired, [i.id for i in live], now + delay)
-            self._failed_owed(str(exc) if isinstance(exc, PurgeFailed) else f"{type(exc).__name__}: {exc}", delay)
-            return len(expired)
+            self._next_delay = RETRY_DELAYS[min(min(i.attempts for i in live), len(RETRY_DELAYS) - 1)]
+            self._settled(expired, [i.id for i in live], now + self._next_delay)
+            return len(expired), str(exc) if isinstance(exc, PurgeFailed) else f"{type(exc).__name__}: {exc}"
         self._settled([*expired, *(i.id for i in live)], [], 0.0)
         if live:
             self.purged += 1
             if self._failing:
                 log.warning("cache purge: the cache answers again; %d owed purge(s) sent", len(live))
             self._failing = False
-        with self.ledger() as journal:  # owed but not due yet (a later write joined while this one was sent)
-            if journal.owed_purges(float("inf"), limit=1):
-                self._schedule(RETRY_DELAYS[0])
-        return len(owed)
+        return len(owed), None
 
     def resume(self) -> None:
         """At a start: what a process killed before its purge (or given up with the cache down)

@@ -84,7 +84,7 @@ def write_changes(context: BuildContext, state: BuildSession, cache: Manifests, 
     times: TimesFound = {}
     incoming = phase.incoming_links(to_write) if len(to_write) > 1 else {}
     links_to = HeldIncoming(state, to_write, incoming).links_to
-    jobs = phase.jobs(to_write, plans.relinked | plans.rerender, times, registry_names, links_to)
+    jobs = phase.jobs(to_write, plans.relinked, times, registry_names, links_to, plans.rerender)
     for outcome in phase.run(jobs, registry_names, len(to_write)):
         # Times are stored as each package lands, not all at the end: a first build holds one
         # entry per version otherwise (~150 MB at 1M versions).
@@ -238,12 +238,14 @@ class PackageWriting:
         times: TimesFound,
         registry_names: AbstractSet[str],
         links_to: Callable[[str], set[str]],
+        republish: AbstractSet[str] = frozenset(),
     ) -> Iterator[PackageJob]:
         """The packages whose inputs changed (or whose page links did), one at a time so that memory
         does not grow with the registry. New first-seen times are collected into `times`, stored
         as each package lands. `links_to`: who will link to a package once this build is done (for
         the packages being written, from their manifests: the state knows only the links of the
-        last build)."""
+        last build). `republish`: written whatever their digest says, every file of theirs reported
+        as written (plans.rerender)."""
         for name in names:
             inputs = self.state.package_inputs(name)
             releases, _ = releases_of(inputs)
@@ -253,12 +255,14 @@ class PackageWriting:
                 times[name] = fresh
             digest = package_digest(name, releases, stamps, meta)
             previous = inputs.previous
-            if previous and previous["digest"] == digest and not self.context.full and name not in relinked:
+            if previous and previous["digest"] == digest and not self.context.full and name not in relinked | republish:
                 continue
             dependents = tuple(sorted(n for n in links_to(name) if n in registry_names))
             if not self.context.full:  # a full build knows which lists may be stale without them (write_everything)
                 self.rendered_dependents[name] = dependents
-            yield PackageJob(name, releases, stamps, meta or PackageMeta(name=name), previous or {}, digest, dependents)
+            yield PackageJob(
+                name, releases, stamps, meta or PackageMeta(name=name), previous or {}, digest, dependents, republish=name in republish
+            )
 
     def refresh_dependents(self, names: set[str], registry_names: AbstractSet[str]) -> None:
         """Renders again the package page of each of `names`, whose list of dependents changed (from

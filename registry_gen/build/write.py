@@ -202,6 +202,10 @@ class PackageJob:
     previous: dict[str, Any]
     digest: str
     dependents: tuple[str, ...] = ()  # present packages whose latest version depends on this one
+    # Every file reported as written, changed or not: a write resolved as landed whose tree upload
+    # may never have happened (detect.landed_packages) is uploaded whole, even from a work folder
+    # that already holds what its render writes.
+    republish: bool = False
 
 
 @dataclass
@@ -273,6 +277,8 @@ def write_package_job(context: _WriterContext, job: PackageJob) -> PackageOutcom
         "pages": page_keys,
     }
     fragments = (all_index_fragment(summary), search_fragment(summary, context.settings.base_url))
+    if job.republish:
+        local.written.extend(sorted(set(files) - set(local.written)))
     return PackageOutcome(
         job.name, record, local.written, local.removed, fragments=fragments, new=not job.previous, releases=job.releases,
         listing=listing_of(context.settings, summary),

@@ -184,3 +184,29 @@ def test_the_journal_numbers_writes_in_the_order_they_became_done(any_state_sett
         assert [(e.package, e.actor_id) for e in journal.since(read[-1].seq)] == [("a", "id-a")]
         assert [e.package for e in journal.since(0)] == ["b", "a"] and journal.pending_writes() == []
         assert journal.since(0, limit=1)[0].detail == {"dist-tags": {}}
+
+
+def test_a_write_resolved_as_landed_names_every_file_of_its_package_for_the_readers_tree(settings: Settings) -> None:
+    """A pending write resolved as landed may never have reached the readers' tree (its writer
+    died before the bucket upload, or the bucket refused it), while the work folder it is resolved
+    from already holds the render: the package is rendered again and every file of it is named as
+    written, changed or not, so a tree sink (registry_gen.objectstore.BucketTree) uploads it whole."""
+    from registry_gen.state import JournalEvent
+    from registry_gen.state.ledger import content_digest
+
+    archive = settings.content_dir / "healed" / "healed-1.0.0.tgz"
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(tarball("healed", "1.0.0"))
+    run_build(settings)
+    untouched = run_build(settings)
+    assert list(untouched.written) == []  # nothing pending: an unchanged tree names nothing
+    with open_state(settings).journal() as journal:
+        journal.begin_write(
+            {"healed/healed-1.0.0.tgz": content_digest(archive.read_bytes(), None)},
+            [JournalEvent("package:publish", "healed", ("1.0.0",))], "alice", "acct-alice", "2026-11-29T00:00:00Z",
+        )
+    healed = run_build(settings)
+    written = set(healed.written)
+    assert {"healed/-/healed-1.0.0.tgz", "healed/index.html", "healed/abbreviated.json"} <= written, sorted(written)
+    with open_state(settings).journal() as journal:
+        assert journal.pending_writes() == [] and [e.package for e in journal.since(0)] == ["healed"]

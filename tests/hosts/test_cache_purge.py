@@ -33,7 +33,8 @@ from tests.hosts.clients import ClientRun
 from tests.hosts.servers import api_process, free_port, nginx_server, varnish_server
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.storage.s3servers import forward
-from tests.support import poll
+from tests.core.test_cli_errors import run
+from tests.support import make_tarball, poll
 
 pytestmark = pytest.mark.slow
 NAME = "cache-purge-demo"
@@ -233,3 +234,32 @@ def test_a_purge_cut_off_by_a_sigkill_after_the_render_is_sent_by_the_restarted_
             assert latest == "1.1.0", f"the restarted api never sent the owed purge ({taken:.0f} s)"
             poll(lambda: owed_purges(registry.config) == [], "the owed purge settled", 10)
 
+
+
+def test_a_cli_build_purges_what_it_changed_and_owes_what_the_cache_refused(tmp_path: Path) -> None:
+    """`registry-gen build` with `purge:` (an operator dropping archives into content/, no api):
+    the cache in front serves the new version as soon as the command returns. Before, only the
+    api's writes, watch mode and the refresher purged: Varnish kept serving the cached document
+    for its whole shared lifetime. With the purge pointed where nothing listens, the build still
+    succeeds, says so in one warning line, and the purge is owed in the ledger."""
+    with cached_registry(tmp_path / "cached", api=False) as registry:
+        root = registry.config.parent
+        make_tarball(root / "content", NAME, "1.0.0")
+        first = run(["build", "--config", str(registry.config)], root)
+        assert first.returncode == 0 and "warning" not in first.stderr, first.stderr
+        assert _latest(registry.cache)[0] == "1.0.0"
+        assert _latest(registry.cache) == ("1.0.0", "HIT")
+        make_tarball(root / "content", NAME, "1.1.0")
+        second = run(["build", "--config", str(registry.config)], root)
+        assert second.returncode == 0 and "warning" not in second.stderr, second.stderr
+        assert _latest(registry.cache)[0] == "1.1.0"  # before: ('1.0.0', 'HIT') for s-maxage
+        assert owed_purges(registry.config) == []
+    with cached_registry(tmp_path / "refused", purge_port=free_port(), api=False) as registry:
+        root = registry.config.parent
+        make_tarball(root / "content", NAME, "1.0.0")
+        refused = run(["build", "--config", str(registry.config)], root)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 0 and len(lines) == 1, refused.stderr
+        assert lines[0].startswith("warning: the cache in front was not purged (") and "Traceback" not in refused.stderr
+        (owed,) = owed_purges(registry.config)  # the api's leader (or the next build) sends it
+        assert {NAME, "-"} <= set(owed), owed

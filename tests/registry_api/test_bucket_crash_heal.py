@@ -27,8 +27,8 @@ pytestmark = pytest.mark.slow
 
 
 def _changes(site: Any, name: str) -> list[list[str]]:
-    """The journal feed's publish entries of `name` (asked of B, the live one), as versions."""
-    return [entry["versions"] for entry in change_feed(site.apis[1].base) if entry["name"] == name and entry["kind"] == "package:publish"]
+    """The journal feed's publish entries of `name` (asked of the last instance: B, the live one), as versions."""
+    return [entry["versions"] for entry in change_feed(site.apis[-1].base) if entry["name"] == name and entry["kind"] == "package:publish"]
 
 
 @pytest.mark.parametrize("point", ["after-write", "after-upload"])
@@ -117,3 +117,39 @@ def test_a_tree_upload_the_bucket_refused_is_healed_by_the_leader_once_it_answer
             assert poll(healed, 60), "the leader never uploaded the write the bucket had refused"
             assert_tarballs_in_bucket(site, "refused-pkg")
             assert _changes(site, "refused-pkg") == [["1.0.0"], ["1.1.0"]]
+
+
+def test_a_lone_instance_restarted_after_a_refused_upload_uploads_the_write_from_its_intact_work_folder(
+    postgres: Any, tmp_path: Path  # noqa: F811
+) -> None:
+    """One instance: its publish's tree upload is refused (503, the write pending), then it dies and
+    comes back on the same work folder once the bucket answers. Its start resolves the write as
+    landed and renders the package again; the work folder already holds that render, so before,
+    nothing of it counted as written and the bucket kept serving 1.0.0 until the package's next
+    write (the journal said done). Now every file of a re-rendered package is uploaded."""
+    refusing, refused, upstream = [False], [], [""]
+    handler = type("Handler", (TreeRefusingProxy,), {"upstream": upstream, "refusing": refusing, "refused": refused})
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as proxy_port:
+
+        def endpoint_of(_: int, endpoint: str) -> str:
+            upstream[0] = endpoint.removeprefix("http://")
+            return f"http://127.0.0.1:{proxy_port}"
+
+        with bucket_site("moto", postgres_state_url(postgres), tmp_path, hosts=("a",), endpoint_of=endpoint_of) as site:
+            (a,) = site.apis
+            token = add_user(a.base, "alice", "alice-password-1")
+            assert http("PUT", a.base + "lone-pkg", token=token, body=publish_body("lone-pkg", "1.0.0", tarball("lone-pkg", "1.0.0"))).status == 201
+            refusing[0] = True
+            reply = http("PUT", a.base + "lone-pkg", token=token, body=publish_body("lone-pkg", "1.1.0", tarball("lone-pkg", "1.1.0")), timeout=120)
+            assert reply.status == 503 and refused, (reply.status, reply.body)
+            a.kill()
+            assert sorted(served_versions(site, "lone-pkg")) == ["1.0.0"]
+            refusing[0] = False
+            a.start()  # the same work folder, the bucket answering
+
+            def healed() -> bool:
+                return "1.1.0" in served_versions(site, "lone-pkg")
+
+            assert poll(healed, 30), f"the bucket still serves {sorted(served_versions(site, 'lone-pkg'))} after the restart"
+            assert_tarballs_in_bucket(site, "lone-pkg")
+            assert _changes(site, "lone-pkg") == [["1.0.0"], ["1.1.0"]]

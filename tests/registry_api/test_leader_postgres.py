@@ -238,3 +238,39 @@ def test_the_leader_sends_a_purge_an_instance_owed_when_it_died(postgres: Postgr
         assert [r.method for r in records] == ["PURGE"]
         with open_state(settings).journal() as journal:
             assert journal.owed_purges(float("inf")) == []
+
+
+def test_a_failure_every_turn_is_logged_once_then_its_end(postgres: PostgresServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    """The leader retries every second while a part is down (a bucket, the tree's store): the log
+    gets one line for the failure, not one per turn, and one line when the rebuild runs again."""
+    from registry_gen.build import run_build
+    from registry_gen.leader import Leader
+    from registry_gen.settings import Settings
+
+    settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
+                        database_url=postgres_state_url(postgres))  # fmt: skip
+    (tmp_path / "content").mkdir()
+    run_build(settings)
+    leader = Leader(settings)
+    working = leader.rewrite
+
+    class BucketDown:
+        purger = None
+
+        def __call__(self) -> None:
+            raise OSError("the tree bucket answered 503 SlowDown")
+
+    leader._due = lambda force: True  # type: ignore[method-assign]  # a write pending every turn
+    try:
+        leader.rewrite = BucketDown()  # type: ignore[assignment]
+        with caplog.at_level("WARNING", logger="registry_gen.leader"):
+            assert [leader.work(force=True) for _ in range(5)] == [False] * 5
+            leader.rewrite = working
+            assert leader.work(force=True)
+    finally:
+        leader.stop()
+    lines = [record.getMessage() for record in caplog.records if record.name == "registry_gen.leader"]
+    assert lines == [
+        "the leader's rebuild did not run (the next turn retries): the tree bucket answered 503 SlowDown",
+        "the leader's rebuild runs again, after 5 failed turn(s)",
+    ]
