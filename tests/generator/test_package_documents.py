@@ -16,6 +16,7 @@ from registry_gen.build import write as write_phase
 from registry_gen.hosting import tag_documents
 from registry_gen.packument import abbreviate, dumps
 from registry_gen.settings import Settings
+from registry_gen.state.sqlite_manifests import ManifestCache
 from registry_gen.writer import gzip_bytes
 from tests.support import make_tarball
 
@@ -68,3 +69,23 @@ def test_package_documents_are_the_serialised_documents(settings: Settings) -> N
         else:
             assert sibling.read_bytes() == document.packed and gzip.decompress(document.packed) == document.data
     assert documents["@scope/docs/index.html"].packed is not None
+
+
+def test_the_pages_extras_do_not_fetch_the_manifests_they_do_not_use(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A version's README and file list come from the manifest cache without its manifest's bytes
+    (the pages have the manifest in the document): a full build fetches a version's manifest for
+    its document and for the dependency links, not also for its page and the package's README."""
+    fetched: list[str] = []
+    original = ManifestCache.manifest
+
+    def counting(self: ManifestCache, shasum: str) -> bytes | None:
+        fetched.append(shasum)
+        return original(self, shasum)
+
+    monkeypatch.setattr(ManifestCache, "manifest", counting)
+    for name in ("alpha", "beta", "gamma"):
+        make_tarball(settings.content_dir, name, "1.0.0", files={"README.md": f"# {name} readme\n", "index.js": ""})
+    assert run_build(settings).errors == []
+    assert len(fetched) <= 2 * 3  # was 4 a version
+    page = (settings.out_dir / "-/web/package/beta/v/1.0.0/index.html").read_text(encoding="utf-8")
+    assert "beta readme</h1>" in page
