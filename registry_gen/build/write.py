@@ -3,9 +3,10 @@ for big builds. What to write comes in a PackageJob; what was written goes back 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,15 +127,16 @@ def _write_package(
     settings = context.settings
     built, tarballs = _write_tarballs(context, job, result)
     tags = choose_dist_tags(job.releases, job.meta.dist_tags)
-    latest = load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True, manifest=False) if tags else {}
+    extras = _extras_loader(context, job)
+    latest = extras(tags["latest"]) if tags else site.VersionExtras()
     packument = build_packument(
         job.name, built, job.meta, base_url=settings.base_url,
-        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"), signer=context.signer,
+        readme=latest.readme, readme_filename=latest.readme_filename, signer=context.signer,
     )
     files = [*tarballs, *_write_documents(settings, packument, result)]
     page_keys: dict[str, str] = {}
     if job.releases:
-        site_files, page_keys = _write_site(context, job, packument, result)
+        site_files, page_keys = _write_site(context, job, packument, result, extras)
         files.extend(site_files)
     for stale in sorted(set(job.previous.get("files", [])) - set(files)):
         if remove_tree(settings.out_dir, stale):
@@ -173,8 +175,20 @@ def _write_documents(settings: Settings, packument: dict[str, Any], result: File
     return files
 
 
+def _extras_loader(context: _WriterContext, job: PackageJob) -> Callable[[str], site.VersionExtras]:
+    """A version's README and file list from the manifest cache. The latest version's are asked
+    twice in a row, for the document's README and then for the package page: read once."""
+
+    @functools.lru_cache(maxsize=1)
+    def load(version: str) -> site.VersionExtras:
+        return version_extras(context.cache, job.releases[version], context.settings)
+
+    return load
+
+
 def _write_site(
-    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: FileChanges
+    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: FileChanges,
+    extras: Callable[[str], site.VersionExtras],
 ) -> tuple[list[str], dict[str, str]]:
     """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
     kept as they are. Returns every page the package owns and each version's input key."""
@@ -187,7 +201,7 @@ def _write_site(
         registry_names=context.registry_names,
         tarball_sizes={version: record.tarball_size for version, record in job.releases.items()},
         dependents=job.dependents,
-        extras=lambda version: version_extras(context.cache, job.releases[version], settings),
+        extras=extras,
         previous_keys=on_disk,
     )
     for relative, data in rendered.pages.items():

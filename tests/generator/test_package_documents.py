@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from typing import Any
 
 import pytest
 
@@ -71,21 +72,25 @@ def test_package_documents_are_the_serialised_documents(settings: Settings) -> N
     assert documents["@scope/docs/index.html"].packed is not None
 
 
-def test_the_pages_extras_do_not_fetch_the_manifests_they_do_not_use(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_reads_each_version_s_cache_entry_no_more_than_it_uses(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """A version's README and file list come from the manifest cache without its manifest's bytes
-    (the pages have the manifest in the document): a full build fetches a version's manifest for
-    its document and for the dependency links, not also for its page and the package's README."""
-    fetched: list[str] = []
-    original = ManifestCache.manifest
+    (the pages have the manifest in the document), and the latest version's README is read once
+    for the document and the pages: a full build fetches a version's manifest for its document
+    and for the dependency links, its README once."""
+    fetched: dict[str, list[str]] = {"manifest": [], "readme": []}
+    for method, seen in fetched.items():
+        original = getattr(ManifestCache, method)
 
-    def counting(self: ManifestCache, shasum: str) -> bytes | None:
-        fetched.append(shasum)
-        return original(self, shasum)
+        def counting(self: ManifestCache, shasum: str, original: Any = original, seen: list[str] = seen) -> Any:
+            seen.append(shasum)
+            return original(self, shasum)
 
-    monkeypatch.setattr(ManifestCache, "manifest", counting)
+        monkeypatch.setattr(ManifestCache, method, counting)
     for name in ("alpha", "beta", "gamma"):
         make_tarball(settings.content_dir, name, "1.0.0", files={"README.md": f"# {name} readme\n", "index.js": ""})
     assert run_build(settings).errors == []
-    assert len(fetched) <= 2 * 3  # was 4 a version
+    assert len(fetched["manifest"]) <= 2 * 3  # was 4 a version
+    assert len(fetched["readme"]) == 3  # was 2 a version
     page = (settings.out_dir / "-/web/package/beta/v/1.0.0/index.html").read_text(encoding="utf-8")
     assert "beta readme</h1>" in page
+    assert json.loads((settings.out_dir / "beta/index.html").read_bytes())["readme"] == "# beta readme\n"
