@@ -137,10 +137,12 @@ def load_cached(
 ) -> dict[str, Any]:
     """{"manifest": ...} of one archive (unless not asked: the pages' extras have it already),
     plus "readme" and "readmeFilename", and "files", when asked."""
-    body = cache.manifest(record.shasum or "")
-    stored = cache.readme(record.shasum or "") if readme and body is not None else None
-    listing = cache.files(record.shasum or "") if files and body is not None else None
-    missing = body is None or (readme and stored is None) or (files and listing is None)
+    # The manifest's bytes only when asked (the pages' extras ask for README and files): its row
+    # is there exactly when the README's is (one row of the same table).
+    body = cache.manifest(record.shasum or "") if manifest else None
+    stored = cache.readme(record.shasum or "") if readme and (body is not None or not manifest) else None
+    listing = cache.files(record.shasum or "") if files and (body is not None or not manifest) else None
+    missing = (manifest and body is None) or (readme and stored is None) or (files and listing is None)
     if missing:
         # The cache went missing (a cleaned tree) or predates file lists: read this one archive again.
         fresh, cached = _read_again(settings, record)

@@ -3,9 +3,10 @@ for big builds. What to write comes in a PackageJob; what was written goes back 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,21 +66,56 @@ def _holds(target: Path, record: ArchiveRecord) -> bool:
 
 
 DOCUMENT_GZIP_LEVEL = 6  # level 9 took a third more time for 0.2 % smaller documents (bench/PROFILE.md)
+# A gzip member of any non-empty input is at least 21 bytes (18 of header and trailer, 3 of deflate:
+# its first symbol is a literal, then the end of block): a document this short never gets a
+# smaller sibling, so it is not compressed to find out (a dist-tags document is ~20 bytes).
+GZIP_NEVER_SMALLER = 21
 
 
-def _write_json_pair(out_dir: Path, relative: str, data: bytes, settings: Settings, written: list[str]) -> list[str]:
-    """Writes a document and, where it is smaller, its gzip sibling; returns the files it owns.
-    A tiny document (a dist-tags one) compresses to more bytes than it has: it gets no sibling,
-    and nginx's gzip_static and `serve` send the plain file (a stale sibling goes with the
-    package's other files that are no longer its own)."""
-    if write_if_changed(out_dir / relative, data):
-        written.append(relative)
-    packed = gzip_bytes(data, DOCUMENT_GZIP_LEVEL) if settings.gzip else None
-    if packed is None or len(packed) >= len(data):
-        return [relative]
-    if write_if_changed(out_dir / (relative + ".gz"), packed):
-        written.append(relative + ".gz")
-    return [relative, relative + ".gz"]
+@dataclass(frozen=True)
+class DocumentFile:
+    """One package document as the tree holds it: its path, its bytes, and its gzip sibling's
+    bytes where that is smaller than the document (None: no sibling)."""
+
+    relative: str
+    data: bytes
+    packed: bytes | None
+
+
+def package_documents(packument: Mapping[str, Any], *, gzip: bool) -> list[DocumentFile]:
+    """The package's documents, pure: the full and abbreviated ones, the dist-tags, one per tag
+    (GET /<name>/<tag>), each with its gzip sibling when `gzip` and smaller. A tiny document
+    (a dist-tags one) compresses to more bytes than it has: nginx's gzip_static and `serve` then
+    send the plain file."""
+    base = package_dir(packument["name"])
+    documents = [
+        (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
+        (f"{base}/{ABBREVIATED_FILE}", dumps(abbreviate(packument))),
+        (f"-/package/{base}/dist-tags", dumps(packument["dist-tags"])),
+        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),
+    ]
+    return [DocumentFile(relative, data, gzip_sibling(data) if gzip else None) for relative, data in documents]
+
+
+def gzip_sibling(data: bytes) -> bytes | None:
+    """A document's gzip sibling, or None where it would not be smaller than the document."""
+    if len(data) <= GZIP_NEVER_SMALLER:
+        return None
+    packed = gzip_bytes(data, DOCUMENT_GZIP_LEVEL)
+    return packed if len(packed) < len(data) else None
+
+
+def _write_document(out_dir: Path, document: DocumentFile, written: list[str]) -> list[str]:
+    """Writes a document and its gzip sibling, if it has one; returns the files it owns (a stale
+    sibling goes with the package's other files that are no longer its own)."""
+    if write_if_changed(out_dir / document.relative, document.data):
+        written.append(document.relative)
+    if document.packed is None:
+        return [document.relative]
+    sibling = document.relative + ".gz"
+    if write_if_changed(out_dir / sibling, document.packed):
+        written.append(sibling)
+    return [document.relative, sibling]
 
 
 def _write_package(
@@ -91,15 +127,16 @@ def _write_package(
     settings = context.settings
     built, tarballs = _write_tarballs(context, job, result)
     tags = choose_dist_tags(job.releases, job.meta.dist_tags)
-    latest = load_cached(context.cache, job.releases[tags["latest"]], settings, readme=True, manifest=False) if tags else {}
+    extras = _extras_loader(context, job)
+    latest = extras(tags["latest"]) if tags else site.VersionExtras()
     packument = build_packument(
         job.name, built, job.meta, base_url=settings.base_url,
-        readme=latest.get("readme"), readme_filename=latest.get("readmeFilename"), signer=context.signer,
+        readme=latest.readme, readme_filename=latest.readme_filename, signer=context.signer,
     )
     files = [*tarballs, *_write_documents(settings, packument, result)]
     page_keys: dict[str, str] = {}
     if job.releases:
-        site_files, page_keys = _write_site(context, job, packument, result)
+        site_files, page_keys = _write_site(context, job, packument, result, extras)
         files.extend(site_files)
     for stale in sorted(set(job.previous.get("files", [])) - set(files)):
         if remove_tree(settings.out_dir, stale):
@@ -131,21 +168,27 @@ def _write_tarballs(context: _WriterContext, job: PackageJob, result: FileChange
 
 
 def _write_documents(settings: Settings, packument: dict[str, Any], result: FileChanges) -> list[str]:
-    """The full and abbreviated documents, the dist-tags, one document per tag (GET /<name>/<tag>)."""
-    base = package_dir(packument["name"])
+    """The package's documents (package_documents) into the tree; returns the files they own."""
     files = []
-    for relative, data in (
-        (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
-        (f"{base}/{ABBREVIATED_FILE}", dumps(abbreviate(packument))),
-        (f"-/package/{base}/dist-tags", dumps(packument["dist-tags"])),
-        *((f"{base}/{tag}/{PACKUMENT_FILE}", dumps(doc)) for tag, doc in tag_documents(packument).items()),
-    ):
-        files.extend(_write_json_pair(settings.out_dir, relative, data, settings, result.written))
+    for document in package_documents(packument, gzip=settings.gzip):
+        files.extend(_write_document(settings.out_dir, document, result.written))
     return files
 
 
+def _extras_loader(context: _WriterContext, job: PackageJob) -> Callable[[str], site.VersionExtras]:
+    """A version's README and file list from the manifest cache. The latest version's are asked
+    twice in a row, for the document's README and then for the package page: read once."""
+
+    @functools.lru_cache(maxsize=1)
+    def load(version: str) -> site.VersionExtras:
+        return version_extras(context.cache, job.releases[version], context.settings)
+
+    return load
+
+
 def _write_site(
-    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: FileChanges
+    context: _WriterContext, job: PackageJob, packument: dict[str, Any], result: FileChanges,
+    extras: Callable[[str], site.VersionExtras],
 ) -> tuple[list[str], dict[str, str]]:
     """Writes the package's HTML pages; a version's pages still on disk from the same inputs are
     kept as they are. Returns every page the package owns and each version's input key."""
@@ -158,7 +201,7 @@ def _write_site(
         registry_names=context.registry_names,
         tarball_sizes={version: record.tarball_size for version, record in job.releases.items()},
         dependents=job.dependents,
-        extras=lambda version: version_extras(context.cache, job.releases[version], settings),
+        extras=extras,
         previous_keys=on_disk,
     )
     for relative, data in rendered.pages.items():
