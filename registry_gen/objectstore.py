@@ -349,9 +349,10 @@ class ObjectStore:
         settings.out_dir.mkdir(parents=True, exist_ok=True)
         with holding_build_lock(settings.lock_file, lock_timeout), open_state(settings).registry_lock(lock_timeout):
             fetched = self.mirror.sync()
-            result = build_locked(settings)
+            result = build_locked(settings, settle_listings=False)
         log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
         self.tree.publish(result)
+        open_state(settings).settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded
         return result
 
 
