@@ -371,6 +371,8 @@ def lower_case_prompt_errors() -> None:
 def run_command(args: list[str]) -> int:
     debug = wants_debug(args)
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not debug:  # the account commands print their own line; the store's INFO lines are the server log's
+        logging.getLogger("user_api.sqlstore").setLevel(logging.WARNING)
     try:
         cli_coercion.install()  # parsed values skip typer's pydantic adapters where they need none
         lower_case_prompt_errors()

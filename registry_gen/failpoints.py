@@ -9,6 +9,8 @@ leaves behind. Off unless the environment says otherwise; never set it in produc
                                                 before its build rendered them (commit, no render)
     REGISTRY_GEN_FAILPOINT=before-purge:kill    SIGKILL after a write was rendered (and uploaded),
                                                 before the caches in front are purged
+    REGISTRY_GEN_FAILPOINT=before-rename:kill   SIGKILL when a named temp file is written, before
+                                                it takes its target's name (registry_gen.writer)
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The only code that changes the output tree: atomic writes (a new file written unnamed in its folder
-and linked to its name; a replacement through a temp file in the same folder + rename)."""
+and linked to its name; a replacement through a named temp file + rename).
+
+A named temp file goes into the TEMP_FOLDER of the nearest folder above its target that has one
+(the roots content/, the tree and the state folder get one at a server's start,
+`sweep_temp_files`), not beside its target: what a killed write leaves is then in one folder per
+root, and a start empties those folders instead of walking every folder of the registry."""
 
 from __future__ import annotations
 
@@ -16,18 +21,56 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
+
+from registry_gen.failpoints import failpoint
+
+
+TEMP_FOLDER = ".registry-gen-temp"
+
+
+def _temp_path(path: Path | str) -> str:
+    """A fresh temp name for a file that will be renamed to `path`: in the temp folder of the
+    nearest root above it, else beside it."""
+    folder, name = os.path.split(path)
+    try:
+        folder = _temp_folder(os.path.abspath(folder or "."))
+    except LookupError:
+        pass
+    return os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+
+
+@functools.lru_cache(maxsize=4096)
+def _temp_folder(folder: str) -> str:
+    """The TEMP_FOLDER of `folder` or of its nearest ancestor that has one (a stat per folder up
+    to it, then remembered); LookupError where none has one, which is not remembered: a root
+    marked later is seen at the next write."""
+    candidate = os.path.join(folder, TEMP_FOLDER)
+    if os.path.isdir(candidate):
+        return candidate
+    parent = os.path.dirname(folder)
+    if parent == folder:
+        raise LookupError(folder)
+    return _temp_folder(parent)
+
+
+def _forget_temp_folders() -> None:
+    """After a temp folder was not there (its root removed): look again."""
+    _temp_folder.cache_clear()
 
 
 def _open_temp(path: Path | str) -> tuple[int, str]:
-    """A new temp file beside `path`, open for writing, mode 0644 whatever the umask. Its folder
-    is made only when the open says it is missing: one mkdir per new folder, not a stat and a
-    mkdir per file (a full build writes ~12 files per package)."""
-    folder, name = os.path.split(path)
+    """A new named temp file for `path` (_temp_path), open for writing, mode 0644 whatever the
+    umask. A folder is made only when the open says it is missing: one mkdir per new folder,
+    not a stat and a mkdir per file (a full build writes ~12 files per package)."""
+    folder = os.path.dirname(path)
     for _ in range(100):
-        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        temp = _temp_path(path)
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
+            if os.path.dirname(temp) != folder:
+                _forget_temp_folders()
             _make_folder(folder)
             continue
         except FileExistsError:
@@ -91,13 +134,13 @@ _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENO
 
 
 def _open_unnamed(folder: str) -> int | None:
-    """A new unnamed file in `folder` (made if missing), open for writing, mode 0644 whatever the
-    umask; None where the file system cannot make one."""
+    """A new unnamed file in `folder` (made if missing), open for writing (and reading: the no-/proc
+    fallback copies it), mode 0644 whatever the umask; None where the file system cannot make one."""
     if not _O_TMPFILE:
         return None
     for attempt in range(2):
         try:
-            fd = os.open(folder or ".", _O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+            fd = os.open(folder or ".", _O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
             if attempt:
                 raise
@@ -133,14 +176,16 @@ def _link_unnamed(fd: int, path: str) -> bool | None:
 
 
 def _link_as_replacement(fd: int, path: str) -> None:
-    """The unnamed file `fd` replaces the existing `path`: linked to a temp name beside it, then
-    renamed over it (linkat cannot replace)."""
-    folder, name = os.path.split(path)
+    """The unnamed file `fd` replaces the existing `path`: linked to a temp name (_temp_path),
+    then renamed over it (linkat cannot replace)."""
     for _ in range(100):
-        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        temp = _temp_path(path)
         try:
             os.link(f"/proc/self/fd/{fd}", temp, src_dir_fd=fd, follow_symlinks=True)
         except FileExistsError:
+            continue
+        except FileNotFoundError:  # the temp folder went with its root: beside the target, as anywhere unmarked
+            _forget_temp_folders()
             continue
         _rename_or_remove(temp, path)
         return
@@ -149,19 +194,32 @@ def _link_as_replacement(fd: int, path: str) -> None:
 
 def _rename_or_remove(temp: str, path: str | Path) -> None:
     try:
-        os.replace(temp, path)
+        _into_place(os.replace, temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
 
 
+def _into_place(move: Callable[[str, str], None], temp: str, path: str | Path) -> None:
+    """`move` (rename or link) the temp file to `path`, making `path`'s folder if it is new: a
+    temp file named in its root's temp folder did not make it."""
+    failpoint("before-rename")
+    try:
+        move(temp, str(path))
+    except FileNotFoundError:
+        if not os.path.exists(temp):
+            raise
+        _make_folder(os.path.dirname(path))
+        move(temp, str(path))
+
+
 def _write_atomically(path: Path, fill: Callable[[int], None], durable: bool, new: bool = True) -> None:
     """`fill` writes the new bytes into a file that takes the name `path` only once complete:
     readers see the old file or the new one (or none), never a half-written one. `new` (no
     file is known there): the file is written unnamed and linked to `path`; else, or where the
-    file system cannot, through a temp file beside it and a rename. Durable: the file and its
-    folder entry reach the disk before this returns."""
+    file system cannot, through a named temp file (_temp_path) and a rename. Durable: the file
+    and its folder entry reach the disk before this returns."""
     fd = _open_unnamed(os.path.dirname(path)) if new else None
     if fd is None:
         _write_through_temp(path, fill, durable)
@@ -171,12 +229,62 @@ def _write_atomically(path: Path, fill: Callable[[int], None], durable: bool, ne
             linked = _link_unnamed(fd, str(path))
             if linked is False:
                 _link_as_replacement(fd, str(path))
+            elif linked is None:  # no /proc: the unnamed file's bytes, the temp file way (a stream cannot fill twice)
+                _write_through_temp(path, lambda target: _copy_into(fd, target), durable)
         finally:
             os.close(fd)
-        if linked is None:  # no /proc: fill again, the temp file way
-            _write_through_temp(path, fill, durable)
     if durable:
         fsync_dir(path.parent)
+
+
+def create_exclusive(path: Path, data: bytes, *, durable: bool = False) -> bool:
+    """Writes `path` only if nothing has that name (False then): readers see no file or the
+    whole one, and of two writers at once one wins. Unnamed and linked where the system can,
+    else a named temp file (_temp_path) linked to `path` and then unlinked."""
+    fd = _open_unnamed(os.path.dirname(path))
+    try:
+        if fd is not None:
+            _fill_file(fd, lambda out: _write_all(out, data), durable)
+            linked = _link_unnamed(fd, str(path))
+            if linked is not None:
+                return _created(path, linked, durable)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return _created(path, _link_through_temp(path, data, durable), durable)
+
+
+def _link_through_temp(path: Path, data: bytes, durable: bool) -> bool:
+    fd, temp = _open_temp(path)
+    try:
+        _fill_file(fd, lambda out: _write_all(out, data), durable)
+        os.close(fd)
+        fd = -1
+        _into_place(os.link, temp, path)
+    except FileExistsError:
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+    return True
+
+
+def _created(path: Path, linked: bool, durable: bool) -> bool:
+    if linked and durable:
+        fsync_dir(path.parent)
+    return linked
+
+
+def atomic_write_stream(path: Path, stream: BinaryIO, block: int = 1 << 20) -> None:
+    """`stream`'s bytes into `path` (as atomic_write_bytes), `block` bytes held at a time."""
+
+    def fill(fd: int) -> None:
+        while data := stream.read(block):
+            _write_all(fd, data)
+
+    _write_atomically(path, fill, durable=False)
 
 
 def _fill_file(fd: int, fill: Callable[[int], None], durable: bool) -> None:
@@ -291,17 +399,51 @@ _OUR_TEMP = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 def sweep_temp_files(*roots: Path) -> list[Path]:
     """Removes the temp files a killed write left under `roots`; call with the build lock held
-    (no write is in progress then). Returns what was removed."""
-    removed = []
+    (no write is in progress then). A root with its TEMP_FOLDER has them all there: that one
+    folder is emptied. A root without one (new, or written by a version that put temp files
+    beside their targets) gets it first, then one walk of the whole root for the older ones.
+    Returns what was removed."""
+    removed: list[Path] = []
     for root in roots:
-        if not root.is_dir():
-            continue
-        for folder, _dirs, files in os.walk(root):
-            for name in files:
-                if _OUR_TEMP.match(name):
-                    path = Path(folder) / name
-                    path.unlink(missing_ok=True)
-                    removed.append(path)
+        temp = root / TEMP_FOLDER
+        if temp.is_dir():
+            removed.extend(_empty_folder(temp))
+        elif root.is_dir():
+            _make_temp_folder(temp)  # first: a write from now on names its temp file there, not where the walk has been
+            removed.extend(_swept_walk(root))
+    return removed
+
+
+def _make_temp_folder(temp: Path) -> None:
+    with contextlib.suppress(FileExistsError):
+        temp.mkdir()
+    fsync_dir(temp.parent)
+    _forget_temp_folders()
+
+
+def _empty_folder(folder: Path) -> list[Path]:
+    """Everything in `folder` (only temp files are ever put there), which stays."""
+    removed = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _swept_walk(root: Path) -> list[Path]:
+    """The temp files beside their targets under `root`, removed (older versions' layout)."""
+    removed = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if _OUR_TEMP.match(name):
+                path = Path(folder) / name
+                path.unlink(missing_ok=True)
+                removed.append(path)
     return removed
 
 
@@ -329,7 +471,7 @@ class _Replacement:
         if same_bytes(Path(self.temp), self.path):
             os.unlink(self.temp)
             return False
-        os.replace(self.temp, self.path)
+        _into_place(os.replace, self.temp, self.path)
         return True
 
     def discard(self) -> None:

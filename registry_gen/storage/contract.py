@@ -9,10 +9,6 @@ files, probes), never content, and listings leave them out.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -21,6 +17,7 @@ from typing import BinaryIO, Protocol
 from registry_gen.errors import BrokenMeta, InvalidManifest
 from registry_gen.meta import META_FILENAME, PackageMeta, dump_meta, parse_meta
 from registry_gen.names import package_dir, tarball_filename
+from registry_gen.writer import atomic_write_stream
 
 SPOOL_BLOCK = 1 << 20  # bytes per read when a stream is copied to a file
 
@@ -123,15 +120,5 @@ def is_content_key(key: str) -> bool:
 
 
 def spool_stream(stream: BinaryIO, target: Path) -> None:
-    """`stream`'s bytes into `target` through a temp file beside it, renamed at the end: a reader
-    of `target` sees the old file or the whole new one."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        with open(temp, "wb") as handle:
-            shutil.copyfileobj(stream, handle, SPOOL_BLOCK)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-        raise
+    """`stream`'s bytes into `target`, atomically (a reader sees the old file or the whole new one)."""
+    atomic_write_stream(target, stream, SPOOL_BLOCK)

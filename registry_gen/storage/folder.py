@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from registry_gen.errors import VersionConflict
 from registry_gen.storage.contract import StoredObject, checked_key, is_content_key
-from registry_gen.writer import atomic_copy, atomic_write_bytes, fsync_dir
+from registry_gen.writer import atomic_copy, atomic_write_bytes, create_exclusive, fsync_dir
 
 
 class FolderStorage:
-    """Every write: temp file + fsync + rename (replace) or hard link (create) + fsync of the folder."""
+    """Every write is atomic and durable (registry_gen.writer): a replace renames, a create links (+ fsync of the folder)."""
 
     atomic_create = True  # a hard link fails when the name exists, across threads and processes alike
 
@@ -57,30 +55,10 @@ class FolderStorage:
                 yield StoredObject(key, stat.st_size, f"{stat.st_size}-{stat.st_mtime_ns}")
 
     def create(self, key: str, data: bytes) -> None:
-        """Writes a temp file, then links it to its name: the link fails if the name exists, so two
-        writers (threads or processes) can never both create one key."""
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            os.fchmod(fd, 0o644)  # the umask may have narrowed it; the build and nginx read it
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-            os.close(fd)
-            fd = -1
-            try:
-                os.link(temp, path)
-            except FileExistsError as exc:
-                raise VersionConflict(f"{key} already exists in content/") from exc
-        finally:
-            if fd >= 0:
-                os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-        fsync_dir(path.parent)
+        """Links the written file to its name: the link fails if the name exists, so two writers
+        (threads or processes) can never both create one key."""
+        if not create_exclusive(self._path(key), data, durable=True):
+            raise VersionConflict(f"{key} already exists in content/")
 
     def replace(self, key: str, data: bytes) -> None:
         atomic_write_bytes(self._path(key), data, durable=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import io
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -16,7 +18,17 @@ from typing import Any
 import pytest
 
 from registry_gen import writer
-from registry_gen.writer import atomic_copy, atomic_write_bytes, remove_tree, write_if_changed
+from registry_gen.writer import (
+    TEMP_FOLDER,
+    atomic_copy,
+    atomic_write_bytes,
+    atomic_write_stream,
+    create_exclusive,
+    remove_tree,
+    sweep_temp_files,
+    write_if_changed,
+    write_streams_if_changed,
+)
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -261,3 +273,123 @@ def test_new_folders_cost_a_mkdir_each_and_no_stat(tmp_path: Path, monkeypatch: 
     with pytest.raises(NotADirectoryError):
         atomic_write_bytes(tmp_path / "flat" / "doc.json", b"{}")
     assert (tmp_path / "flat").read_bytes() == b"a file in the way"
+
+
+# The start's sweep (issue 29 restarts): named temp files live in one folder per root.
+
+
+def _tree(root: Path, folders: int) -> None:
+    for index in range(folders):
+        (root / f"p{index}" / "-").mkdir(parents=True)
+        (root / f"p{index}" / "-" / "doc.json").write_bytes(b"{}")
+
+
+def _listed_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    listed: list[str] = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path=".": (listed.append(str(path)), real_scandir(path))[1])
+    return listed
+
+
+def test_a_start_sweep_lists_one_folder_per_marked_root_however_big_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    roots = [tmp_path / "content", tmp_path / "public"]
+    for root in roots:
+        _tree(root, 40)
+    assert sweep_temp_files(*roots) == []  # the first start: each root marked, then walked once
+    assert all((root / TEMP_FOLDER).is_dir() for root in roots)
+    listed = _listed_by(monkeypatch)
+    assert sweep_temp_files(*roots, tmp_path / "absent") == []
+    assert sorted(listed) == sorted(str(root / TEMP_FOLDER) for root in roots)
+
+
+def test_an_unmarked_root_is_walked_once_for_what_older_versions_left_beside_their_targets(tmp_path: Path) -> None:
+    root = tmp_path / "public"
+    _tree(root, 3)
+    old = root / "p1" / "-" / ".doc.json.0a1b2c3d.tmp"
+    old.write_bytes(b"{half")
+    assert sweep_temp_files(root) == [old]
+    assert not old.exists() and (root / "p1" / "-" / "doc.json").read_bytes() == b"{}"
+    old.write_bytes(b"{half")  # not something any write names once the root is marked: not looked for
+    assert sweep_temp_files(root) == []
+
+
+def _named_temp_folders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folder of every temp file renamed or linked into place."""
+    folders: list[str] = []
+    for name in ("replace", "link"):
+        real = getattr(os, name)
+
+        def moved(source: Any, target: Any, *args: Any, real: Any = real, **kwargs: Any) -> None:
+            if str(source).endswith(".tmp"):
+                folders.append(os.path.dirname(source))
+            real(source, target, *args, **kwargs)
+
+        monkeypatch.setattr(writer.os, name, moved)
+    return folders
+
+
+def test_every_named_temp_file_under_a_marked_root_is_in_its_temp_folder(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = folder / "public"
+    (root / "a" / "b").mkdir(parents=True)
+    sweep_temp_files(root)
+    atomic_write_bytes(root / "a" / "b" / "doc.json", b"one")
+    moved = _named_temp_folders(monkeypatch)
+    assert write_if_changed(root / "a" / "b" / "doc.json", b"two")  # a replacement: temp + rename
+    atomic_write_bytes(root / "a" / "b" / "doc.json", b"three")  # unnamed, then a link refused: temp + rename
+    assert write_streams_if_changed({root / "a" / "all.json": [b"[", b"]"]}, gzip_level=9)  # streamed: temp + rename
+    assert moved == [str(root / TEMP_FOLDER)] * 4
+    assert (root / "a" / "b" / "doc.json").read_bytes() == b"three" and (root / "a" / "all.json").read_bytes() == b"[]"
+    assert list((root / TEMP_FOLDER).iterdir()) == []
+
+
+def test_a_temp_folder_removed_with_its_root_sends_temp_files_beside_their_targets(tmp_path: Path) -> None:
+    root = tmp_path / "public"
+    root.mkdir()
+    sweep_temp_files(root)
+    write_if_changed(root / "doc.json", b"one")
+    assert write_if_changed(root / "doc.json", b"two")  # the temp folder is known now
+    shutil.rmtree(root)
+    atomic_write_bytes(root / "doc.json", b"new")
+    assert write_if_changed(root / "doc.json", b"newer")
+    assert (root / "doc.json").read_bytes() == b"newer"
+    assert sorted(p.name for p in root.iterdir()) == ["doc.json"]  # no temp folder made again: only a sweep marks a root
+
+
+def test_a_new_folder_under_a_marked_root_is_made_for_a_temp_file_renamed_into_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "public"
+    root.mkdir()
+    sweep_temp_files(root)
+    real_open = os.open
+
+    def no_tmpfile(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & writer._O_TMPFILE == writer._O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, "no O_TMPFILE", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(writer.os, "open", no_tmpfile)
+    atomic_write_bytes(root / "new" / "deep" / "doc.json", b"one", durable=True)
+    assert create_exclusive(root / "other" / "key.tgz", b"two", durable=True)
+    assert not create_exclusive(root / "other" / "key.tgz", b"three")
+    assert (root / "new" / "deep" / "doc.json").read_bytes() == b"one" and (root / "other" / "key.tgz").read_bytes() == b"two"
+    assert list((root / TEMP_FOLDER).iterdir()) == []
+
+
+def test_create_exclusive_links_an_unnamed_file_and_never_replaces(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    named: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(writer.os, "open", lambda path, flags, *a, **k: (named.append(str(path)) if flags & os.O_CREAT else None, real_open(path, flags, *a, **k))[1])
+    assert create_exclusive(folder / "p" / "p-1.0.0.tgz", b"first", durable=True)
+    assert not create_exclusive(folder / "p" / "p-1.0.0.tgz", b"second")
+    assert (folder / "p" / "p-1.0.0.tgz").read_bytes() == b"first"
+    assert named == [] and sorted(p.name for p in (folder / "p").iterdir()) == ["p-1.0.0.tgz"]
+
+
+def test_a_stream_is_written_whole_even_where_it_must_go_through_a_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without /proc the unnamed file cannot be linked: its bytes are copied, as a stream cannot be read twice.
+    def no_proc(source: Any, target: Any, **kwargs: Any) -> None:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", source)
+
+    monkeypatch.setattr(writer.os, "link", no_proc)
+    atomic_write_stream(tmp_path / "f" / "a.tgz", io.BytesIO(b"x" * 300_000), block=4096)
+    assert (tmp_path / "f" / "a.tgz").read_bytes() == b"x" * 300_000
+    assert sorted(p.name for p in (tmp_path / "f").iterdir()) == ["a.tgz"]

@@ -5,6 +5,9 @@ on SQLite and PostgreSQL; and the same actions on the API (`/user/{id}/tokens`).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +156,20 @@ def test_api_disable_by_an_admin_revokes_the_tokens(api: Api) -> None:
     api.put("/user", body, token=root_token, status=200)
     api.get("/user", token=alice_token, status=401)
     assert api.store.list_tokens(alice.id) == []
+
+
+def test_account_commands_print_their_own_line_and_no_log_line(tmp_path: Path) -> None:
+    """`user add` and `user remove` each say what they did once: the store's INFO lines ("user
+    created: id=…", "user deleted: id=…"), meant for the server's log, stayed on stderr beside them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+
+    def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "registry_gen", *args], cwd=tmp_path, env=env, input=stdin,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    assert cli("init", "--base-url", "http://127.0.0.1:9/", ".").returncode == 0
+    added = cli("user", "add", "bob", "--password-stdin", stdin="bob-password-1\nbob-password-1\n")
+    removed = cli("user", "remove", "bob", "--yes")
+    assert added.returncode == 0 and "created user bob" in added.stdout, added.stderr
+    assert removed.returncode == 0 and "removed bob" in removed.stdout, removed.stderr
+    assert "INFO" not in added.stderr + removed.stderr, added.stderr + removed.stderr
