@@ -3,9 +3,10 @@
 Several `registry-gen api` processes share one state. What concerns the whole registry rather
 than one write is the leader's, so it happens once and in order whatever the number of instances:
 
-- rewriting `-/all` and `-/search.json` (the IndexRefresher's job on one machine): every write's
-  build only marks them stale in the state; the leader rewrites them at most every
-  `index_refresh_seconds`;
+- rewriting `-/all` and `-/search.json` (the IndexRefresher's job on one machine), and the
+  listing pages a write touched (the front page, browse pages, search shards and leaves): every
+  write's build only marks them stale in the state, in its transaction; the leader renders them,
+  uploads and purges them, then settles their marks, at most every `index_refresh_seconds`;
 - reconciling: a write journalled pending whose writer is gone (a process killed between its
   commit and its render) is resolved, and its package rendered, by the leader's next build once
   it has been seen pending for RECONCILE_AFTER_SECONDS, instead of waiting for some later write.
@@ -135,8 +136,9 @@ class Leader:
         with self.state.journal() as journal:
             pending = [write.id for write in journal.pending_writes()]
         due, self._first_seen = due_writes(pending, self._first_seen, now, 0.0 if force else self.settle)
-        stale = self.state.whole_documents_stale() and (force or now - self._last_rebuild >= self.delay)
-        return bool(due) or stale
+        if not (force or now - self._last_rebuild >= self.delay):
+            return bool(due)
+        return bool(due) or self.state.whole_documents_stale() or self.state.listings_stale()
 
 
 def start_leader(settings: Settings, objects: ObjectStore | None = None) -> Leader | None:

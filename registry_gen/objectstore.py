@@ -410,9 +410,10 @@ class ObjectStore:
             with state.journal() as journal:  # files put into the bucket by hand: every instance lists again
                 journal.move_all_tokens()
             fetched = self.mirror.sync()
-            result = build_locked(settings)
+            result = build_locked(settings, settle_listings=False)
         log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
         self.tree.publish(result)
+        open_state(settings).settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded
         return result
 
 

@@ -21,6 +21,7 @@ from registry_gen.build.results import BuildResult
 from registry_gen.objectstore import ObjectStore
 from registry_gen.purge import Purger, purger_for
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +47,15 @@ class WholeRewrite:
     def __call__(self) -> BuildResult:
         if self.objects is not None:
             self.objects.sync_pending(self.settings)
-        result = run_build(self.settings, changed=[])  # nothing changed: it writes what the state marks stale
+        # Nothing changed: it writes what the state marks stale (the listing pages writes left on
+        # PostgreSQL too, whose marks are settled only once the pages are uploaded and purged: a
+        # kill before leaves them marked for the next rewrite).
+        result = run_build(self.settings, changed=[], settle_listings=False)
         if self.objects is not None:
             self.objects.tree.publish(result)
         if self.purger is not None:
             self.purger.after_build(result.written, result.removed)
+        open_state(self.settings).settle_stale_listings(result.stale_listings)
         return result
 
 

@@ -11,6 +11,8 @@ or a deploy. Each problem names the file and the rule it breaks:
   spelling-unresolved                                 every URL spelling of a name reaches the document
   web-page-missing                                    the package's HTML page
   index-missing, index-json, index-mismatch, gzip-mismatch       indexes and .gz siblings
+  (notes, never a failure: index-refresh-pending, listings-refresh-pending: what a server's writes
+  left to its refresh, `-/all` and, on PostgreSQL, the listing pages)
   dependency-missing                                  a dependency of a `latest` version the tree cannot satisfy
 
 The dependency closure (dependency-missing): every `dependencies`, `optionalDependencies` and
@@ -122,6 +124,12 @@ def verify_tree(
             report.notes.append(TreeProblem(problem.path, "index-refresh-pending", pending + "; `registry-gen build` rewrites it now"))
         else:
             report.problems.append(problem)
+    if state.listings_stale():  # not a problem: the front page, browse pages and shards follow a write
+        report.notes.append(TreeProblem(
+            "-/web", "listings-refresh-pending",
+            "writes left listing pages (front page, browse pages, search shards) to the leader of the api instances, "
+            "which renders them within index_refresh_seconds",
+        ))  # fmt: skip
     report.problems += check_gzip_siblings(out_dir)
     closure = check_dependency_closure(out_dir, names, allow_external=allow_external, proxied=proxied)
     report.problems += closure.problems

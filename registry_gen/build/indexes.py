@@ -41,8 +41,8 @@ from registry_gen.hosting import LEGACY_SEARCH_FOLDER, STATIC_EXTRAS
 from registry_gen.layout import ALL_DOCUMENT, LEGACY_FULL_SEARCH_FILE, SEARCH_DOCUMENT
 from registry_gen.packument import all_index_chunks, search_document_chunks
 from registry_gen.settings import Settings
-from registry_gen.state import ListingMemory
-from registry_gen.state.records import BuildStart, Leaf, LeafHood, LeafOp, ListedAt, ListingMove, ListingPlace
+from registry_gen.state import BuildListings, ListingMemory
+from registry_gen.state.records import BuildStart, Leaf, LeafHood, LeafOp, ListedAt, ListingMove, ListingPlace, StalePage
 from registry_gen.writer import gzip_bytes, remove_tree, write_if_changed, write_streams_if_changed
 
 
@@ -159,6 +159,27 @@ class ListingChanges:
         for op in move.leaf_ops:
             self._note_op(op, splits)
 
+    @property
+    def touched(self) -> bool:
+        return self.front or bool(self.ranges or self.pages or self.shards or self.leaves)
+
+    def stale_pages(self) -> list[StalePage]:
+        """What these changes touched, as the pages a deferring build leaves to the rewrite."""
+        pages = [StalePage("front", "")] if self.front else []
+        pages += [StalePage("range", key) for key in sorted(self.ranges)] + [StalePage("page", key) for key in sorted(self.pages)]
+        pages += [StalePage("shard", key) for key in sorted(self.shards)]
+        return pages + [StalePage("leaf", key, bound) for key, bound in sorted(self.leaves)]
+
+    def take(self, pages: Iterable[StalePage]) -> None:
+        """Adds the pages earlier builds left (stale_pages' inverse): rendered with this build's."""
+        for page in pages:
+            if page.kind == "front":
+                self.front = True
+            elif page.kind == "leaf":
+                self.leaves.add((page.key, page.bound))
+            else:
+                {"range": self.ranges, "page": self.pages, "shard": self.shards}[page.kind].add(page.key)
+
     def _note_op(self, op: LeafOp, splits: Mapping[str, str]) -> None:
         if op.kind in ("insert", "delete", "split", "join"):
             self.shards.add(op.key)
@@ -182,9 +203,13 @@ class IndexWriter:
     """Writes the listing documents one build's changes name (all of them in a full build):
     each browse page at most once per build, however many changed keys walk through it."""
 
-    def __init__(self, settings: Settings, state: ListingMemory) -> None:
+    def __init__(self, settings: Settings, state: ListingMemory, *, name_unchanged: bool = False) -> None:
         self.settings, self.state, self.out = settings, state, settings.out_dir
         self.files = FileChanges()
+        # Pages another instance's write left: this work folder's copy may equal what is rendered
+        # now while the tree bucket holds another version (or an upload of it failed before), so
+        # each is named written, and uploaded, whatever this folder held.
+        self.name_unchanged = name_unchanged
         self.browse_pages: dict[str, list[str] | None] = {}  # page -> what write_browse_page returned
 
     def write_listings(self, changes: ListingChanges, *, full: bool, every_shard: bool) -> FileChanges:
@@ -307,7 +332,7 @@ class IndexWriter:
 
     def write_files(self, files: Mapping[str, bytes]) -> None:
         for relative, data in files.items():
-            if write_if_changed(self.out / relative, data):
+            if write_if_changed(self.out / relative, data) or self.name_unchanged:
                 self.files.written.append(relative)
 
     def remove(self, relative: str) -> None:
@@ -368,26 +393,45 @@ def _shards_on_disk(out: Path) -> set[str]:
 
 @dataclass(frozen=True)
 class Indexed:
-    """What phase 5 wrote, and whether -/all and -/search.json are left stale for the refresher."""
+    """What phase 5 wrote, whether -/all and -/search.json are left stale for the refresher, and
+    the stale pages earlier builds left that it rendered (to be settled once they are visible)."""
 
     files: FileChanges
     whole_stale: bool
+    rendered_stale: tuple[StalePage, ...] = ()
 
 
 def write_indexes(
-    context: BuildContext, state: ListingMemory, changes: ListingChanges, start: BuildStart, *, packages_changed: bool, defer_whole: bool
-) -> Indexed:
+    context: BuildContext, state: BuildListings, changes: ListingChanges, start: BuildStart, *, packages_changed: bool, defer_whole: bool,
+    defer_listings: bool = False,
+) -> Indexed:  # fmt: skip
     """Phase 5: the fixed files of a full build, the listing documents the changes touched, and
-    -/all and -/search.json now, or marked stale for the refresher (`defer_whole`)."""
+    -/all and -/search.json now, or marked stale for the refresher (`defer_whole`). With
+    `defer_listings` (a write's build on PostgreSQL), the listing pages the changes touched are
+    only marked stale in the state, for the leader; a build without it renders those marks too."""
     settings, files = context.settings, FileChanges()
     if context.full:
         files.absorb(write_fixed_files(settings))
-    if changes.front or context.full or start.shards_stale:
-        every_shard = context.full or start.shards_stale
-        files.absorb(IndexWriter(settings, state).write_listings(changes, full=context.full, every_shard=every_shard))
+    every_shard = context.full or start.shards_stale
+    rendered: tuple[StalePage, ...] = ()
+    if defer_listings and not every_shard:
+        if changes.touched:
+            state.mark_listings_stale(changes.stale_pages())
+    else:
+        if not defer_listings:
+            rendered = tuple(state.stale_listings())
+            changes.take(rendered)
+        if changes.touched or every_shard:
+            writer = IndexWriter(settings, state, name_unchanged=bool(rendered))
+            files.absorb(writer.write_listings(changes, full=context.full, every_shard=every_shard))
+    whole = _whole_documents(context, state, start, packages_changed=packages_changed, defer_whole=defer_whole)
+    files.absorb(whole.files)
+    return Indexed(files, whole.whole_stale, rendered)
+
+
+def _whole_documents(context: BuildContext, state: ListingMemory, start: BuildStart, *, packages_changed: bool, defer_whole: bool) -> Indexed:
     if not (packages_changed or context.full or start.whole_stale):
-        return Indexed(files, whole_stale=False)
+        return Indexed(FileChanges(), whole_stale=False)
     if defer_whole and not context.full:
-        return Indexed(files, whole_stale=True)
-    files.absorb(write_whole_documents(settings, state))
-    return Indexed(files, whole_stale=False)
+        return Indexed(FileChanges(), whole_stale=True)
+    return Indexed(write_whole_documents(context.settings, state), whole_stale=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from registry_gen.state.records import StalePage
+
 
 @dataclass(frozen=True)
 class BuildIssue:
@@ -75,6 +77,9 @@ class BuildResult:
     errors: list[BuildIssue] = field(default_factory=list)
     refused: int = 0  # archives of content/ not served: unreadable, unaddressable, or in conflict
     seconds: float = 0.0
+    # Listing pages earlier builds left to the rewrite, rendered by this one and not yet settled:
+    # the caller settles them (State.settle_stale_listings) once its files are visible (uploaded).
+    stale_listings: tuple[StalePage, ...] = ()
 
     @property
     def rebuilt(self) -> int:

@@ -31,7 +31,7 @@ from registry_gen.errors import ContentMissing
 from registry_gen.keyring import publish_keys, recorded_keys
 from registry_gen.settings import Settings
 from registry_gen.state import BuildSession, Manifests, open_state
-from registry_gen.state.records import BuildReport
+from registry_gen.state.records import BuildReport, StalePage
 from registry_gen.statedir import move_state_out_of_tree
 
 if TYPE_CHECKING:  # filelock loads for the lock's other holders, or when the build has to wait for it
@@ -47,6 +47,7 @@ def run_build(
     on_lock_wait: Callable[[], None] | None = None,
     full: bool = False,
     defer_whole: bool = False,
+    settle_listings: bool = True,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
@@ -57,7 +58,10 @@ def run_build(
     `on_lock_wait` is called once when another process holds the lock and this build waits.
     `full`: write every package again (after a key rotation: re-sign everything with the new key).
     `defer_whole`: leave -/all and -/search.json, which list every package, to an IndexRefresher
-    (only the long-running writers pass it: somebody must refresh them).
+    (only the long-running writers pass it: somebody must refresh them); on PostgreSQL it leaves the
+    listing pages its changes touched too, marked in the state for the leader (registry_gen.leader).
+    A build without it renders the pages marked so; `settle_listings` False: their marks are kept,
+    named in `BuildResult.stale_listings`, for a caller that settles them once its files are uploaded.
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -66,7 +70,7 @@ def run_build(
         )
     settings.out_dir.mkdir(parents=True, exist_ok=True)  # as build_lock() does
     with holding_build_lock(settings.lock_file, lock_timeout, on_lock_wait), open_state(settings).registry_lock(lock_timeout):
-        return _build_locked(settings, progress, changed, full, defer_whole)
+        return _build_locked(settings, progress, changed, full, defer_whole, settle_listings=settle_listings)
 
 
 def build_lock(settings: Settings) -> FileLock:
@@ -81,14 +85,18 @@ def build_locked(
     settings: Settings, changed: Iterable[str | Path] | None = None, *, defer_whole: bool = False, writing: int | None = None,
     held: Collection[str] = (),
     fence: Callable[[], None] | None = None,
+    settle_listings: bool = True,
 ) -> BuildResult:  # fmt: skip
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
     the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken.
     `writing`: the journalled write in progress, which this build leaves pending (its writer
     finishes it); any other pending write whose writer is gone is resolved (`held`: the packages
     whose lock the caller holds, registry_gen.state.ledger). `fence`: called just before the state
-    commits; whatever it raises rolls the build's state back (the write service's lock check)."""
-    return _build_locked(settings, None, changed, defer_whole=defer_whole, writing=writing, held=held, fence=fence)
+    commits; whatever it raises rolls the build's state back (the write service's lock check).
+    `settle_listings`: as run_build's."""
+    return _build_locked(
+        settings, None, changed, defer_whole=defer_whole, writing=writing, held=held, fence=fence, settle_listings=settle_listings
+    )
 
 
 def _build_locked(
@@ -100,6 +108,7 @@ def _build_locked(
     writing: int | None = None,
     held: Collection[str] = (),
     fence: Callable[[], None] | None = None,
+    settle_listings: bool = True,
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -112,7 +121,9 @@ def _build_locked(
         raise
     try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
-            result, dropped = _build_in_transaction(settings, session, manifests, progress, changed, full, defer_whole, writing, held)
+            result, dropped = _build_in_transaction(
+                settings, session, manifests, progress, changed, full, defer_whole, writing, held, settle_listings
+            )
             if fence is not None:
                 fence()
             session.commit()
@@ -136,6 +147,7 @@ def _build_in_transaction(
     defer_whole: bool = False,
     writing: int | None = None,
     held: Collection[str] = (),
+    settle_listings: bool = True,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
@@ -159,19 +171,28 @@ def _build_in_transaction(
         report = state.build_report()
         outcomes = write_changes(context, state, cache, plans, detected.start.unwritten)
     packages_changed = outcomes.rebuilt_count > 0 or outcomes.package_set_changed
-    indexed = write_indexes(context, state, outcomes.listing, detected.start, packages_changed=packages_changed, defer_whole=defer_whole)
-    result = _result(reading, outcomes, indexed, state, report, plan_errors)
+    # The listing pages wait for the leader only on PostgreSQL: the embedded default's one writer renders them.
+    defer_listings = defer_whole and settings.database_url is not None
+    indexed = write_indexes(
+        context, state, outcomes.listing, detected.start, packages_changed=packages_changed, defer_whole=defer_whole,
+        defer_listings=defer_listings,
+    )  # fmt: skip
+    if settle_listings:  # else the caller settles them once the files are uploaded
+        state.settle_stale_listings(indexed.rendered_stale)
+    unsettled = () if settle_listings else indexed.rendered_stale
+    result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled)
     publish_keys(settings, state, context.signer, result.written, keys_before)
     state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
 
 
 def _result(
-    reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, report: BuildReport, plan_errors: list[BuildIssue]
-) -> BuildResult:
+    reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, report: BuildReport, plan_errors: list[BuildIssue],
+    unsettled: tuple[StalePage, ...] = (),
+) -> BuildResult:  # fmt: skip
     """Phase 6: the build's report, from what each phase returned and what the state keeps."""
     packages, versions = state.totals()
-    result = BuildResult(packages=packages, versions=versions, archives_read=reading.archives_read)
+    result = BuildResult(packages=packages, versions=versions, archives_read=reading.archives_read, stale_listings=unsettled)
     for files in (outcomes.files, indexed.files):
         result.written.absorb(files.written)  # type: ignore[attr-defined]
         result.removed.absorb(files.removed)  # type: ignore[attr-defined]

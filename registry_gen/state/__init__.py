@@ -41,9 +41,10 @@ from registry_gen.state.records import (
     PackageBefore,
     PackageInputs,
     PackageWrite,
+    StalePage,
 )
 
-__all__ = ["BuildSession", "Journal", "JournalEntry", "JournalEvent", "Manifests", "State", "StateView", "open_state"]
+__all__ = ["BuildListings", "BuildSession", "Journal", "JournalEntry", "JournalEvent", "Manifests", "State", "StateView", "open_state"]
 
 
 class ContentMemory(Protocol):
@@ -109,7 +110,18 @@ class ListingMemory(Protocol):
     def whole_document_fragments(self, column: str, batch: int = 1000) -> Iterable[bytes]: ...
 
 
-class BuildSession(ContentMemory, PackageMemory, ListingMemory, Protocol):
+class BuildListings(ListingMemory, Protocol):
+    """The listing pages a write's build leaves to the registry-wide rewrite instead of rendering
+    them (on PostgreSQL, for the leader: registry_gen.leader), kept in the build's transaction. One
+    entry per page however many writes name it. The embedded default renders them in the write
+    and keeps none (`mark_listings_stale` is never asked of it)."""
+
+    def mark_listings_stale(self, pages: Iterable[StalePage]) -> None: ...
+    def stale_listings(self) -> list[StalePage]: ...  # each with the marking read
+    def settle_stale_listings(self, pages: Iterable[StalePage]) -> None: ...  # those markings only
+
+
+class BuildSession(ContentMemory, PackageMemory, BuildListings, Protocol):
     """One build's view of the ledger and the cache, in one transaction of each: `begin_build`
     opens them, `commit` commits the ledger first and the cache second (a crash between leaves the
     ledger ahead; the next build, trusting it, converges), `close` rolls back what was not."""
@@ -155,6 +167,8 @@ class State(Protocol):
     def journal(self) -> Journal: ...  # a context manager too: `with state.journal() as journal:`
     def search_pieces(self, needles: list[str], *, listed_only: bool) -> list[bytes]: ...
     def whole_documents_stale(self) -> bool: ...
+    def listings_stale(self) -> bool: ...  # any listing page left to the rewrite (BuildListings)
+    def settle_stale_listings(self, pages: Iterable[StalePage]) -> None: ...  # once the rewrite's files are visible
     # issue 28 (additive): the write lock's contract (registry_gen.state.locks), and what a whole
     # build holds besides the tree's file lock (the database's registry-wide lock, if any)
     def write_lock(self, lock_file: Path) -> WriteLock: ...

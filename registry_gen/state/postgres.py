@@ -15,15 +15,16 @@ CONNECT_TIMEOUT_SECONDS.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from registry_gen.state.postgres_base import POOL, PgDb
-from registry_gen.state.postgres_cache import PgManifests, PgSession
+from registry_gen.state.postgres_base import LISTINGS, LOCK_REGISTRY, POOL, PgDb
+from registry_gen.state.postgres_cache import PgManifests, PgSession, settle_stale_listings
 from registry_gen.state.postgres_ledger import PgLedger
 from registry_gen.state.postgres_locks import PgWriteLock
 from registry_gen.state.postgres_schema import prepare
+from registry_gen.state.records import StalePage
 from registry_gen.state.sqlite_schema import WHOLE_STALE
 
 PREPARED: set[str] = set()  # database URLs whose schema this process brought up to date
@@ -85,6 +86,28 @@ class PostgresState:
         db = self.connect()
         try:
             return [bytes(row[0]) for row in db.execute(sql + " ORDER BY name", needles)]
+        finally:
+            db.close()
+
+    def listings_stale(self) -> bool:
+        db = self.connect()
+        try:
+            return bool(db.execute("SELECT EXISTS (SELECT 1 FROM stale_listings)").fetchone()[0])
+        finally:
+            db.close()
+
+    def settle_stale_listings(self, pages: Iterable[StalePage]) -> None:
+        """After the rewrite's files are visible: its rows go, under the listings lock (a write's
+        marks wait, and a row it marked again meanwhile keeps its new marking)."""
+        wanted = list(pages)
+        if not wanted:
+            return
+        db = self.connect()
+        try:
+            db.begin()
+            db.lock(LOCK_REGISTRY, LISTINGS)
+            settle_stale_listings(db, wanted)
+            db.commit()
         finally:
             db.close()
 

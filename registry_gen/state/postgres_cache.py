@@ -16,7 +16,7 @@ from typing import Any
 from registry_gen.state.postgres_base import LISTINGS, LOCK_REGISTRY, PgDb
 from registry_gen.state.postgres_ledger import PgLedger
 from registry_gen.state.postgres_listings import PgListings
-from registry_gen.state.records import ARCHIVE_FIELDS, ArchiveRecord, CachedManifest, ListingMove, PackageBefore
+from registry_gen.state.records import ARCHIVE_FIELDS, ArchiveRecord, CachedManifest, ListingMove, PackageBefore, StalePage
 from registry_gen.state.sqlite_manifests import ManifestCache
 
 _FULL_BUILD_TABLES = """
@@ -42,6 +42,23 @@ DELETE FROM metas;
 DELETE FROM meta_duplicates;
 DELETE FROM issues
 """
+
+
+_MARK_STALE = (
+    "INSERT INTO stale_listings (kind, key, bound) SELECT * FROM unnest(?::text[], ?::text[], ?::text[])"
+    " ON CONFLICT (kind, key, bound) DO UPDATE SET mark = excluded.mark"
+)
+
+
+def settle_stale_listings(db: PgDb, pages: Iterable[StalePage]) -> None:
+    """Drops the rows of `pages` still at the marking they were read with (one statement)."""
+    wanted = [(page.kind, page.key, page.bound, page.mark) for page in pages]
+    if wanted:
+        db.execute(
+            "DELETE FROM stale_listings s USING unnest(?::text[], ?::text[], ?::text[], ?::bigint[]) AS v (kind, key, bound, mark)"
+            " WHERE s.kind = v.kind AND s.key = v.key AND s.bound = v.bound AND s.mark = v.mark",
+            [list(column) for column in zip(*wanted)],
+        )
 
 
 class PgSession(PgListings):
@@ -88,6 +105,21 @@ class PgSession(PgListings):
     def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
         self.lock_listings()
         super().finish_build(fingerprint, whole_stale=whole_stale)
+
+    # -- listing pages left to the leader (postgres_schema's ledger step 6): under the listings lock,
+    # so a write's marks and the pages rendered from the listings are of one order
+
+    def mark_listings_stale(self, pages: Iterable[StalePage]) -> None:
+        self.lock_listings()
+        self.db.execute(_MARK_STALE, [list(column) for column in zip(*((p.kind, p.key, p.bound) for p in pages))])
+
+    def stale_listings(self) -> list[StalePage]:
+        self.lock_listings()
+        rows = self.db.execute("SELECT kind, key, bound, mark FROM stale_listings ORDER BY kind, key, bound")
+        return [StalePage(kind, key, bound, int(mark)) for kind, key, bound, mark in rows]
+
+    def settle_stale_listings(self, pages: Iterable[StalePage]) -> None:
+        settle_stale_listings(self.db, pages)
 
     # -- what a forgotten content held (a full build after a change of generator or settings)
 

@@ -80,6 +80,21 @@ LEDGER_STEPS: Final[tuple[tuple[int, str], ...]] = (
         CREATE TABLE content_folders (folder text COLLATE "C" PRIMARY KEY, generation bigint NOT NULL);
         """,
     ),
+    (
+        6,
+        """
+        -- Listing pages (front page, browse pages, search shards and leaves) a write's build left to
+        -- the leader instead of rendering them (registry_gen.leader): one row per page however many
+        -- writes name it. Marking a page again gives it a new `mark`, so the leader, which settles
+        -- the rows it rendered once their files are uploaded, keeps a marking made meanwhile. Owed
+        -- work, like owed_purges: a kill of any instance after its write committed loses none of it.
+        CREATE SEQUENCE stale_listing_marks;
+        CREATE TABLE stale_listings (
+            kind text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL, bound text COLLATE "C" NOT NULL DEFAULT '',
+            mark bigint NOT NULL DEFAULT nextval('stale_listing_marks'), PRIMARY KEY (kind, key, bound)
+        );
+        """,
+    ),
 )
 LEDGER_LATEST: Final = LEDGER_STEPS[-1][0]
 CACHE_VERSION: Final = 1  # any change to CACHE_SCHEMA bumps it: the cache tables are dropped and made again

@@ -117,6 +117,21 @@ class ListingMove:
 
 
 @dataclass(frozen=True, slots=True)
+class StalePage:
+    """A listing page a write's build left to the registry-wide rewrite (on PostgreSQL: the
+    leader's, registry_gen.leader) instead of rendering it: `kind` is `front` (the front page),
+    `range` (every browse page on the path of browse key `key`), `page` (the browse page listing
+    `key`), `shard` (search shard `key`, its leaves cut or joined) or `leaf` (the leaf of shard
+    `key` starting at `bound`). `mark`: which marking of it was read; a write marking it again
+    meanwhile gives it another, so what the rewrite rendered is settled and that marking kept."""
+
+    kind: str
+    key: str
+    bound: str = ""
+    mark: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PackageInputs:
     """Everything the state knows of one package that its plan and its write need: the row of its
     last write (None: never written), the archives that claim it, the served versions' pins, the

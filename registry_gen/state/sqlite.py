@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from registry_gen.layout import STATE_DATABASE
 from registry_gen.state.locks import FileWriteLock
+from registry_gen.state.records import StalePage
 from registry_gen.state.sqlite_base import connect_readonly, user_version
 from registry_gen.state.sqlite_cache import BuildState
 from registry_gen.state.sqlite_schema import LEGACY_STATE_FILE, SCHEMA_VERSION, WHOLE_STALE
@@ -88,6 +89,12 @@ class SqliteState:
             return []  # being recreated by a build: nothing to answer from yet
         finally:
             db.close()
+
+    def listings_stale(self) -> bool:
+        return False  # the embedded default renders its listing pages in the write (BuildListings)
+
+    def settle_stale_listings(self, pages: Iterable[StalePage]) -> None:
+        return None
 
     def whole_documents_stale(self) -> bool:
         """Whether a write left -/all and -/search.json for its server's refresher (read-only look)."""

@@ -38,6 +38,7 @@ from registry_gen.state.records import (
     PackageBefore,
     PackageInputs,
     PackageWrite,
+    StalePage,
 )
 from registry_gen.state.sqlite_base import connect_readonly, first_column, user_version
 from registry_gen.state.sqlite_schema import SCHEMA_VERSION, SHARDS_STALE, STATE_SCHEMA, WHOLE_STALE, open_database
@@ -169,6 +170,17 @@ class BuildState(ListingTables):
         """What the next build starts from: this build's fingerprint (the one it started from: a
         template edited meanwhile makes the next build redo it) and what it left stale."""
         self.set_settings({"fingerprint": fingerprint, SHARDS_STALE: "", WHOLE_STALE: "1" if whole_stale else ""})
+
+    # -- listing pages left to the rewrite: none here, the embedded default renders them in the write
+
+    def mark_listings_stale(self, pages: Iterable[StalePage]) -> None:
+        raise NotImplementedError("the embedded state renders its listing pages in the write's build")
+
+    def stale_listings(self) -> list[StalePage]:
+        return []
+
+    def settle_stale_listings(self, pages: Iterable[StalePage]) -> None:
+        return None
 
     def build_report(self) -> BuildReport:
         """Every refusal the state keeps, for the build's result (its totals: `totals`)."""

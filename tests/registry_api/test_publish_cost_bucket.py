@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from registry_gen import site
 from registry_gen.objectstore import ObjectStore, open_object_store
-from registry_gen.refresher import IndexRefresher
+from registry_gen.refresher import IndexRefresher, WholeRewrite
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
 from registry_gen.writes import WriteService
 from tests.conftest import postgres_state_url
 from tests.registry_api.test_publish_cost_postgres import ALICE, _served_versions, _upload
@@ -102,6 +104,41 @@ def test_a_publish_to_the_bucket_sends_each_changed_object_once_and_reads_back_n
     # The meta read once under the lock (the bucket is the truth: another instance may have written
     # it); the package folder listed once (the synced files' stat is the objects' LastModified).
     assert len(reads) <= 1 and len([r for r in sent if r.operation == "ListObjectsV2"]) <= 1, listing
+
+
+# The requests of one new version's publish (the reader's GET, the meta's and the archive's PUTs,
+# the sync's LIST, then the tree: the tarball, the package's documents, its version document,
+# dist-tags and its own two pages). 20 while the write's build also rendered and uploaded the
+# registry-wide pages (the front page, the browse page, the four search shards), now the leader's.
+REQUESTS_PER_PUBLISH = 14
+REGISTRY_WIDE = (f"{site.WEB_ROOT}/index.html", f"{site.BROWSE_ROOT}/", f"{site.SEARCH_SHARD_ROOT}/")
+
+
+def test_a_publish_to_the_bucket_leaves_the_registry_wide_pages_to_the_leader(bucket_service: tuple[WriteService, ObjectStore]) -> None:
+    """No front page, browse page or search shard in the write's path: they are marked stale in the
+    state, in the write's transaction, and rendered, uploaded and settled by the rewrite."""
+    service, objects = bucket_service
+    for warm in ("alpha-kit", "beta-kit", "paged-kit"):
+        service.publish(_upload(service.settings, warm, "1.0.0"), ALICE)
+    WholeRewrite(service.settings, objects)()  # what the warm-up left, rendered
+    state = open_state(service.settings)
+    assert not state.listings_stale()
+    sent = recorded(objects)
+    service.publish(_upload(service.settings, "paged-kit", "1.0.1"), ALICE)
+    listing = "\n".join(f"{request.operation} {request.key}" for request in sent)
+    tree_puts = [r.key.split("/_tree/", 1)[-1] for r in sent if r.operation == "PutObject"]
+    assert [key for key in tree_puts if key.startswith(REGISTRY_WIDE)] == [], listing
+    assert f"{site.WEB_ROOT}/package/paged-kit/index.html" in tree_puts, listing  # the package's own pages stay in the write
+    assert len(sent) == REQUESTS_PER_PUBLISH, listing
+    assert state.listings_stale()  # left in the state for the leader
+
+    del sent[:]
+    WholeRewrite(service.settings, objects)()
+    tree_puts = [r.key.split("/_tree/", 1)[-1] for r in sent if r.operation == "PutObject"]
+    assert f"{site.WEB_ROOT}/index.html" in tree_puts and any(key.startswith(f"{site.SEARCH_SHARD_ROOT}/") for key in tree_puts), tree_puts
+    assert not state.listings_stale()  # settled once uploaded
+    front = objects.tree.bucket.read(f"{site.WEB_ROOT}/index.html")
+    assert front is not None and b"1.0.1" in front
 
 
 def test_a_publish_to_the_bucket_starts_no_thread(
