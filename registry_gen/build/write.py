@@ -66,10 +66,13 @@ def _holds(target: Path, record: ArchiveRecord) -> bool:
 
 
 DOCUMENT_GZIP_LEVEL = 6  # level 9 took a third more time for 0.2 % smaller documents (bench/PROFILE.md)
-# A gzip member of any non-empty input is at least 21 bytes (18 of header and trailer, 3 of deflate:
-# its first symbol is a literal, then the end of block): a document this short never gets a
-# smaller sibling, so it is not compressed to find out (a dist-tags document is ~20 bytes).
-GZIP_NEVER_SMALLER = 21
+# A document shorter than this gets no `.gz` sibling. Under about one TCP segment (~1,400 bytes of
+# payload in a 1,500-byte MTU) the whole answer fits the first segment compressed or not, so a
+# sibling saves the client no round trip; nginx's `gzip on` still compresses such a document on the
+# fly, and a bucket never had siblings. Each sibling is a file to create, and creating files is the
+# full build's largest cost (bench/PROFILE.md, buildcpu and gzsmall): this drops ~1,641 of 14,314.
+# It also covers the shortest documents gzip could never shrink (a gzip member is at least 21 bytes).
+GZIP_SIBLING_FROM = 1400
 
 
 @dataclass(frozen=True)
@@ -84,9 +87,8 @@ class DocumentFile:
 
 def package_documents(packument: Mapping[str, Any], *, gzip: bool) -> list[DocumentFile]:
     """The package's documents, pure: the full and abbreviated ones, the dist-tags, one per tag
-    (GET /<name>/<tag>), each with its gzip sibling when `gzip` and smaller. A tiny document
-    (a dist-tags one) compresses to more bytes than it has: nginx's gzip_static and `serve` then
-    send the plain file."""
+    (GET /<name>/<tag>), each with its gzip sibling when `gzip` and the rule of gzip_sibling
+    gives one. A document without one is sent plain by `serve`, compressed on the fly by nginx."""
     base = package_dir(packument["name"])
     documents = [
         (f"{base}/{PACKUMENT_FILE}", dumps(packument)),
@@ -98,8 +100,9 @@ def package_documents(packument: Mapping[str, Any], *, gzip: bool) -> list[Docum
 
 
 def gzip_sibling(data: bytes) -> bytes | None:
-    """A document's gzip sibling, or None where it would not be smaller than the document."""
-    if len(data) <= GZIP_NEVER_SMALLER:
+    """A document's gzip sibling, or None where the document is under GZIP_SIBLING_FROM bytes or
+    the sibling would not be smaller than it."""
+    if len(data) < GZIP_SIBLING_FROM:
         return None
     packed = gzip_bytes(data, DOCUMENT_GZIP_LEVEL)
     return packed if len(packed) < len(data) else None

@@ -1,7 +1,7 @@
 """A package's documents (registry_gen.build.write.package_documents): the bytes the tree holds
 for the full, abbreviated, dist-tags and per-tag documents and their gzip siblings, computed
-apart from writing them (the bench times the two apart), and no compression spent on a document
-too short for gzip ever to shrink it."""
+apart from writing them (the bench times the two apart), and a sibling only for a document of at
+least one TCP segment (GZIP_SIBLING_FROM)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from registry_gen.writer import gzip_bytes
 from tests.support import make_tarball
 
 
-def test_a_build_compresses_no_document_gzip_cannot_shrink(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_compresses_no_document_under_one_segment(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a document of GZIP_SIBLING_FROM bytes or more is compressed and gets a sibling: here the
+    full document (it carries the README); the abbreviated, dist-tags and latest ones stay plain."""
     compressed: list[bytes] = []
 
     def counting(data: bytes, level: int = 9) -> bytes:
@@ -30,23 +32,49 @@ def test_a_build_compresses_no_document_gzip_cannot_shrink(settings: Settings, m
         return gzip_bytes(data, level)
 
     monkeypatch.setattr(write_phase, "gzip_bytes", counting)
-    make_tarball(settings.content_dir, "tiny", "1.0.0", description="a package of the registry " * 8)
+    make_tarball(settings.content_dir, "tiny", "1.0.0", files={"README.md": "a package of the registry " * 80})
     assert run_build(settings).errors == []
-    dist_tags = (settings.out_dir / "-/package/tiny/dist-tags").read_bytes()
-    assert len(dist_tags) <= 21  # {"latest":"1.0.0"}
-    assert dist_tags not in compressed  # the full, abbreviated and latest documents only
-    assert len(compressed) == 3
-    assert not (settings.out_dir / "-/package/tiny/dist-tags.gz").exists()
+    out = settings.out_dir
+    full = (out / "tiny/index.html").read_bytes()
+    small = ["tiny/abbreviated.json", "tiny/latest/index.html", "-/package/tiny/dist-tags"]
+    assert len(full) >= write_phase.GZIP_SIBLING_FROM > max(len((out / relative).read_bytes()) for relative in small)
+    assert compressed == [full]
+    assert gzip.decompress((out / "tiny/index.html.gz").read_bytes()) == full
+    assert not [relative for relative in small if (out / (relative + ".gz")).exists()]
 
 
-@pytest.mark.parametrize("length", range(1, 48))
-def test_the_shortcut_gives_the_sibling_compressing_would(length: int) -> None:
-    """Up to GZIP_NEVER_SMALLER bytes no input gzips smaller; above, the rule compresses and keeps
-    the sibling only where it is smaller, as before (random bytes, repeated bytes and JSON-like text)."""
-    for data in (os.urandom(length), b"a" * length, (b'{"latest":"1.0.0-beta.12345678901234567890"}' * 2)[:length]):
+LENGTHS = [1, 21, 22, 200, write_phase.GZIP_SIBLING_FROM - 1, write_phase.GZIP_SIBLING_FROM, write_phase.GZIP_SIBLING_FROM + 1, 5000]
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_a_sibling_only_from_one_segment_and_only_when_smaller(length: int) -> None:
+    """Under GZIP_SIBLING_FROM bytes no sibling, however well the document compresses; from there the
+    rule compresses and keeps the sibling only where it is smaller (random bytes, repeated bytes and
+    JSON-like text)."""
+    for data in (os.urandom(length), b"a" * length, (b'{"latest":"1.0.0-beta.12345678901234567890"}' * 200)[:length]):
         packed = gzip_bytes(data, write_phase.DOCUMENT_GZIP_LEVEL)
-        expected = packed if len(packed) < len(data) else None
+        expected = packed if len(data) >= write_phase.GZIP_SIBLING_FROM and len(packed) < len(data) else None
         assert write_phase.gzip_sibling(data) == expected
+
+
+def test_a_document_gets_its_sibling_past_the_threshold_and_loses_it_below(settings: Settings) -> None:
+    """A package whose full document grows past GZIP_SIBLING_FROM (a version with a long README)
+    gets `index.html.gz`; when that version goes and the document shrinks below, the sibling goes
+    too (the package's files it no longer owns are removed), so no stale sibling is served."""
+    make_tarball(settings.content_dir, "grows", "1.0.0")
+    assert run_build(settings).errors == []
+    document, sibling = settings.out_dir / "grows/index.html", settings.out_dir / "grows/index.html.gz"
+    assert len(document.read_bytes()) < write_phase.GZIP_SIBLING_FROM and not sibling.exists()
+
+    long_readme = make_tarball(settings.content_dir, "grows", "2.0.0", files={"README.md": "a long readme line\n" * 100})
+    grown = run_build(settings)
+    assert grown.errors == [] and "grows/index.html.gz" in grown.written
+    assert gzip.decompress(sibling.read_bytes()) == document.read_bytes()
+
+    long_readme.unlink()
+    shrunk = run_build(settings)
+    assert shrunk.errors == [] and "grows/index.html.gz" in shrunk.removed
+    assert len(document.read_bytes()) < write_phase.GZIP_SIBLING_FROM and not sibling.exists()
 
 
 def test_package_documents_are_the_serialised_documents(settings: Settings) -> None:
