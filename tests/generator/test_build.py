@@ -26,7 +26,8 @@ def _age(path: Path, ns: int = OLD_NS) -> Path:
 
 
 def test_first_build_writes_every_document(settings: Settings) -> None:
-    make_tarball(settings.content_dir, "demo-a", "1.0.0")
+    # A README long enough that the full document passes write.GZIP_SIBLING_FROM and gets its sibling.
+    make_tarball(settings.content_dir, "demo-a", "1.0.0", files={"README.md": "# demo-a\n" + "A line of the readme.\n" * 80})
     make_tarball(settings.content_dir / "scoped", "@demo/b", "1.0.0", dependencies={"demo-a": "^1.0.0"})
     deterministic = deterministic_zip({"name": "demo-zip", "version": "0.1.0"}, {"index.js": "1"})
     (settings.content_dir / "demo-zip.zip").write_bytes(deterministic)

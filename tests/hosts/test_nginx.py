@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from registry_gen.build.write import GZIP_SIBLING_FROM
 from registry_gen.writer import atomic_write_bytes
 from tests.hosts.conftest import build_tree
 from tests.hosts.servers import Recorded, free_port, nginx_server, recording_upstream
@@ -61,7 +62,9 @@ class Served:
 
 def _content(folder: Path) -> Path:
     make_tarball(folder, "plain-dep", "1.0.0")
-    make_tarball(folder, "@acme/widget", "1.2.0", dependencies={"plain-dep": "^1.0.0"})
+    # A README long enough that the full document passes write.GZIP_SIBLING_FROM and gets its sibling.
+    readme = "# widget\n" + "A line of the widget's readme.\n" * 80
+    make_tarball(folder, "@acme/widget", "1.2.0", dependencies={"plain-dep": "^1.0.0"}, files={"README.md": readme, "index.js": ""})
     return folder
 
 
@@ -160,6 +163,16 @@ def test_a_document_gzip_would_grow_has_no_sibling_and_is_served_plain(served: S
     body = gzip.decompress(reply.body) if reply.header("Content-Encoding") == "gzip" else reply.body
     assert reply.status == 200 and body == (served.tree / "-/package/@acme/widget/dist-tags").read_bytes()
     assert "latest" in json.loads(body)  # type: ignore[operator]
+
+
+def test_a_document_under_one_segment_has_no_sibling_and_is_gzipped_on_the_fly(served: Served) -> None:
+    """The abbreviated document is under write.GZIP_SIBLING_FROM bytes: the build writes no sibling,
+    and nginx's `gzip on` still compresses it for a gzip client (nothing is lost on the wire)."""
+    document = served.tree / "@acme/widget/abbreviated.json"
+    assert len(document.read_bytes()) < GZIP_SIBLING_FROM and not document.with_name("abbreviated.json.gz").exists()
+    reply = request(served.base, "GET", "/@acme%2fwidget", headers={"Accept": CORGI, "Accept-Encoding": "gzip"})
+    assert reply.status == 200 and reply.header("Content-Encoding") == "gzip"
+    assert gzip.decompress(reply.body) == document.read_bytes()
 
 
 @pytest.mark.parametrize(

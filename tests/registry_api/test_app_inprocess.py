@@ -181,7 +181,8 @@ def test_a_build_conflict_rolls_the_publish_back(settings: Settings, store: User
 
 
 def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
-    make_tarball(settings.content_dir, "statics", "1.0.0")
+    # A README long enough that the full document passes write.GZIP_SIBLING_FROM and gets its sibling.
+    make_tarball(settings.content_dir, "statics", "1.0.0", files={"README.md": "A line of the readme.\n" * 80})
     run_build(settings)
     tree = webtest.TestApp(StaticTree(settings.out_dir))
     full = tree.get("/statics")
@@ -194,7 +195,7 @@ def test_static_tree_headers(settings: Settings, store: UserStore) -> None:
     tree.get("/statics", headers={"If-None-Match": zipped.headers["ETag"]}, status=304)
     tree.get("/statics", headers={"If-None-Match": full.headers["ETag"], "Accept-Encoding": "gzip"}, status=304)
     tree.get("/statics", headers={"If-None-Match": '"0-0"'}, status=200)
-    # A document gzip would make larger has no sibling: gzip clients get the plain file.
+    # A document under one TCP segment has no sibling: gzip clients get the plain file.
     assert not (settings.out_dir / "-/package/statics/dist-tags.gz").exists()
     tags = tree.get("/-/package/statics/dist-tags", headers={"Accept-Encoding": "gzip"})
     assert "Content-Encoding" not in tags.headers and tags.json == {"latest": "1.0.0"}
