@@ -17,6 +17,7 @@ from typing import Protocol
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
+from registry_gen.failpoints import failpoint
 from registry_gen.build.results import BuildResult
 from registry_gen.objectstore import ObjectStore
 from registry_gen.purge import Purger, purger_for
@@ -51,6 +52,7 @@ class WholeRewrite:
         # PostgreSQL too, whose marks are settled only once the pages are uploaded and purged: a
         # kill before leaves them marked for the next rewrite).
         result = run_build(self.settings, changed=[], settle_listings=False)
+        failpoint("before-rewrite-upload")
         if self.objects is not None:
             self.objects.tree.publish(result)
         if self.purger is not None:
