@@ -61,7 +61,8 @@ def run_build(
     (only the long-running writers pass it: somebody must refresh them); on PostgreSQL it leaves the
     listing pages its changes touched too, marked in the state for the leader (registry_gen.leader).
     A build without it renders the pages marked so; `settle_listings` False: their marks are kept,
-    named in `BuildResult.stale_listings`, for a caller that settles them once its files are uploaded.
+    named in `BuildResult.stale_listings`, for a caller that settles them once its files are uploaded
+    (on PostgreSQL, so is the mark of -/all and -/search.json it rendered: `BuildResult.whole_mark`).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -182,7 +183,12 @@ def _build_in_transaction(
     unsettled = () if settle_listings else indexed.rendered_stale
     result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled)
     publish_keys(settings, state, context.signer, result.written, keys_before)
-    state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
+    # On PostgreSQL the caller that settles later uploads this build's files after it commits: the
+    # whole documents it rendered stay marked stale until then (a kill or a refused upload leaves
+    # them to the next rewrite). Its own marking, so that one a write sets meanwhile is kept.
+    settle_later = indexed.whole_stale is False and not settle_listings and settings.database_url is not None
+    mark = state.finish_build(context.fingerprint, whole_stale=True if settle_later else indexed.whole_stale)
+    result.whole_mark = mark if settle_later else ""
     return result, reading.dropped
 
 

@@ -166,10 +166,20 @@ class BuildState(ListingTables):
             pending_writes=tuple((w.id, dict(w.files)) for w in self.ledger.pending_writes(held)),
         )
 
-    def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
+    def finish_build(self, fingerprint: str, *, whole_stale: bool | None) -> str:
         """What the next build starts from: this build's fingerprint (the one it started from: a
-        template edited meanwhile makes the next build redo it) and what it left stale."""
-        self.set_settings({"fingerprint": fingerprint, SHARDS_STALE: "", WHOLE_STALE: "1" if whole_stale else ""})
+        template edited meanwhile makes the next build redo it) and what it left stale. For -/all
+        and -/search.json, `whole_stale` True marks them stale (a new marking, returned), False
+        settles them (rendered), None keeps their mark as it is (not looked at)."""
+        values = {"fingerprint": fingerprint, SHARDS_STALE: ""}
+        mark = self.new_whole_mark() if whole_stale else ""
+        if whole_stale is not None:
+            values[WHOLE_STALE] = mark
+        self.set_settings(values)
+        return mark
+
+    def new_whole_mark(self) -> str:
+        return "1"  # the embedded default settles its rewrite in the rewrite's build: no marking to tell apart
 
     # -- listing pages left to the rewrite: none here, the embedded default renders them in the write
 
