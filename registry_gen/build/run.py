@@ -186,9 +186,11 @@ def _build_in_transaction(
     # On PostgreSQL the caller that settles later uploads this build's files after it commits: the
     # whole documents it rendered stay marked stale until then (a kill or a refused upload leaves
     # them to the next rewrite). Its own marking, so that one a write sets meanwhile is kept.
-    settle_later = indexed.whole_stale is False and not settle_listings and settings.database_url is not None
-    mark = state.finish_build(context.fingerprint, whole_stale=True if settle_later else indexed.whole_stale)
-    result.whole_mark = mark if settle_later else ""
+    if indexed.whole_stale is False and not settle_listings and settings.database_url is not None:
+        result.whole_mark = state.new_whole_mark()
+        state.finish_build(context.fingerprint, whole_stale=True, whole_mark=result.whole_mark)
+    else:
+        state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
 
 

@@ -108,14 +108,14 @@ class PgSession(PgListings):
             self.db.lock(LOCK_REGISTRY, LISTINGS)
             self.listings_locked = True
 
-    def finish_build(self, fingerprint: str, *, whole_stale: bool | None) -> str:
+    def finish_build(self, fingerprint: str, *, whole_stale: bool | None, whole_mark: str = "1") -> None:
         self.lock_listings()
-        return super().finish_build(fingerprint, whole_stale=whole_stale)
+        super().finish_build(fingerprint, whole_stale=whole_stale, whole_mark=whole_mark)
 
     def new_whole_mark(self) -> str:
-        """A marking of -/all and -/search.json no other write's equals (stale_listings' sequence):
-        the leader settles only the one its build set, once the bucket holds the files."""
-        return str(self.db.execute("SELECT nextval('stale_listing_marks')").fetchone()[0])
+        """A rewrite's marking of -/all and -/search.json, equal to no other (stale_listings'
+        sequence; a write's is "1"): it settles only its own, once the bucket holds the files."""
+        return "r" + str(self.db.execute("SELECT nextval('stale_listing_marks')").fetchone()[0])
 
     # -- listing pages left to the leader (postgres_schema's ledger step 6): under the listings lock,
     # so a write's marks and the pages rendered from the listings are of one order
