@@ -181,14 +181,15 @@ def _build_in_transaction(
     if settle_listings:  # else the caller settles them once the files are uploaded
         state.settle_stale_listings(indexed.rendered_stale)
     unsettled = () if settle_listings else indexed.rendered_stale
-    result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled)
-    publish_keys(settings, state, context.signer, result.written, keys_before)
     # On PostgreSQL the caller that settles later uploads this build's files after it commits: the
     # whole documents it rendered stay marked stale until then (a kill or a refused upload leaves
     # them to the next rewrite). Its own marking, so that one a write sets meanwhile is kept.
-    if indexed.whole_stale is False and not settle_listings and settings.database_url is not None:
-        result.whole_mark = state.new_whole_mark()
-        state.finish_build(context.fingerprint, whole_stale=True, whole_mark=result.whole_mark)
+    settle_later = indexed.whole_stale is False and not settle_listings and settings.database_url is not None
+    whole_mark = state.new_whole_mark() if settle_later else ""
+    result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled, whole_mark)
+    publish_keys(settings, state, context.signer, result.written, keys_before)
+    if whole_mark:
+        state.finish_build(context.fingerprint, whole_stale=True, whole_mark=whole_mark)
     else:
         state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
@@ -196,11 +197,13 @@ def _build_in_transaction(
 
 def _result(
     reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, report: BuildReport, plan_errors: list[BuildIssue],
-    unsettled: tuple[StalePage, ...] = (),
+    unsettled: tuple[StalePage, ...] = (), whole_mark: str = "",
 ) -> BuildResult:  # fmt: skip
     """Phase 6: the build's report, from what each phase returned and what the state keeps."""
     packages, versions = state.totals()
-    result = BuildResult(packages=packages, versions=versions, archives_read=reading.archives_read, stale_listings=unsettled)
+    result = BuildResult(
+        packages=packages, versions=versions, archives_read=reading.archives_read, stale_listings=unsettled, whole_mark=whole_mark
+    )
     for files in (outcomes.files, indexed.files):
         result.written.absorb(files.written)  # type: ignore[attr-defined]
         result.removed.absorb(files.removed)  # type: ignore[attr-defined]
