@@ -11,6 +11,9 @@ leaves behind. Off unless the environment says otherwise; never set it in produc
                                                 before the caches in front are purged
     REGISTRY_GEN_FAILPOINT=before-rename:kill   SIGKILL when a named temp file is written, before
                                                 it takes its target's name (registry_gen.writer)
+    REGISTRY_GEN_FAILPOINT=before-rewrite-upload:kill
+                                                SIGKILL after the registry-wide rewrite committed,
+                                                before its files are uploaded (registry_gen.refresher)
 """
 
 from __future__ import annotations

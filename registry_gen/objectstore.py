@@ -413,7 +413,8 @@ class ObjectStore:
             result = build_locked(settings, settle_listings=False)
         log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
         self.tree.publish(result)
-        open_state(settings).settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded
+        state.settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded
+        state.settle_whole_documents(result.whole_mark)  # -/all and -/search.json, likewise
         return result
 
 

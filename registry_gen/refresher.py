@@ -17,6 +17,7 @@ from typing import Protocol
 
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
+from registry_gen.failpoints import failpoint
 from registry_gen.build.results import BuildResult
 from registry_gen.objectstore import ObjectStore
 from registry_gen.purge import Purger, purger_for
@@ -48,14 +49,17 @@ class WholeRewrite:
         if self.objects is not None:
             self.objects.sync_pending(self.settings)
         # Nothing changed: it writes what the state marks stale (the listing pages writes left on
-        # PostgreSQL too, whose marks are settled only once the pages are uploaded and purged: a
-        # kill before leaves them marked for the next rewrite).
+        # PostgreSQL too, whose marks, and -/all's, are settled only once the pages are uploaded
+        # and purged: a kill before leaves them marked for the next rewrite).
         result = run_build(self.settings, changed=[], settle_listings=False)
+        failpoint("before-rewrite-upload")
         if self.objects is not None:
             self.objects.tree.publish(result)
         if self.purger is not None:
             self.purger.after_build(result.written, result.removed)
-        open_state(self.settings).settle_stale_listings(result.stale_listings)
+        state = open_state(self.settings)
+        state.settle_stale_listings(result.stale_listings)
+        state.settle_whole_documents(result.whole_mark)  # -/all and -/search.json too, once uploaded and purged
         return result
 
 

@@ -354,18 +354,22 @@ def write_fixed_files(settings: Settings) -> FileChanges:
     return files
 
 
-def write_whole_documents(settings: Settings, state: ListingMemory) -> FileChanges:
+def write_whole_documents(settings: Settings, state: ListingMemory, *, name_unchanged: bool = False) -> FileChanges:
     """-/all and -/search.json: one URL each, listing every package, so they cannot be sharded.
     Both grow with the registry (tens of MB at 1M versions): streamed from the state's rows to
-    their files and gzip siblings, never held whole."""
+    their files and gzip siblings, never held whole. `name_unchanged`: each file is named written
+    whatever this folder held (as IndexWriter's)."""
     out = settings.out_dir
     stamp = state.whole_document_stamp()
     documents = {
         out / ALL_DOCUMENT: all_index_chunks(stamp, state.whole_document_fragments("all_fragment")),
         out / SEARCH_DOCUMENT: search_document_chunks(state.whole_document_fragments("search_fragment"), stamp),
     }
+    replaced = write_streams_if_changed(documents, 9 if settings.gzip else None)
+    if name_unchanged:
+        replaced = [file for path in documents for file in (path, path.with_name(path.name + ".gz"))[: 2 if settings.gzip else 1]]
     files = FileChanges()
-    files.written.extend(path.relative_to(out).as_posix() for path in write_streams_if_changed(documents, 9 if settings.gzip else None))
+    files.written.extend(path.relative_to(out).as_posix() for path in replaced)
     return files
 
 
@@ -393,11 +397,12 @@ def _shards_on_disk(out: Path) -> set[str]:
 
 @dataclass(frozen=True)
 class Indexed:
-    """What phase 5 wrote, whether -/all and -/search.json are left stale for the refresher, and
-    the stale pages earlier builds left that it rendered (to be settled once they are visible)."""
+    """What phase 5 wrote, whether -/all and -/search.json are left stale for the refresher (True),
+    rendered (False) or not looked at (None: their mark, if any, stays as it is), and the stale
+    pages earlier builds left that it rendered (to be settled once they are visible)."""
 
     files: FileChanges
-    whole_stale: bool
+    whole_stale: bool | None
     rendered_stale: tuple[StalePage, ...] = ()
 
 
@@ -431,7 +436,10 @@ def write_indexes(
 
 def _whole_documents(context: BuildContext, state: ListingMemory, start: BuildStart, *, packages_changed: bool, defer_whole: bool) -> Indexed:
     if not (packages_changed or context.full or start.whole_stale):
-        return Indexed(FileChanges(), whole_stale=False)
+        return Indexed(FileChanges(), whole_stale=None)  # a mark another write set meanwhile is kept
     if defer_whole and not context.full:
         return Indexed(FileChanges(), whole_stale=True)
-    return Indexed(write_whole_documents(context.settings, state), whole_stale=False)
+    # Marked on PostgreSQL: by a write on any instance, or by a leader whose upload failed. This
+    # folder's copy may equal the render while the tree bucket holds an older one: upload it anyway.
+    name_unchanged = start.whole_stale and context.settings.database_url is not None
+    return Indexed(write_whole_documents(context.settings, state, name_unchanged=name_unchanged), whole_stale=False)

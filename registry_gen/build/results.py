@@ -80,6 +80,8 @@ class BuildResult:
     # Listing pages earlier builds left to the rewrite, rendered by this one and not yet settled:
     # the caller settles them (State.settle_stale_listings) once its files are visible (uploaded).
     stale_listings: tuple[StalePage, ...] = ()
+    # The marking of -/all and -/search.json this build rendered and left set (State.settle_whole_documents).
+    whole_mark: str = ""
 
     @property
     def rebuilt(self) -> int:

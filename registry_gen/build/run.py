@@ -61,7 +61,8 @@ def run_build(
     (only the long-running writers pass it: somebody must refresh them); on PostgreSQL it leaves the
     listing pages its changes touched too, marked in the state for the leader (registry_gen.leader).
     A build without it renders the pages marked so; `settle_listings` False: their marks are kept,
-    named in `BuildResult.stale_listings`, for a caller that settles them once its files are uploaded.
+    named in `BuildResult.stale_listings`, for a caller that settles them once its files are uploaded
+    (on PostgreSQL, so is the mark of -/all and -/search.json it rendered: `BuildResult.whole_mark`).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -180,19 +181,29 @@ def _build_in_transaction(
     if settle_listings:  # else the caller settles them once the files are uploaded
         state.settle_stale_listings(indexed.rendered_stale)
     unsettled = () if settle_listings else indexed.rendered_stale
-    result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled)
+    # On PostgreSQL the caller that settles later uploads this build's files after it commits: the
+    # whole documents it rendered stay marked stale until then (a kill or a refused upload leaves
+    # them to the next rewrite). Its own marking, so that one a write sets meanwhile is kept.
+    settle_later = indexed.whole_stale is False and not settle_listings and settings.database_url is not None
+    whole_mark = state.new_whole_mark() if settle_later else ""
+    result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled, whole_mark)
     publish_keys(settings, state, context.signer, result.written, keys_before)
-    state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
+    if whole_mark:
+        state.finish_build(context.fingerprint, whole_stale=True, whole_mark=whole_mark)
+    else:
+        state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
 
 
 def _result(
     reading: ReadResult, outcomes: Outcomes, indexed: Indexed, state: BuildSession, report: BuildReport, plan_errors: list[BuildIssue],
-    unsettled: tuple[StalePage, ...] = (),
+    unsettled: tuple[StalePage, ...] = (), whole_mark: str = "",
 ) -> BuildResult:  # fmt: skip
     """Phase 6: the build's report, from what each phase returned and what the state keeps."""
     packages, versions = state.totals()
-    result = BuildResult(packages=packages, versions=versions, archives_read=reading.archives_read, stale_listings=unsettled)
+    result = BuildResult(
+        packages=packages, versions=versions, archives_read=reading.archives_read, stale_listings=unsettled, whole_mark=whole_mark
+    )
     for files in (outcomes.files, indexed.files):
         result.written.absorb(files.written)  # type: ignore[attr-defined]
         result.removed.absorb(files.removed)  # type: ignore[attr-defined]

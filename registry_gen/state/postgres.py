@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from registry_gen.state.postgres_base import LISTINGS, LOCK_REGISTRY, POOL, PgDb
-from registry_gen.state.postgres_cache import PgManifests, PgSession, settle_stale_listings
+from registry_gen.state.postgres_cache import PgManifests, PgSession, settle_stale_listings, settle_whole_documents
 from registry_gen.state.postgres_ledger import PgLedger
 from registry_gen.state.postgres_locks import PgWriteLock
 from registry_gen.state.postgres_schema import prepare
@@ -107,6 +107,18 @@ class PostgresState:
             db.begin()
             db.lock(LOCK_REGISTRY, LISTINGS)
             settle_stale_listings(db, wanted)
+            db.commit()
+        finally:
+            db.close()
+
+    def settle_whole_documents(self, mark: str) -> None:
+        """After the rewrite's -/all and -/search.json are uploaded: their mark goes unless a write set another."""
+        if not mark:
+            return
+        db = self.connect()
+        try:
+            db.begin()
+            settle_whole_documents(db, mark)
             db.commit()
         finally:
             db.close()

@@ -18,6 +18,7 @@ from registry_gen.state.postgres_ledger import PgLedger
 from registry_gen.state.postgres_listings import PgListings
 from registry_gen.state.records import ARCHIVE_FIELDS, ArchiveRecord, CachedManifest, ListingMove, PackageBefore, StalePage
 from registry_gen.state.sqlite_manifests import ManifestCache
+from registry_gen.state.sqlite_schema import WHOLE_STALE
 
 _FULL_BUILD_TABLES = """
 DROP TABLE IF EXISTS pg_temp.full_plans;
@@ -48,6 +49,11 @@ _MARK_STALE = (
     "INSERT INTO stale_listings (kind, key, bound) SELECT * FROM unnest(?::text[], ?::text[], ?::text[])"
     " ON CONFLICT (kind, key, bound) DO UPDATE SET mark = excluded.mark"
 )
+
+
+def settle_whole_documents(db: PgDb, mark: str) -> None:
+    """Clears the mark of -/all and -/search.json if it is still `mark` (a write since set another)."""
+    db.execute("UPDATE settings SET value = '' WHERE key = ? AND value = ?", (WHOLE_STALE, mark))
 
 
 def settle_stale_listings(db: PgDb, pages: Iterable[StalePage]) -> None:
@@ -102,9 +108,14 @@ class PgSession(PgListings):
             self.db.lock(LOCK_REGISTRY, LISTINGS)
             self.listings_locked = True
 
-    def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
+    def finish_build(self, fingerprint: str, *, whole_stale: bool | None, whole_mark: str = "1") -> None:
         self.lock_listings()
-        super().finish_build(fingerprint, whole_stale=whole_stale)
+        super().finish_build(fingerprint, whole_stale=whole_stale, whole_mark=whole_mark)
+
+    def new_whole_mark(self) -> str:
+        """A rewrite's marking of -/all and -/search.json, equal to no other (stale_listings'
+        sequence; a write's is "1"): it settles only its own, once the bucket holds the files."""
+        return "r" + str(self.db.execute("SELECT nextval('stale_listing_marks')").fetchone()[0])
 
     # -- listing pages left to the leader (postgres_schema's ledger step 6): under the listings lock,
     # so a write's marks and the pages rendered from the listings are of one order

@@ -96,6 +96,9 @@ class SqliteState:
     def settle_stale_listings(self, pages: Iterable[StalePage]) -> None:
         return None
 
+    def settle_whole_documents(self, mark: str) -> None:
+        return None  # the embedded default's rewrite settles them in its build (its files are written before it commits)
+
     def whole_documents_stale(self) -> bool:
         """Whether a write left -/all and -/search.json for its server's refresher (read-only look)."""
         if not self.cache_path.is_file():

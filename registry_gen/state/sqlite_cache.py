@@ -166,10 +166,19 @@ class BuildState(ListingTables):
             pending_writes=tuple((w.id, dict(w.files)) for w in self.ledger.pending_writes(held)),
         )
 
-    def finish_build(self, fingerprint: str, *, whole_stale: bool) -> None:
+    def finish_build(self, fingerprint: str, *, whole_stale: bool | None, whole_mark: str = "1") -> None:
         """What the next build starts from: this build's fingerprint (the one it started from: a
-        template edited meanwhile makes the next build redo it) and what it left stale."""
-        self.set_settings({"fingerprint": fingerprint, SHARDS_STALE: "", WHOLE_STALE: "1" if whole_stale else ""})
+        template edited meanwhile makes the next build redo it) and what it left stale. For -/all
+        and -/search.json, `whole_stale` True marks them stale (with `whole_mark`: a write's "1",
+        or a rewrite's own from `new_whole_mark`), False settles them (rendered), None keeps their
+        mark as it is (not looked at: a write may have marked them since this build began)."""
+        values = {"fingerprint": fingerprint, SHARDS_STALE: ""}
+        if whole_stale is not None:
+            values[WHOLE_STALE] = whole_mark if whole_stale else ""
+        self.set_settings(values)
+
+    def new_whole_mark(self) -> str:
+        return "r"  # never asked of the embedded default: its rewrite settles -/all in its build
 
     # -- listing pages left to the rewrite: none here, the embedded default renders them in the write
 

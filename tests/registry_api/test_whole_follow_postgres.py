@@ -1,0 +1,139 @@
+"""-/all and -/search.json follow a write through the leader whatever stops it between its build
+and its upload (issue 28, acceptance 3): on PostgreSQL + bucket the leader's rewrite leaves their
+stale mark set when it commits, and clears it, if no write marked them again meanwhile, only
+once the tree bucket holds the files. A rewrite whose upload the bucket refused, or whose process
+was SIGKILLed before it, leaves them to the next turn or the next process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from registry_gen.errors import StorageUnavailable
+from registry_gen.failpoints import FAILPOINT_ENV
+from registry_gen.layout import ALL_DOCUMENT, SEARCH_DOCUMENT
+from registry_gen.objectstore import ObjectStore, open_object_store
+from registry_gen.refresher import WholeRewrite
+from registry_gen.state import open_state
+from registry_gen.writes import WriteService
+from tests.conftest import postgres_state_url
+from tests.registry_api.helpers import add_user, http, publish_body, tarball
+from tests.registry_api.test_api_instances_postgres import postgres  # noqa: F401 - postgres: a fixture
+from tests.registry_api.test_api_object_store import Site, bucket_site, poll
+from tests.registry_api.test_leader_postgres import _leader_pid
+from tests.registry_api.test_publish_cost_bucket import bucket_service, moto  # noqa: F401 - fixtures
+from tests.registry_api.test_publish_cost_postgres import ALICE, _upload
+
+pytestmark = pytest.mark.slow
+
+WITHIN_SECONDS = 30  # index_refresh_seconds is 1 in these instances, a leader's tick 1 s
+
+
+def _lists(document: bytes | None, name: str) -> bool:
+    return document is not None and name in json.loads(document)
+
+
+def _all_lists(site: Site, name: str) -> bool:
+    read = http("GET", site.reads + "-/all")
+    return read.status == 200 and _lists(read.body, name)
+
+
+def _stale(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT value FROM settings WHERE key = 'whole_documents_stale'").fetchone()
+    return bool(row and row[0])
+
+
+def _marking(service: WriteService) -> str:
+    session = open_state(service.settings).session()
+    try:
+        session.begin()
+        return str(session.db.execute("SELECT value FROM settings WHERE key = 'whole_documents_stale'").fetchone()[0])  # type: ignore[attr-defined]
+    finally:
+        session.close()
+
+
+def test_a_rewrite_whose_upload_of_all_failed_leaves_it_marked_and_the_next_process_uploads_it(
+    bucket_service: tuple[WriteService, ObjectStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader rendered -/all after a write, then the tree bucket refused it: the mark stays.
+    The next leader (another process, the same work folder, which already holds that render)
+    uploads -/all and -/search.json all the same, then clears the mark."""
+    service, objects = bucket_service
+    settings = service.settings
+    service.publish(_upload(settings, "whole-kit", "1.0.0"), ALICE)
+    state = open_state(settings)
+    assert state.whole_documents_stale()
+
+    def refused(result: object) -> None:
+        raise StorageUnavailable("the tree bucket refused the upload")
+
+    monkeypatch.setattr(objects.tree, "publish", refused)
+    with pytest.raises(StorageUnavailable):
+        WholeRewrite(settings, objects)()
+    assert state.whole_documents_stale()  # not in the bucket: still owed
+    assert b"whole-kit" in (settings.out_dir / ALL_DOCUMENT).read_bytes()  # rendered here, though
+    assert not _lists(objects.tree.bucket.read(ALL_DOCUMENT), "whole-kit")
+
+    successor = open_object_store(settings)  # another process: nothing owed in its memory
+    assert successor is not None
+    WholeRewrite(settings, successor)()
+    assert _lists(successor.tree.bucket.read(ALL_DOCUMENT), "whole-kit")
+    assert b"whole-kit" in (successor.tree.bucket.read(SEARCH_DOCUMENT) or b"")
+    assert not state.whole_documents_stale()
+
+
+def test_a_mark_set_again_while_the_rewrite_uploaded_stays(
+    bucket_service: tuple[WriteService, ObjectStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that marks -/all again between the rewrite's commit and its settling (another
+    process's publish while the leader uploads) keeps it owed: the rewrite settles its own marking."""
+    service, objects = bucket_service
+    settings = service.settings
+    service.publish(_upload(settings, "first-kit", "1.0.0"), ALICE)
+    upload = objects.tree.publish
+    markings: list[str] = []
+
+    def upload_meanwhile_another_write(result: Any) -> None:
+        upload(result)
+        if markings:
+            return  # the second write's own upload
+        markings.append(_marking(service))  # the rewrite's own, set in its build
+        service.publish(_upload(settings, "second-kit", "1.0.0"), ALICE)
+        markings.append(_marking(service))
+
+    monkeypatch.setattr(objects.tree, "publish", upload_meanwhile_another_write)
+    result = WholeRewrite(settings, objects)()
+    assert result.whole_mark == markings[0] != markings[1] != ""
+    assert open_state(settings).whole_documents_stale()  # the second write's mark
+
+
+def test_all_lists_a_publish_though_the_leader_is_killed_between_its_rewrite_and_its_upload(
+    postgres: Any, tmp_path: Path  # noqa: F811
+) -> None:
+    """Two `registry-gen api` processes, each to die (SIGKILL) right after its leader's rewrite
+    committed, before the upload. After a publish both are gone; a process started again without
+    the failpoint puts -/all listing the package in the bucket (read through nginx)."""
+    url = postgres_state_url(postgres)
+    dying = {FAILPOINT_ENV: "before-rewrite-upload:kill"}
+    with bucket_site("moto", url, tmp_path, envs=(dying, dying)) as site:
+        assert poll(lambda: _leader_pid(url) is not None, 30), "no instance leads"
+        leader = next(api for api in site.apis if api.process is not None and api.process.pid == _leader_pid(url))
+        other = next(api for api in site.apis if api is not leader)
+        token = add_user(other.base, "alice", "alice-password-1")
+        assert http("PUT", other.base + "killed-kit", token=token, body=publish_body("killed-kit", "1.0.0", tarball("killed-kit", "1.0.0"))).status == 201
+        assert leader.process is not None
+        leader.process.wait(timeout=WITHIN_SECONDS)  # the failpoint: its rewrite committed, nothing uploaded
+        other.kill()  # had it led meanwhile, its turn died at the same point
+        assert not _all_lists(site, "killed-kit")
+
+        leader.env = {}
+        leader.start()
+        assert poll(lambda: _all_lists(site, "killed-kit"), WITHIN_SECONDS), (
+            f"-/all did not list killed-kit within {WITHIN_SECONDS} s of a new process"
+        )
+        assert poll(lambda: not _stale(url), WITHIN_SECONDS)  # settled once uploaded
