@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -81,24 +82,33 @@ def test_the_front_page_and_the_search_shard_list_a_publish_within_seconds_thoug
         assert survivor.process is not None and survivor.process.poll() is None
 
 
+def _refused(result: object) -> None:
+    raise StorageUnavailable("the tree bucket refused the upload")
+
+
+def rewrite_refused_after_a_publish(
+    bucket_service: tuple[WriteService, ObjectStore], monkeypatch: pytest.MonkeyPatch, name: str, marked: Callable[[Any], bool]
+) -> Any:
+    """A publish of `name` (which leaves `marked(state)` true), then the leader's rewrite with the
+    tree bucket refusing its upload (it raises); the state, for the caller's checks."""
+    service, objects = bucket_service
+    service.publish(_upload(service.settings, name, "1.0.0"), ALICE)
+    state = open_state(service.settings)
+    assert marked(state)
+    monkeypatch.setattr(objects.tree, "publish", _refused)
+    with pytest.raises(StorageUnavailable):
+        WholeRewrite(service.settings, objects)()
+    return state
+
+
 def test_a_rewrite_whose_upload_failed_leaves_its_pages_marked_and_the_next_process_uploads_them(
     bucket_service: tuple[WriteService, ObjectStore], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The leader rendered the pages a write left, then the tree bucket refused them (or it died
     before its upload): their marks stay. The next leader (another process: a new tree sink, the
     same work folder, which already holds those renders) uploads them all the same, then settles."""
-    service, objects = bucket_service
-    settings = service.settings
-    service.publish(_upload(settings, "retried-kit", "1.0.0"), ALICE)
-    state = open_state(settings)
-    assert state.listings_stale()
-
-    def refused(result: object) -> None:
-        raise StorageUnavailable("the tree bucket refused the upload")
-
-    monkeypatch.setattr(objects.tree, "publish", refused)
-    with pytest.raises(StorageUnavailable):
-        WholeRewrite(settings, objects)()
+    settings, objects = bucket_service[0].settings, bucket_service[1]
+    state = rewrite_refused_after_a_publish(bucket_service, monkeypatch, "retried-kit", lambda state: state.listings_stale())
     assert state.listings_stale()  # nothing settled: the pages are not in the bucket
     assert b"retried-kit" in (settings.out_dir / web.WEB_ROOT / "index.html").read_bytes()  # rendered here, though
     assert b"retried-kit" not in (objects.tree.bucket.read(f"{web.WEB_ROOT}/index.html") or b"")

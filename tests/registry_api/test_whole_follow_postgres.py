@@ -13,7 +13,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from registry_gen.errors import StorageUnavailable
 from registry_gen.failpoints import FAILPOINT_ENV
 from registry_gen.layout import ALL_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.objectstore import ObjectStore, open_object_store
@@ -25,6 +24,7 @@ from tests.registry_api.helpers import add_user, http, publish_body, tarball
 from tests.registry_api.test_api_instances_postgres import postgres  # noqa: F401 - postgres: a fixture
 from tests.registry_api.test_api_object_store import Site, bucket_site, poll
 from tests.registry_api.test_leader_postgres import _leader_pid
+from tests.registry_api.test_listings_follow_postgres import rewrite_refused_after_a_publish
 from tests.registry_api.test_publish_cost_bucket import bucket_service, moto  # noqa: F401 - fixtures
 from tests.registry_api.test_publish_cost_postgres import ALICE, _upload
 
@@ -63,18 +63,8 @@ def test_a_rewrite_whose_upload_of_all_failed_leaves_it_marked_and_the_next_proc
     """The leader rendered -/all after a write, then the tree bucket refused it: the mark stays.
     The next leader (another process, the same work folder, which already holds that render)
     uploads -/all and -/search.json all the same, then clears the mark."""
-    service, objects = bucket_service
-    settings = service.settings
-    service.publish(_upload(settings, "whole-kit", "1.0.0"), ALICE)
-    state = open_state(settings)
-    assert state.whole_documents_stale()
-
-    def refused(result: object) -> None:
-        raise StorageUnavailable("the tree bucket refused the upload")
-
-    monkeypatch.setattr(objects.tree, "publish", refused)
-    with pytest.raises(StorageUnavailable):
-        WholeRewrite(settings, objects)()
+    settings, objects = bucket_service[0].settings, bucket_service[1]
+    state = rewrite_refused_after_a_publish(bucket_service, monkeypatch, "whole-kit", lambda state: state.whole_documents_stale())
     assert state.whole_documents_stale()  # not in the bucket: still owed
     assert b"whole-kit" in (settings.out_dir / ALL_DOCUMENT).read_bytes()  # rendered here, though
     assert not _lists(objects.tree.bucket.read(ALL_DOCUMENT), "whole-kit")
