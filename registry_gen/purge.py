@@ -309,8 +309,11 @@ class Purger:
         self._try(targets)
 
     def _after_build_owed(self, targets: PurgeTargets, owed: int | None) -> None:
+        # Sent at once unless the cache is failing now. A timer waiting only for purges owed but
+        # not due yet (other writes in flight, rescheduled by a retry) is no reason to wait: a
+        # write that joined it was fresh through the cache up to RETRY_DELAYS[0] late.
         try:
-            if self._timer is None and targets:
+            if not self._failing and targets:
                 self.purge(targets)
                 self.purged += 1
                 self._settled([owed] if owed is not None else [], [], 0.0)

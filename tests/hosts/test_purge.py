@@ -254,3 +254,21 @@ def test_nginx_skips_a_dead_api_instance(tmp_path: Path) -> None:
             statuses = [http("PUT", base + f"pkg-{i}", body={"n": i}).status for i in range(4)]
     assert statuses == [201] * 4
     assert [r.path for r in records] == [f"/pkg-{i}" for i in range(4)]
+
+
+def test_a_write_purges_at_once_while_a_retry_waits_only_for_purges_not_yet_due(tmp_path: Path) -> None:
+    """A retry (the leader's tick) that finds purges owed by writes still in flight schedules
+    itself again a second later; a write finishing meanwhile must still purge at once, not join
+    that timer (the bench's 201-to-fresh-through-the-cache tail was up to ~1 s, at its goal)."""
+    with recording_upstream() as (port, records):
+        opened = open_state(Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data")).journal
+        purger = Purger(PurgeSettings(url=f"http://127.0.0.1:{port}/", key_header="xkey", timeout_seconds=30), None, opened)
+        try:
+            purger.owe(["in-flight/index.html"])  # another write's purge, due in OWED_SETTLE_SECONDS
+            purger.retry_owed()  # nothing due: it schedules its next look
+            assert purger._timer is not None
+            owed = purger.owe(["fresh-kit/index.html"])
+            purger.after_build(["fresh-kit/index.html"], (), owed)
+            assert [r.headers.get("xkey") for r in records] == ["fresh-kit"]  # sent before after_build returned
+        finally:
+            purger.close()
