@@ -18,6 +18,7 @@ from typing import Protocol
 from registry_gen.build import run_build
 from registry_gen.errors import RegistryError
 from registry_gen.failpoints import failpoint
+from registry_gen.layout import ALL_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.build.results import BuildResult
 from registry_gen.objectstore import ObjectStore
 from registry_gen.purge import Purger, purger_for
@@ -46,6 +47,10 @@ class WholeRewrite:
         self.purger: Purger | None = purger_for(settings)  # the caches in front learn what each rewrite changed
 
     def __call__(self) -> BuildResult:
+        # Owed before the build commits, as a write's purge is: a kill between the commit and the
+        # purge leaves it to the next start (Purger.resume) or the leader, not a cache in front
+        # serving the old -/all for its whole shared lifetime.
+        owed = self.purger.owe([ALL_DOCUMENT, SEARCH_DOCUMENT]) if self.purger is not None else None
         if self.objects is not None:
             self.objects.sync_pending(self.settings)
         # Nothing changed: it writes what the state marks stale (the listing pages writes left on
@@ -56,7 +61,7 @@ class WholeRewrite:
         if self.objects is not None:
             self.objects.tree.publish(result)
         if self.purger is not None:
-            self.purger.after_build(result.written, result.removed)
+            self.purger.after_build(result.written, result.removed, owed)
         state = open_state(self.settings)
         state.settle_stale_listings(result.stale_listings)
         state.settle_whole_documents(result.whole_mark)  # -/all and -/search.json too, once uploaded and purged

@@ -263,3 +263,32 @@ def test_a_cli_build_purges_what_it_changed_and_owes_what_the_cache_refused(tmp_
         assert lines[0].startswith("warning: the cache in front was not purged (") and "Traceback" not in refused.stderr
         (owed,) = owed_purges(registry.config)  # the api's leader (or the next build) sends it
         assert {NAME, "-"} <= set(owed), owed
+
+
+def _all_lists(base: str, version: str) -> bool:
+    return version in _get(base + "-/all")[1].decode()
+
+
+def test_a_rewrite_of_all_killed_before_its_purge_is_purged_by_the_restarted_api(tmp_path: Path) -> None:
+    """The embedded api rewrites -/all a moment after a write (the refresher), then purges it. A
+    SIGKILL between that rewrite's commit and its purge left the cache serving the old -/all for
+    its whole shared lifetime: the purge was never recorded as owed. It is now, before the
+    rewrite, so the restarted api sends it. By path: with surrogate keys, the write's own purge
+    of the key `-` (its site pages) already evicts -/all."""
+    with cached_registry(tmp_path / "registry", by_path=True, api=False) as registry:
+        root, port = registry.config.parent, registry.api_port
+        with registry.config.open("a") as config:
+            config.write("index_refresh_seconds: 1\n")
+        with api_process(root, registry.config, port):
+            token = add_user(registry.origin, "killer", "killer-password-1")
+            assert http("PUT", registry.origin + NAME, token=token, body=publish_body(NAME, "1.0.0", tarball(NAME, "1.0.0"))).status == 201
+            poll(lambda: _all_lists(registry.origin, '"1.0.0"'), "-/all rewritten", 30)
+            _get(registry.cache + "-/all")
+            assert _all_lists(registry.cache, '"1.0.0"') and _get(registry.cache + "-/all")[0]["x-cache"] == "HIT"
+        with api_process(root, registry.config, port, {FAILPOINT_ENV: "before-rewrite-upload:kill"}):
+            assert http("PUT", registry.origin + NAME, token=token, body=publish_body(NAME, "1.1.0", tarball(NAME, "1.1.0"))).status == 201
+            poll(lambda: _all_lists(registry.origin, '"1.1.0"'), "-/all rewritten before the kill", 30)
+        assert not _all_lists(registry.cache, '"1.1.0"')  # the purge never went
+        assert owed_purges(registry.config)  # before: nothing owed, so nothing would ever send it
+        with api_process(root, registry.config, port):
+            poll(lambda: _all_lists(registry.cache, '"1.1.0"'), "the restarted api's owed purge of -/all", 15)
