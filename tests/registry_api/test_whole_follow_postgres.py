@@ -105,24 +105,25 @@ def test_a_mark_set_again_while_the_rewrite_uploaded_stays(
 def test_all_lists_a_publish_though_the_leader_is_killed_between_its_rewrite_and_its_upload(
     postgres: Any, tmp_path: Path  # noqa: F811
 ) -> None:
-    """Two `registry-gen api` processes, each to die (SIGKILL) right after its leader's rewrite
-    committed, before the upload. After a publish both are gone; a process started again without
-    the failpoint puts -/all listing the package in the bucket (read through nginx)."""
+    """Two `registry-gen api` processes; B dies (SIGKILL) right after its leader's rewrite committed,
+    before the upload. A, the first leader, is killed first so that B leads; after B's publish both
+    are gone, and A started again puts -/all listing the package in the bucket (read through nginx).
+    Only B carries the failpoint: armed from its start, a leader would die at another instance's
+    start, whose own marking of -/all it sees while that start uploads."""
     url = postgres_state_url(postgres)
-    dying = {FAILPOINT_ENV: "before-rewrite-upload:kill"}
-    with bucket_site("moto", url, tmp_path, envs=(dying, dying)) as site:
+    with bucket_site("moto", url, tmp_path, envs=({}, {FAILPOINT_ENV: "before-rewrite-upload:kill"})) as site:
+        first, dying = site.apis
         assert poll(lambda: _leader_pid(url) is not None, 30), "no instance leads"
-        leader = next(api for api in site.apis if api.process is not None and api.process.pid == _leader_pid(url))
-        other = next(api for api in site.apis if api is not leader)
-        token = add_user(other.base, "alice", "alice-password-1")
-        assert http("PUT", other.base + "killed-kit", token=token, body=publish_body("killed-kit", "1.0.0", tarball("killed-kit", "1.0.0"))).status == 201
-        assert leader.process is not None
-        leader.process.wait(timeout=WITHIN_SECONDS)  # the failpoint: its rewrite committed, nothing uploaded
-        other.kill()  # had it led meanwhile, its turn died at the same point
+        assert first.process is not None and _leader_pid(url) == first.process.pid  # started first, leads
+        first.kill()
+        assert poll(lambda: dying.process is not None and _leader_pid(url) == dying.process.pid, WITHIN_SECONDS), "B never led"
+        token = add_user(dying.base, "alice", "alice-password-1")
+        assert http("PUT", dying.base + "killed-kit", token=token, body=publish_body("killed-kit", "1.0.0", tarball("killed-kit", "1.0.0"))).status == 201
+        assert dying.process is not None
+        dying.process.wait(timeout=WITHIN_SECONDS)  # the failpoint: its rewrite committed, nothing uploaded
         assert not _all_lists(site, "killed-kit")
 
-        leader.env = {}
-        leader.start()
+        first.start()
         assert poll(lambda: _all_lists(site, "killed-kit"), WITHIN_SECONDS), (
             f"-/all did not list killed-kit within {WITHIN_SECONDS} s of a new process"
         )
