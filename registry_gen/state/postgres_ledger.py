@@ -37,14 +37,13 @@ PIN_STATEMENT = (
 
 # A write kept pending and its folders' generations moved, in one statement (its own transaction):
 # before content/ changes, under the packages' locks (registry_gen.state.ledger, "Folder tokens").
-BEGIN_WRITE_STATEMENT = (
-    "WITH moved AS (INSERT INTO content_folders (folder, generation) SELECT unnest(?::text[]), 1"
-    " ON CONFLICT (folder) DO UPDATE SET generation = content_folders.generation + 1)"
-    " INSERT INTO writes (status, started, actor, actor_id, files, events, who) VALUES ('pending', ?, ?, ?, ?, ?, ?) RETURNING id"
-)
 MOVE_FOLDERS_STATEMENT = (
     "INSERT INTO content_folders (folder, generation) SELECT unnest(?::text[]), 1"
     " ON CONFLICT (folder) DO UPDATE SET generation = content_folders.generation + 1"
+)
+BEGIN_WRITE_STATEMENT = (
+    f"WITH moved AS ({MOVE_FOLDERS_STATEMENT})"
+    " INSERT INTO writes (status, started, actor, actor_id, files, events, who) VALUES ('pending', ?, ?, ?, ?, ?, ?) RETURNING id"
 )
 
 
