@@ -295,3 +295,54 @@ def test_copy_buttons_by_keyboard(tree: str, browser: Browser) -> None:
             expect(button).to_be_focused()
     finally:
         context.close()
+
+
+# ---------------------------------------------------------------- npm's web login, served by the api
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `registry-gen serve` with one account, for the pages its web login renders."""
+    from tests.registry_api.helpers import RegistryProcess, add_user
+
+    process = RegistryProcess(tmp_path_factory.mktemp("weblogin")).start()
+    try:
+        add_user(process.base, "wanda", "wanda-password-1")
+        yield process.base
+    finally:
+        process.stop()
+
+
+def blocking(page: Page, axe_source: str) -> str:
+    """The page's serious and critical violations, described ('' for none)."""
+    return describe([v for v in violations(page, axe_source) if v["impact"] in BLOCKING])
+
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+def test_the_web_login_pages_have_no_serious_or_critical_violation(registry: str, browser: Browser, axe_source: str, viewport: str) -> None:
+    """`npm login`'s pages, each state a person sees: the form, a refused password, the success
+    page, and the page of a link that expired."""
+    from tests.registry_api.helpers import http
+
+    login_url = http("POST", registry + "-/v1/login", body={}).json["loginUrl"]
+    context = browser.new_context(viewport=VIEWPORTS[viewport])  # type: ignore[arg-type]
+    found: dict[str, str] = {}
+    try:
+        page = context.new_page()
+        page.goto(login_url)
+        expect(page.locator("#confirmation")).to_be_visible()
+        found["form"] = blocking(page, axe_source)
+        page.fill("#username", "wanda")
+        page.fill("#password", "not-the-password")
+        page.click("button[type=submit]")
+        expect(page.locator(".error")).to_be_visible()
+        found["refused"] = blocking(page, axe_source)
+        page.fill("#password", "wanda-password-1")
+        page.click("button[type=submit]")
+        expect(page.locator("h1.ok")).to_be_visible()
+        found["logged in"] = blocking(page, axe_source)
+        page.goto(registry + "-/v1/login/expired-or-never-issued")
+        expect(page.locator("h1.bad")).to_be_visible()
+        found["link expired"] = blocking(page, axe_source)
+    finally:
+        context.close()
+    assert not any(found.values()), "\n".join(f"{state} ({viewport}):\n{text}" for state, text in found.items() if text)
