@@ -73,6 +73,10 @@ class Timeouts:
     attempts: int = 3
 
 
+class UnnamedKey(Exception):
+    """The bucket holds a key object_store refuses to name (an empty, `.` or `..` segment)."""
+
+
 class StoreAnswer(Exception):
     """The store answered a status from ANSWERS; `retried`: the request had been sent before."""
 
@@ -83,7 +87,7 @@ class StoreAnswer(Exception):
         self.retried = retried
 
 
-def s3_client(endpoint_url: str | None, timeouts: Timeouts) -> Any:
+def s3_client(endpoint_url: str | None, timeouts: Timeouts, session: Any = None) -> Any:
     """A boto3 S3 client, for what obstore does not do (presigned URLs, the tools); credentials and
     region come from boto3's usual places (environment, ~/.aws, an instance role). A custom endpoint
     gets path-style addressing (loopback and most S3-compatible stores have no per-bucket host
@@ -105,7 +109,7 @@ def s3_client(endpoint_url: str | None, timeouts: Timeouts) -> Any:
         request_checksum_calculation="when_required", response_checksum_validation="when_required",
         user_agent=f"registry-gen/{__version__} botocore/{botocore.__version__}",
     )
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+    return (session or boto3.session.Session()).client("s3", endpoint_url=endpoint_url, config=config)
 
 
 class BotoCredentials:
@@ -226,7 +230,18 @@ class S3Storage:
         return True
 
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
+        listed: set[str] = set()
+        try:
+            for item in self._list_names(prefix):
+                listed.add(item.key)
+                yield item
+        except UnnamedKey as exc:
+            log.warning("%s: a key object_store cannot name (%s); this listing goes through boto3", self.location, exc)
+            yield from (item for item in self._list_through_boto3(prefix) if item.key not in listed)
+
+    def _list_names(self, prefix: str) -> Iterator[StoredObject]:
         import obstore
+        from obstore.exceptions import InvalidPathError
 
         wanted = self.prefix + prefix
         # object_store lists whole path segments: the folder holding the prefix, filtered to it.
@@ -237,9 +252,45 @@ class S3Storage:
                 chunk = next(chunks)
             except StopIteration:
                 return
+            except InvalidPathError as exc:  # a key put by other means, with an empty or dot segment
+                raise UnnamedKey(str(exc).splitlines()[0]) from exc
             except Exception as exc:  # noqa: BLE001 - translated: a listing fails like any other call
                 raise self.translated(exc, "ListObjectsV2", prefix) from exc
             yield from self._listed(chunk, wanted)
+
+    def _list_through_boto3(self, prefix: str) -> Iterator[StoredObject]:
+        """The listing as boto3 sends it, for a bucket holding a key object_store refuses: slower
+        (~250 Python calls an object), rare, and exactly what the contract had before obstore."""
+        import boto3
+
+        wanted = self.prefix + prefix
+        frozen = self.credentials.get_frozen_credentials()
+        session = boto3.session.Session(frozen.access_key, frozen.secret_key, frozen.token, region_name=self.region)
+        pages = iter(s3_client(self.endpoint_url, self.timeouts, session).get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=wanted))
+        while True:
+            try:
+                page = next(pages)
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001 - translated: a listing fails like any other call
+                raise self._botocore_translated(exc, prefix) from exc
+            chunk = [{"path": item["Key"], "size": item["Size"], "last_modified": item.get("LastModified"), "e_tag": item.get("ETag")}
+                     for item in page.get("Contents", [])]  # fmt: skip
+            yield from self._listed(chunk, wanted)
+
+    def _botocore_translated(self, exc: Exception, prefix: str) -> Exception:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        where = f"{self.location} (ListObjectsV2 {prefix})"
+        if isinstance(exc, ClientError):
+            error = exc.response.get("Error", {})
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            answered = self._answered(status, str(error.get("Code", "")), str(error.get("Message", "")), where)
+            return self._unexpected(answered, "ListObjectsV2", prefix) if isinstance(answered, StoreAnswer) else answered
+        if isinstance(exc, (BotoCoreError, OSError)):
+            log.warning("object store unavailable: %s: %s", where, exc)
+            return StorageUnavailable(f"the object store is unavailable ({where}: {exc}); retry shortly")
+        return exc
 
     def _listed(self, chunk: list[dict[str, Any]], wanted: str) -> Iterator[StoredObject]:
         for item in chunk:
