@@ -75,8 +75,8 @@ def measure(keys: int, publishes: int) -> dict[str, Any]:
             for version in ("0.0.1", "0.0.2"):  # the package known to this instance
                 service.publish(_upload(settings, "cost-kit", version), ALICE)
             sent: collections.Counter[str] = collections.Counter()
-            for bucket_client in {id(c): c for c in (objects.content.client, objects.tree.bucket.client)}.values():
-                bucket_client.meta.events.register("before-parameter-build.s3", lambda model, **_: sent.update([model.name]))
+            for bucket in {id(b): b for b in (objects.content, objects.tree.bucket)}.values():
+                bucket.watchers.append(lambda operation, _: sent.update([operation]))
             uploads = [_upload(settings, "cost-kit", f"1.0.{k}") for k in range(publishes)]
             statements = _counting_statements()
             api, server = _cpu(), tree_cpu(moto.process.pid)

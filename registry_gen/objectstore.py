@@ -377,7 +377,7 @@ def open_bucket(settings: Settings, location: S3Location) -> S3Storage:
     """A bucket at `location`, with the endpoint and conditional-write setting of `storage:`."""
     content = open_content_storage(settings, building=False)
     assert isinstance(content, S3Storage)
-    return S3Storage(location, endpoint_url=content.endpoint_url, conditional_writes=settings.storage_conditional_writes, client=content.client)
+    return S3Storage(location, endpoint_url=content.endpoint_url, conditional_writes=settings.storage_conditional_writes)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import pytest
 from registry_gen.errors import StorageError, StorageUnavailable, VersionConflict
 from registry_gen.storage import S3Location, S3Storage, Timeouts, archive_key
 from tests.storage.conftest import BUCKET, S3_KINDS, Servers, s3_store
-from tests.storage.s3servers import forward, make_bucket, relay, s3_server
+from tests.storage.s3servers import client, forward, make_bucket, relay, s3_server
 from tests.support import serving
 
 pytestmark = pytest.mark.slow
@@ -171,3 +171,19 @@ def test_a_create_whose_answer_was_lost_succeeds_on_boto3s_retry(kind: str, s3_s
         with pytest.raises(VersionConflict):
             store.create(other, b"ours")  # lost again, retried, and the bytes there are not ours
         assert len(lost) == 2 and store.read(other) == b"theirs"
+
+
+def test_a_key_put_by_other_means_that_obstore_cannot_name_does_not_break_a_listing(s3_servers: Servers) -> None:
+    """object_store refuses a listed key with an empty or `..` segment and fails the whole listing;
+    such a key, put into the bucket by hand, must not stop every sync (the server's start lists the
+    whole bucket): the folder is listed again through boto3, and the contract's key rule decides."""
+    server = s3_servers.get("moto")
+    location = S3Location(BUCKET, "odd-keys")
+    raw = client(server.endpoint)
+    for name in ("odd-keys/pkg/pkg-1.0.0.tgz", "odd-keys/pkg//double.tgz", "odd-keys/pkg/../dots.tgz", "odd-keys/pkg/pkg-1.0.1.tgz"):
+        raw.put_object(Bucket=BUCKET, Key=name, Body=b"x")
+    store = s3_store(server.endpoint, location)
+    listed = sorted(item.key for item in store.list("pkg/"))
+    assert {"pkg/pkg-1.0.0.tgz", "pkg/pkg-1.0.1.tgz"} <= set(listed) and "pkg/../dots.tgz" not in listed, listed
+    assert len(listed) == len(set(listed))  # each once, though the first listing had begun
+    assert sorted(item.key for item in store.list()) == listed
