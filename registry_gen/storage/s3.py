@@ -22,8 +22,10 @@ store costs a caller seconds, never a hang.
 from __future__ import annotations
 
 import hashlib
+import functools
 import io
 import logging
+import os
 import random
 import re
 import secrets
@@ -146,6 +148,8 @@ def object_store(bucket: str, endpoint_url: str | None, timeouts: Timeouts, *, r
     except ImportError as exc:
         raise ConfigError("storage: s3://… needs obstore and boto3: pip install 'registry-gen[s3]'") from exc
     endpoint = {"endpoint": endpoint_url, "virtual_hosted_style_request": False} if endpoint_url else {}
+    if os.environ.get("AWS_CA_BUNDLE") and not os.environ.get("SSL_CERT_FILE"):
+        warn_ca_bundle_unread()
     return S3Store(
         bucket, region=region or "us-east-1", credential_provider=BotoCredentials(credentials), **endpoint,
         client_options={
@@ -158,6 +162,17 @@ def object_store(bucket: str, endpoint_url: str | None, timeouts: Timeouts, *, r
             "backoff": {"init_backoff": timedelta(milliseconds=500), "max_backoff": timedelta(seconds=2), "base": 2},
         },
     )  # fmt: skip
+
+
+@functools.cache
+def warn_ca_bundle_unread() -> None:
+    """Once a process: obstore trusts the system's CAs, or SSL_CERT_FILE's instead (rustls'
+    native roots), never boto3's AWS_CA_BUNDLE. Setting SSL_CERT_FILE for the operator would also
+    replace the CAs of every other TLS client here (a mirror's upstream), so say it instead."""
+    log.warning(
+        "AWS_CA_BUNDLE is not read by the object store's client: add that CA to the system's trust store "
+        "(update-ca-certificates), or set SSL_CERT_FILE to a bundle holding it and the public CAs"
+    )
 
 
 class S3Storage:

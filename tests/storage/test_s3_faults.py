@@ -187,3 +187,84 @@ def test_a_key_put_by_other_means_that_obstore_cannot_name_does_not_break_a_list
     assert {"pkg/pkg-1.0.0.tgz", "pkg/pkg-1.0.1.tgz"} <= set(listed) and "pkg/../dots.tgz" not in listed, listed
     assert len(listed) == len(set(listed))  # each once, though the first listing had begun
     assert sorted(item.key for item in store.list()) == listed
+
+
+# ---------------------------------------------------------------- a store behind a private CA
+
+class Relaying(http.server.BaseHTTPRequestHandler):
+    """Forwards every request to the S3 server unchanged (TLS ends here)."""
+
+    upstream: str
+
+    def relay(self) -> None:
+        relay(self, *forward(self, self.upstream))
+
+    do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = relay  # noqa: N815 - stdlib naming
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+
+def private_ca(folder: Path) -> tuple[Path, Path, Path]:
+    """A CA of its own and a certificate it signed for 127.0.0.1: (CA bundle, certificate, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "registry-gen test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    bundle, certificate, key = folder / "ca.pem", folder / "leaf.pem", folder / "leaf.key"
+    bundle.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    certificate.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    key.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return bundle, certificate, key
+
+
+@contextlib.contextmanager
+def tls_front(endpoint: str, certificate: Path, key: Path) -> Iterator[str]:
+    import ssl
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (Relaying,), {"upstream": endpoint.removeprefix("http://")}))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    with serving(server) as port:
+        yield f"https://127.0.0.1:{port}"
+
+
+def test_a_store_behind_a_private_ca_is_trusted_through_ssl_cert_file_and_aws_ca_bundle_alone_is_said(
+    s3_servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client trusts the system's CAs or SSL_CERT_FILE's; boto3's AWS_CA_BUNDLE, which an
+    operator moving from boto3 may have set, is not read: one warning line says what to do."""
+    from registry_gen.storage import s3
+
+    bundle, certificate, key = private_ca(tmp_path)
+    with tls_front(s3_servers.get("moto").endpoint, certificate, key) as endpoint:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(bundle))
+        s3.warn_ca_bundle_unread.cache_clear()
+        untrusted = s3_store(endpoint, S3Location(BUCKET, "private-ca"), timeouts=Timeouts(connect=2, read=5, attempts=1))
+        with caplog.at_level(logging.WARNING), pytest.raises(StorageUnavailable):
+            untrusted.create(KEY, b"refused")
+        said = [r.getMessage() for r in caplog.records if "AWS_CA_BUNDLE" in r.getMessage()]
+        assert len(said) == 1 and "SSL_CERT_FILE" in said[0] and "update-ca-certificates" in said[0]
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+        trusted = s3_store(endpoint, S3Location(BUCKET, "private-ca"), conditional_writes=True)
+        trusted.create(KEY, b"over TLS")
+        assert trusted.read(KEY) == b"over TLS"
