@@ -251,12 +251,16 @@ class BucketTree:
     not hold yet; removals last. What a failed publish left is owed, and published first next time.
     With `shared` (a purged cache in front, `purge:`), each object carries the caching headers the
     folder's server sends: Cache-Control with s-maxage, and its surrogate key as metadata
-    (`x-amz-meta-<key_header>`: a bucket stores no header of another name)."""
+    (`x-amz-meta-<key_header>`: a bucket stores no header of another name). `folder_keys`: False
+    when only the emitted nginx config reads the bucket (`tree_readers: nginx`): a document goes
+    under its tree path only. A removal removes the folder key in either case: one left by an
+    earlier setting must not outlive its document."""
 
-    def __init__(self, bucket: S3Storage, out_dir: Path, shared: SharedCache | None = None):
+    def __init__(self, bucket: S3Storage, out_dir: Path, shared: SharedCache | None = None, *, folder_keys: bool = True):
         self.bucket = bucket
         self.out_dir = out_dir
         self.shared = shared
+        self.folder_keys = folder_keys
         self.owed = Owed(set(), set())
         self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
 
@@ -272,12 +276,13 @@ class BucketTree:
 
     def _publish_owed(self) -> None:
         # A web folder's alias is skipped: the site links index.html explicitly.
-        uploads = [upload for upload in upload_plan(sorted(self.owed.written), shared=self.shared) if not upload.key.endswith("/")]
+        planned = upload_plan(sorted(self.owed.written), shared=self.shared, folder_keys=self.folder_keys)
+        uploads = [upload for upload in planned if not upload.key.endswith("/")]
         for phase in sorted({upload.phase for upload in uploads}):  # a phase starts once the one before is stored
             self._upload_together([upload for upload in uploads if upload.phase == phase])
         self.owed.written.clear()
         for key in sorted(self.owed.removed):
-            for alias in {upload.key for upload in upload_plan([key])}:
+            for alias in {upload.key for upload in upload_plan([key])}:  # folder keys too, whatever the setting
                 if not alias.endswith("/"):
                     self.bucket.remove(alias)
         self.owed.removed.clear()
@@ -325,10 +330,11 @@ def reader_endpoint(settings: Settings) -> str:
     return (storage_endpoint(settings) or AWS_S3_ENDPOINT).rstrip("/")
 
 
-def read_keys(path: str, document: str) -> tuple[str, str] | None:
-    """The two tree keys nginx may read for the served path `path` (decoded, as nginx's $uri):
-    the folder's document (`document`, the one the Accept header picked; always the page under
-    /-/web/) and the path's own key, a trailing '/' dropped. None when `path` could name anything
+def read_keys(path: str, document: str) -> tuple[str, str, str] | None:
+    """The three tree keys nginx may read for the served path `path` (decoded, as nginx's $uri), in
+    its order: the folder's document (`document`, the one the Accept header picked; always the page
+    under /-/web/), the folder's full document (where the abbreviated one is missing: a tag
+    folder's), and the path's own key, a trailing '/' dropped. None when `path` could name anything
     but a file of the tree: a character outside the key alphabet, a dot, `.` or `..` segment, an
     empty segment, or a document name that is not one."""
     if not _TREE_KEY_PATH.match(path) or has_dot_segment(path) or document not in (PACKAGE_DOCUMENT, ABBREVIATED_DOCUMENT):
@@ -339,7 +345,7 @@ def read_keys(path: str, document: str) -> tuple[str, str] | None:
         return None
     if stem == WEB_ROOT or stem.startswith(WEB_ROOT + "/"):
         document = PACKAGE_DOCUMENT
-    return f"{stem}/{document}", stem
+    return f"{stem}/{document}", f"{stem}/{PACKAGE_DOCUMENT}", stem
 
 
 class TreeSigner:
@@ -358,10 +364,10 @@ class TreeSigner:
         parts = urlsplit(url)
         return f"{parts.path}?{parts.query}"
 
-    def signed_reads(self, path: str, document: str) -> tuple[str, str] | None:
-        """The signed paths of `read_keys(path, document)`; None where that refuses."""
+    def signed_reads(self, path: str, document: str) -> tuple[str, ...] | None:
+        """The signed paths of `read_keys(path, document)`, in its order; None where that refuses."""
         keys = read_keys(path, document)
-        return None if keys is None else (self.signed_path(keys[0]), self.signed_path(keys[1]))
+        return None if keys is None else tuple(self.signed_path(key) for key in keys)
 
 
 def open_tree_signer(settings: Settings) -> TreeSigner:
@@ -430,7 +436,8 @@ def open_object_store(settings: Settings) -> ObjectStore | None:
     content = open_content_storage(settings, building=False)
     assert isinstance(content, S3Storage)
     mirror = ContentMirror(content, settings.content_dir, nested_tree_folder(settings))
-    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir, shared_cache(settings.purge))
+    folder_keys = settings.tree_readers == "any"
+    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir, shared_cache(settings.purge), folder_keys=folder_keys)
     return ObjectStore(content, mirror, tree, open_tree_signer(settings))
 
 

@@ -45,12 +45,15 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture
-def bucket_service(tmp_path: Path, state_postgres: PostgresServer, moto: S3Server) -> Iterator[tuple[WriteService, ObjectStore]]:
+@pytest.fixture(params=["any"])
+def bucket_service(
+    request: pytest.FixtureRequest, tmp_path: Path, state_postgres: PostgresServer, moto: S3Server
+) -> Iterator[tuple[WriteService, ObjectStore]]:
+    """The write service as `registry-gen api` runs it; `tree_readers` from the test's indirect parameter."""
     settings = Settings(
         content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
         database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,  # the refresher never runs by itself here
-        storage=f"s3://{BUCKET}/{tmp_path.name}", storage_endpoint_url=moto.endpoint,
+        storage=f"s3://{BUCKET}/{tmp_path.name}", storage_endpoint_url=moto.endpoint, tree_readers=request.param,
     )  # fmt: skip
     with s3_credentials():
         objects = open_object_store(settings)
@@ -141,6 +144,26 @@ def test_a_publish_to_the_bucket_leaves_the_registry_wide_pages_to_the_leader(bu
     assert not state.listings_stale()  # settled once uploaded
     front = objects.tree.bucket.read(f"{site.WEB_ROOT}/index.html")
     assert front is not None and b"1.0.1" in front
+
+
+# The package document's and the version document's folder keys (`name`, `name/latest`): only a
+# reader without the emitted nginx config needs them (registry.yaml `tree_readers`).
+FOLDER_KEYS_PER_PUBLISH = 2
+
+
+@pytest.mark.parametrize("bucket_service", ["nginx"], indirect=True)
+def test_a_publish_to_a_bucket_read_through_nginx_only_sends_one_key_per_document(bucket_service: tuple[WriteService, ObjectStore]) -> None:
+    service, objects = bucket_service
+    for warm in ("alpha-kit", "beta-kit", "single-kit"):
+        service.publish(_upload(service.settings, warm, "1.0.0"), ALICE)
+    sent = recorded(objects)
+    service.publish(_upload(service.settings, "single-kit", "1.0.1"), ALICE)
+    listing = "\n".join(f"{request.operation} {request.key}" for request in sent)
+    tree_puts = {r.key.split("/_tree/", 1)[-1] for r in sent if r.operation == "PutObject" and "/_tree/" in r.key}
+    assert {"single-kit/index.html", "single-kit/abbreviated.json", "single-kit/latest/index.html"} <= tree_puts, listing
+    assert not tree_puts & {"single-kit", "single-kit/latest"}, listing
+    assert len(sent) == REQUESTS_PER_PUBLISH - FOLDER_KEYS_PER_PUBLISH, listing
+    assert objects.tree.bucket.read("single-kit") is None and b"1.0.1" in (objects.tree.bucket.read("single-kit/index.html") or b"")
 
 
 def test_a_publish_to_the_bucket_starts_no_thread(
