@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -239,6 +239,16 @@ class LocalTree:
         return None
 
 
+@dataclass(frozen=True)
+class EarlyUpload:
+    """A tree tarball sent while the build runs (BucketTree.upload_early): its tree path, the MD5 of
+    the bytes sent, and the upload in flight."""
+
+    relative: str
+    md5: str
+    sent: Future[None]
+
+
 @dataclass
 class Owed:
     written: set[str]
@@ -264,20 +274,42 @@ class BucketTree:
         self.owed = Owed(set(), set())
         self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
 
-    def publish(self, result: BuildResult) -> None:
+    def publish(self, result: BuildResult, early: EarlyUpload | None = None) -> None:
+        """`early`: a tarball `upload_early` sent while the build ran; not sent again if it is
+        stored and holds the bytes the build wrote."""
         written, removed = list(result.written), list(result.removed)
         if getattr(result.written, "total", len(written)) > len(written):
             written = tree_files(self.out_dir)  # the build named only the first paths: publish the whole tree
+        if early is not None:
+            wait([early.sent])  # stored (or failed) before any document that may name it goes
         with self._lock:
             self.owed.written |= set(written)
             self.owed.removed = (self.owed.removed | set(removed)) - set(written)
             self.owed.written -= set(removed)
-            self._publish_owed()
+            self._publish_owed(early)
 
-    def _publish_owed(self) -> None:
+    def upload_early(self, relative: str, data: bytes) -> EarlyUpload:
+        """Starts uploading a tarball of the tree (`relative`) whose bytes are known before the build
+        writes it: the write's archive. No document names it until the build's upload, which waits
+        for it (`publish(result, early)`); a build that refuses it calls `withdraw`."""
+        (upload,) = upload_plan([relative], shared=self.shared)
+        assert upload.phase == 0, relative  # only a tarball: a document must never precede its tarball
+        return EarlyUpload(relative, hashlib.md5(data).hexdigest(), _UPLOADERS.submit(self._put, upload, data))
+
+    def withdraw(self, early: EarlyUpload) -> None:
+        """The early tarball of a write the build refused (or that failed) removed again, once its
+        upload is done: no document named it. Raises if the bucket cannot be asked."""
+        wait([early.sent])
+        self.bucket.remove(self._key(early.relative))
+
+    def _key(self, relative: str) -> str:
+        (upload,) = upload_plan([relative])
+        return upload.key
+
+    def _publish_owed(self, early: EarlyUpload | None = None) -> None:
         # A web folder's alias is skipped: the site links index.html explicitly.
         planned = upload_plan(sorted(self.owed.written), shared=self.shared, folder_keys=self.folder_keys)
-        uploads = [upload for upload in planned if not upload.key.endswith("/")]
+        uploads = [upload for upload in planned if not upload.key.endswith("/") and not self._sent_early(upload, early)]
         for phase in sorted({upload.phase for upload in uploads}):  # a phase starts once the one before is stored
             self._upload_together([upload for upload in uploads if upload.phase == phase])
         self.owed.written.clear()
@@ -300,14 +332,24 @@ class BucketTree:
         for future in done:
             future.result()
 
+    def _sent_early(self, upload: Upload, early: EarlyUpload | None) -> bool:
+        """Whether `upload` is the early tarball (done: `publish` waited for it), stored with the
+        bytes the build wrote. Else (failed, other bytes) it is sent again in its phase."""
+        if early is None or upload.source != early.relative:
+            return False
+        if early.sent.exception() is not None:
+            return False
+        return _md5_of(self.out_dir / upload.source) == early.md5
+
     def _upload(self, upload: Upload) -> None:
         path = self.out_dir / upload.source
         if path.is_file():  # a later build may have removed it: its removal is owed instead
-            key_header = self.shared.key_header if self.shared is not None else None
-            metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
-            self.bucket.publish(
-                upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
-            )
+            self._put(upload, path.read_bytes())
+
+    def _put(self, upload: Upload, data: bytes) -> None:
+        key_header = self.shared.key_header if self.shared is not None else None
+        metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+        self.bucket.publish(upload.key, data, content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata)
 
 
 def tree_files(out_dir: Path) -> list[str]:
