@@ -147,6 +147,7 @@ def _config(folder: Path, database_url: str, endpoint: str, prefix: str, cache_p
         f"content_dir: work/content\nout_dir: work/public\ndata_dir: data\nbase_url: http://127.0.0.1:{cache_port}/\n"
         f"database_url: '{database_url}'\nsignup: open\nstorage: s3://{BUCKET}/{prefix}\n"
         f"storage_endpoint_url: {endpoint}\n"
+        "tree_readers: nginx\n"  # read only through the nginx config below: one key per document
         f"purge:\n  url: http://127.0.0.1:{cache_port}/\n  method: PURGE\n  timeout_seconds: 1\n  key_header: xkey\n"
     )
     return config

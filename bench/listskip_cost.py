@@ -2,7 +2,7 @@
 object-store requests by kind, the api's CPU and moto's CPU per publish (listskip: the build's
 sync LIST skipped when the package's folder token is unchanged).
 
-`python bench/listskip_cost.py [--keys 10000] [--publishes 20]` starts PostgreSQL and moto as the
+`python bench/listskip_cost.py [--keys 10000] [--publishes 20] [--tree-readers nginx]` starts PostgreSQL and moto as the
 tests do (real processes on 127.0.0.1), fills the bucket with `--keys` 2 KB filler objects
 (bench.s3_request_cost's layout: moto's LIST scans the whole bucket), runs one instance in this
 process (the write service as `registry-gen api` runs it, content and tree in the bucket), and
@@ -44,7 +44,7 @@ def _counting_statements() -> list[str]:
     return sent
 
 
-def measure(keys: int, publishes: int) -> dict[str, Any]:
+def measure(keys: int, publishes: int, tree_readers: str = "any") -> dict[str, Any]:
     import registry_gen
     from bench.bench_scaleout import tree_cpu
     from bench.s3_request_cost import BUCKET, fill
@@ -66,7 +66,7 @@ def measure(keys: int, publishes: int) -> dict[str, Any]:
             settings = Settings(
                 content_dir=root / "content", out_dir=root / "public", data_dir=root / "data", base_url="http://127.0.0.1:9/",
                 database_url=postgres.url(), index_refresh_seconds=3600, storage=f"s3://{BUCKET}/registry",
-                storage_endpoint_url=moto.endpoint,
+                storage_endpoint_url=moto.endpoint, tree_readers=tree_readers,
             )  # fmt: skip
             objects = open_object_store(settings)
             assert objects is not None
@@ -95,9 +95,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--keys", type=int, default=10_000, help="filler objects in the bucket")
     parser.add_argument("--publishes", type=int, default=20, help="publishes measured")
+    parser.add_argument("--tree-readers", default="any", choices=("any", "nginx"), help="registry.yaml tree_readers (onekey)")
     args = parser.parse_args()
-    print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
-    found = measure(args.keys, args.publishes)
+    print(f"load average at start: {os.getloadavg()[0]:.1f}; tree_readers: {args.tree_readers}", flush=True)
+    found = measure(args.keys, args.publishes, args.tree_readers)
     requests = ", ".join(f"{op} {count:.2f}" for op, count in found["requests"].items())
     print("| keys in bucket | object-store requests per publish | PostgreSQL statements | api CPU, ms | moto CPU, ms |")
     print("|---|---|---|---|---|")

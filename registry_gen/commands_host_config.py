@@ -193,6 +193,12 @@ def bucket_origin(settings: Settings, private: bool = False) -> Any:
             "(keep the bucket private and add --private-bucket)",
             err=True,
         )
+    if settings.tree_readers == "any":
+        typer.echo(
+            "note: tree_readers is any, so each package document is uploaded twice (also under <name>, for readers without "
+            "this config); if only this config reads the tree bucket, set tree_readers: nginx (docs/deploying/object-store.md)",
+            err=True,
+        )
     location = tree_location(settings)
     return BucketOrigin(reader_endpoint(settings), location.bucket, location.prefix, private)
 

@@ -180,9 +180,12 @@ def _aliases(relative: str, kind: ObjectKind) -> list[str]:
 
 
 def upload_plan(
-    relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0, shared: SharedCache | None = None
+    relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0, shared: SharedCache | None = None, folder_keys: bool = True
 ) -> list[Upload]:
-    """Every object to upload for the given tree files, tarballs first, sorted within a phase."""
+    """Every object to upload for the given tree files, tarballs first, sorted within a phase.
+    `folder_keys`: each JSON document under its folder's key too (`_aliases`), for readers that do
+    not map a folder to its index.html; False where only the emitted nginx config reads the bucket
+    (registry.yaml `tree_readers: nginx`)."""
     if prefix and not prefix.endswith("/"):
         prefix += "/"
     uploads: list[Upload] = []
@@ -192,7 +195,7 @@ def upload_plan(
             continue
         kind = classify(relative)
         phase = 0 if kind is ObjectKind.TARBALL else 1 if kind in (ObjectKind.PACKAGE_DOCUMENT, ObjectKind.ABBREVIATED_DOCUMENT) else 2
-        for key in [relative, *_aliases(relative, kind)]:
+        for key in [relative, *(_aliases(relative, kind) if folder_keys else [])]:
             uploads.append(Upload(prefix + key, relative, headers.content_type, headers.cache_control, phase))
     return sorted(uploads, key=lambda u: (u.phase, u.key))
 

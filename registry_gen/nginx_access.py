@@ -20,10 +20,18 @@ READ_CHECK_PATH = "/-/registry-gen/read-access"
 SERVED_PATH_HEADER = "X-Registry-Gen-Path"  # the check's question: the path nginx serves ($uri)
 # A private tree bucket (`--from-bucket --private-bucket`): the check is also asked for the URLs
 # nginx reads the bucket with. It names the package document the Accept header picks; the answer
-# carries two presigned paths (`/BUCKET/KEY?X-Amz-…`): the folder's document and the path's own key.
+# carries three presigned paths (`/BUCKET/KEY?X-Amz-…`, registry_gen.objectstore.read_keys): the
+# folder's document, its full document (where an abbreviated one is missing) and the path's own key.
 SIGN_DOCUMENT_HEADER = "X-Registry-Gen-Document"
 SIGNED_DOCUMENT_HEADER = "X-Registry-Gen-Signed-Document"
+SIGNED_FULL_HEADER = "X-Registry-Gen-Signed-Full"
 SIGNED_FILE_HEADER = "X-Registry-Gen-Signed-File"
+# The variables nginx keeps them in, in read_keys' order.
+SIGNED_VARIABLES = (
+    ("$registry_gen_signed_document", SIGNED_DOCUMENT_HEADER),
+    ("$registry_gen_signed_full", SIGNED_FULL_HEADER),
+    ("$registry_gen_signed_file", SIGNED_FILE_HEADER),
+)
 CACHE_ZONE = "registry_gen_read"
 # The characters of a package name (registry_gen.names: URL-safe, as old packages may be).
 NAME_PART = "[A-Za-z0-9._~!*'()-]+"
@@ -120,5 +128,5 @@ def _signed_variables() -> str:
     in nginx: an auth_request answer's headers never reach the client."""
     return "".join(
         f"    auth_request_set {variable} $upstream_http_{header.lower().replace('-', '_')};\n"
-        for variable, header in (("$registry_gen_signed_document", SIGNED_DOCUMENT_HEADER), ("$registry_gen_signed_file", SIGNED_FILE_HEADER))
+        for variable, header in SIGNED_VARIABLES
     )

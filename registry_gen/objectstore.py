@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -239,6 +239,16 @@ class LocalTree:
         return None
 
 
+@dataclass(frozen=True)
+class EarlyUpload:
+    """A tree tarball sent while the build runs (BucketTree.upload_early): its tree path, the MD5 of
+    the bytes sent, and the upload in flight."""
+
+    relative: str
+    md5: str
+    sent: Future[None]
+
+
 @dataclass
 class Owed:
     written: set[str]
@@ -251,33 +261,60 @@ class BucketTree:
     not hold yet; removals last. What a failed publish left is owed, and published first next time.
     With `shared` (a purged cache in front, `purge:`), each object carries the caching headers the
     folder's server sends: Cache-Control with s-maxage, and its surrogate key as metadata
-    (`x-amz-meta-<key_header>`: a bucket stores no header of another name)."""
+    (`x-amz-meta-<key_header>`: a bucket stores no header of another name). `folder_keys`: False
+    when only the emitted nginx config reads the bucket (`tree_readers: nginx`): a document goes
+    under its tree path only. A removal removes the folder key in either case: one left by an
+    earlier setting must not outlive its document."""
 
-    def __init__(self, bucket: S3Storage, out_dir: Path, shared: SharedCache | None = None):
+    def __init__(self, bucket: S3Storage, out_dir: Path, shared: SharedCache | None = None, *, folder_keys: bool = True):
         self.bucket = bucket
         self.out_dir = out_dir
         self.shared = shared
+        self.folder_keys = folder_keys
         self.owed = Owed(set(), set())
         self._lock = threading.Lock()  # the write service and the index refresher publish from two threads
 
-    def publish(self, result: BuildResult) -> None:
+    def publish(self, result: BuildResult, early: EarlyUpload | None = None) -> None:
+        """`early`: a tarball `upload_early` sent while the build ran; not sent again if it is
+        stored and holds the bytes the build wrote."""
         written, removed = list(result.written), list(result.removed)
         if getattr(result.written, "total", len(written)) > len(written):
             written = tree_files(self.out_dir)  # the build named only the first paths: publish the whole tree
+        if early is not None:
+            wait([early.sent])  # stored (or failed) before any document that may name it goes
         with self._lock:
             self.owed.written |= set(written)
             self.owed.removed = (self.owed.removed | set(removed)) - set(written)
             self.owed.written -= set(removed)
-            self._publish_owed()
+            self._publish_owed(early)
 
-    def _publish_owed(self) -> None:
+    def upload_early(self, relative: str, data: bytes) -> EarlyUpload:
+        """Starts uploading a tarball of the tree (`relative`) whose bytes are known before the build
+        writes it: the write's archive. No document names it until the build's upload, which waits
+        for it (`publish(result, early)`); a build that refuses it calls `withdraw`."""
+        (upload,) = upload_plan([relative], shared=self.shared)
+        assert upload.phase == 0, relative  # only a tarball: a document must never precede its tarball
+        return EarlyUpload(relative, hashlib.md5(data).hexdigest(), _UPLOADERS.submit(self._put, upload, data))
+
+    def withdraw(self, early: EarlyUpload) -> None:
+        """The early tarball of a write the build refused (or that failed) removed again, once its
+        upload is done: no document named it. Raises if the bucket cannot be asked."""
+        wait([early.sent])
+        self.bucket.remove(self._key(early.relative))
+
+    def _key(self, relative: str) -> str:
+        (upload,) = upload_plan([relative])
+        return upload.key
+
+    def _publish_owed(self, early: EarlyUpload | None = None) -> None:
         # A web folder's alias is skipped: the site links index.html explicitly.
-        uploads = [upload for upload in upload_plan(sorted(self.owed.written), shared=self.shared) if not upload.key.endswith("/")]
+        planned = upload_plan(sorted(self.owed.written), shared=self.shared, folder_keys=self.folder_keys)
+        uploads = [upload for upload in planned if not upload.key.endswith("/") and not self._sent_early(upload, early)]
         for phase in sorted({upload.phase for upload in uploads}):  # a phase starts once the one before is stored
             self._upload_together([upload for upload in uploads if upload.phase == phase])
         self.owed.written.clear()
         for key in sorted(self.owed.removed):
-            for alias in {upload.key for upload in upload_plan([key])}:
+            for alias in {upload.key for upload in upload_plan([key])}:  # folder keys too, whatever the setting
                 if not alias.endswith("/"):
                     self.bucket.remove(alias)
         self.owed.removed.clear()
@@ -295,14 +332,24 @@ class BucketTree:
         for future in done:
             future.result()
 
+    def _sent_early(self, upload: Upload, early: EarlyUpload | None) -> bool:
+        """Whether `upload` is the early tarball (done: `publish` waited for it), stored with the
+        bytes the build wrote. Else (failed, other bytes) it is sent again in its phase."""
+        if early is None or upload.source != early.relative:
+            return False
+        if early.sent.exception() is not None:
+            return False
+        return _md5_of(self.out_dir / upload.source) == early.md5
+
     def _upload(self, upload: Upload) -> None:
         path = self.out_dir / upload.source
         if path.is_file():  # a later build may have removed it: its removal is owed instead
-            key_header = self.shared.key_header if self.shared is not None else None
-            metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
-            self.bucket.publish(
-                upload.key, path.read_bytes(), content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata
-            )
+            self._put(upload, path.read_bytes())
+
+    def _put(self, upload: Upload, data: bytes) -> None:
+        key_header = self.shared.key_header if self.shared is not None else None
+        metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+        self.bucket.publish(upload.key, data, content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata)
 
 
 def tree_files(out_dir: Path) -> list[str]:
@@ -325,10 +372,11 @@ def reader_endpoint(settings: Settings) -> str:
     return (storage_endpoint(settings) or AWS_S3_ENDPOINT).rstrip("/")
 
 
-def read_keys(path: str, document: str) -> tuple[str, str] | None:
-    """The two tree keys nginx may read for the served path `path` (decoded, as nginx's $uri):
-    the folder's document (`document`, the one the Accept header picked; always the page under
-    /-/web/) and the path's own key, a trailing '/' dropped. None when `path` could name anything
+def read_keys(path: str, document: str) -> tuple[str, str, str] | None:
+    """The three tree keys nginx may read for the served path `path` (decoded, as nginx's $uri), in
+    its order: the folder's document (`document`, the one the Accept header picked; always the page
+    under /-/web/), the folder's full document (where the abbreviated one is missing: a tag
+    folder's), and the path's own key, a trailing '/' dropped. None when `path` could name anything
     but a file of the tree: a character outside the key alphabet, a dot, `.` or `..` segment, an
     empty segment, or a document name that is not one."""
     if not _TREE_KEY_PATH.match(path) or has_dot_segment(path) or document not in (PACKAGE_DOCUMENT, ABBREVIATED_DOCUMENT):
@@ -339,7 +387,7 @@ def read_keys(path: str, document: str) -> tuple[str, str] | None:
         return None
     if stem == WEB_ROOT or stem.startswith(WEB_ROOT + "/"):
         document = PACKAGE_DOCUMENT
-    return f"{stem}/{document}", stem
+    return f"{stem}/{document}", f"{stem}/{PACKAGE_DOCUMENT}", stem
 
 
 class TreeSigner:
@@ -358,10 +406,10 @@ class TreeSigner:
         parts = urlsplit(url)
         return f"{parts.path}?{parts.query}"
 
-    def signed_reads(self, path: str, document: str) -> tuple[str, str] | None:
-        """The signed paths of `read_keys(path, document)`; None where that refuses."""
+    def signed_reads(self, path: str, document: str) -> tuple[str, ...] | None:
+        """The signed paths of `read_keys(path, document)`, in its order; None where that refuses."""
         keys = read_keys(path, document)
-        return None if keys is None else (self.signed_path(keys[0]), self.signed_path(keys[1]))
+        return None if keys is None else tuple(self.signed_path(key) for key in keys)
 
 
 def open_tree_signer(settings: Settings) -> TreeSigner:
@@ -430,7 +478,8 @@ def open_object_store(settings: Settings) -> ObjectStore | None:
     content = open_content_storage(settings, building=False)
     assert isinstance(content, S3Storage)
     mirror = ContentMirror(content, settings.content_dir, nested_tree_folder(settings))
-    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir, shared_cache(settings.purge))
+    folder_keys = settings.tree_readers == "any"
+    tree = BucketTree(open_bucket(settings, tree_location(settings)), settings.out_dir, shared_cache(settings.purge), folder_keys=folder_keys)
     return ObjectStore(content, mirror, tree, open_tree_signer(settings))
 
 

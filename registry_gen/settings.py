@@ -22,6 +22,8 @@ STORAGE_ENV = "REGISTRY_STORAGE"
 TREE_ENV = "REGISTRY_TREE"
 # `registry-gen check` profiles: npm's documented rules (default), or the specification's stricter ones too.
 CHECK_PROFILES = ("npm", "commonjs")
+# Who reads the tree bucket (`tree_readers:`): anyone (a plain bucket, a CDN) or only the emitted nginx config.
+TREE_READERS = ("any", "nginx")
 SIGNING_KEY_ENV = "REGISTRY_GEN_SIGNING_KEY"  # the signing key's PEM text, for hosts that inject secrets as variables
 
 
@@ -114,6 +116,11 @@ class Settings:
     # Where `registry-gen api` puts the built tree when content is in a bucket ($REGISTRY_TREE);
     # None: the same bucket, under `<PREFIX>/_tree` (registry_gen.objectstore).
     tree: str | None = None
+    # Who reads the tree bucket (docs/deploying/object-store.md, "Who reads the tree"): `any` (a plain
+    # bucket or CDN too: each JSON document also under its folder's key, `<name>` beside
+    # `<name>/index.html`), or `nginx` (only the config `host-config nginx --from-bucket` emits, which
+    # reads `<name>/index.html`: one key per document, two PUTs fewer per publish).
+    tree_readers: str = "any"
     # Whether base_url came from registry.yaml or an option (False: the built-in default, which only
     # this machine reaches; `build` warns, `serve` derives it from the address it binds).
     base_url_given: bool = field(default=False, compare=False)
@@ -172,6 +179,10 @@ class Settings:
                 raise ConfigError("storage_endpoint_url is set but storage is not: add storage: s3://BUCKET/PREFIX, or remove it")
         if self.storage_conditional_writes not in (None, True, False):
             raise ConfigError(f"storage_conditional_writes must be auto, true or false; got {self.storage_conditional_writes!r}")
+        if self.tree_readers not in TREE_READERS:
+            raise ConfigError(f"tree_readers must be one of {', '.join(TREE_READERS)}; got {self.tree_readers!r}")
+        if self.tree_readers != "any" and self.storage is None:
+            raise ConfigError(f"tree_readers is {self.tree_readers} but storage is not set: it says how the tree bucket is read; add storage: s3://BUCKET/PREFIX, or remove it")
 
     def with_updates(self, **changes: Any) -> Settings:
         """A copy with some values replaced; None values are ignored (unset CLI options)."""
@@ -252,6 +263,7 @@ _YAML_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "storage_endpoint_url": (str, "a URL (string)"),
     "storage_conditional_writes": (bool, "auto, true or false"),
     "tree": (str, "a string such as s3://BUCKET/PREFIX"),
+    "tree_readers": (str, "any or nginx"),
 }
 
 

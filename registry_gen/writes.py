@@ -40,8 +40,8 @@ from registry_gen.errors import BrokenMeta, Forbidden, LockTimeout, RegistryErro
 from registry_gen.failpoints import failpoint
 from registry_gen.meta import PackageMeta, dump_meta
 from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT
-from registry_gen.names import package_dir, tarball_filename, validate_name
-from registry_gen.objectstore import ObjectStore
+from registry_gen.names import package_dir, tarball_filename, tarball_path, validate_name
+from registry_gen.objectstore import EarlyUpload, ObjectStore
 from registry_gen.packument import document_revision
 from registry_gen.publish import Actor, BadRequest, PackageState, Upload
 from registry_gen.purge import purger_for
@@ -283,7 +283,7 @@ class WriteService:
         )  # fmt: skip
         failpoint("after-intent")
         try:
-            result = self._write(current, change, sorted(removing), write_id, package_folders(files))
+            result, early = self._write(current, change, sorted(removing), write_id, package_folders(files))
         except BaseException:
             self._abort(write_id)
             raise
@@ -293,7 +293,7 @@ class WriteService:
         # undone: once this lock is released its writer counts as gone, and whoever resolves it
         # (the leader within seconds, or the package's next write) renders the package again and
         # uploads it (build.detect.landed_packages), then journals it done.
-        self._publish_tree(result)
+        self._publish_tree(result, early)
         failpoint("after-upload")
         # On the journal's connection of now: a restart since begin_write ended that one, and the
         # write was committed under its lock (the build's fence), so it is done.
@@ -333,11 +333,15 @@ class WriteService:
             with suppress(StateUnavailable):
                 journal.close()
 
-    def _write(self, current: CurrentPackage, change: Change, removing: list[str], write_id: int, folders: set[str]) -> BuildResult:
-        """Stores the change (`folders`: those whose tokens its begin_write moved), then builds."""
+    def _write(
+        self, current: CurrentPackage, change: Change, removing: list[str], write_id: int, folders: set[str]
+    ) -> tuple[BuildResult, EarlyUpload | None]:
+        """Stores the change (`folders`: those whose tokens its begin_write moved), then builds; with
+        a bucket, the new archive's tree tarball is uploaded while the build runs (`_upload_early`)."""
         name = current.state.name
         touched = [current.meta_key]  # the build looks only at these files (it trusts its state for the rest)
         added = None
+        early = None
         # The rule ran on what was read under the lock; if the lock went since (a database restart),
         # another writer may have read the same and be writing now: stop before storing anything.
         self._confirm_lock()
@@ -346,20 +350,43 @@ class WriteService:
             if change.upload is not None:
                 added = self._store_archive(name, change.upload)
                 touched.append(added)
+                early = self._upload_early(change.upload)
             touched += self._remove_archives(removing)
             self._wrote(folders)
             failpoint("after-store")
             self._confirm_lock()  # again once stored: the build renders the tree, then commits (fenced too)
             result = self._build(touched, write_id, publish=False)  # _commit publishes once the write is done
         except BaseException:
+            self._withdraw(early)
             self._roll_back(added, current, change)
             raise
         refused = result.refusals(name, [current.meta_key, *([added] if added else [])])
         if refused and added is not None:
+            self._withdraw(early)
             self._roll_back(added, current, change)
             self._build(touched, write_id)
             raise BuildRefused("the registry could not take this archive: " + "; ".join(i.reason for i in refused))
-        return result
+        return result, early
+
+    def _upload_early(self, upload: Upload) -> EarlyUpload | None:
+        """With a tree bucket: the new version's tarball (the archive's bytes, which the build copies
+        into the tree) sent while the build runs, so the answer waits for one upload phase fewer.
+        Its archive is stored, so a writer killed from here on leaves a write that the recovery finds
+        landed and builds; no document names the tarball before the build's upload waits for it."""
+        if self.objects is None:
+            return None
+        return self.objects.tree.upload_early(tarball_path(upload.name, upload.version), upload.data)
+
+    def _withdraw(self, early: EarlyUpload | None) -> None:
+        """The early tarball of a write that failed or was refused, removed before its archive is:
+        no document names it. Never raises over the write's own error: a bucket that refuses the
+        removal leaves a tarball no document names (logged), which a later publish of the version overwrites."""
+        if early is None or self.objects is None:
+            return
+        try:
+            self.objects.tree.withdraw(early)
+        except Exception:  # noqa: BLE001 - the write's own error is the one to report
+            log.warning("could not remove %s from the tree bucket after its write failed; no document names it", early.relative, exc_info=True)
 
     def _files_after(self, current: CurrentPackage, change: Change, removing: set[str]) -> dict[str, str | None]:
         """What each file of content/ the write touches will hold after it (the journal's check)."""
@@ -410,9 +437,9 @@ class WriteService:
         self._publish_tree(result)
         self._purge(result, owed)
 
-    def _publish_tree(self, result: BuildResult) -> None:
+    def _publish_tree(self, result: BuildResult, early: EarlyUpload | None = None) -> None:
         if self.objects is not None:
-            self.objects.tree.publish(result)
+            self.objects.tree.publish(result, early)
 
     def _purge(self, result: BuildResult, owed: int | None) -> None:
         failpoint("before-purge")

@@ -30,8 +30,7 @@ from registry_gen.nginx_access import (
     READ_CHECK_PATH,
     SERVED_PATH_HEADER,
     SIGN_DOCUMENT_HEADER,
-    SIGNED_DOCUMENT_HEADER,
-    SIGNED_FILE_HEADER,
+    SIGNED_VARIABLES,
 )
 from registry_gen.search import search_registry
 from registry_gen.settings import Settings
@@ -205,7 +204,7 @@ def signing(decide: WsgiApp, signer: TreeSigner | None) -> WsgiApp:
 
         def with_urls(status: str, headers: list[tuple[str, str]], *rest: Any) -> Any:
             if status.startswith("200"):
-                headers = [*headers, (SIGNED_DOCUMENT_HEADER, signed[0]), (SIGNED_FILE_HEADER, signed[1])]
+                headers = [*headers, *((header, url) for (_, header), url in zip(SIGNED_VARIABLES, signed, strict=True))]
             return start_response(status, headers, *rest)
 
         return decide(environ, with_urls)

@@ -92,6 +92,21 @@ def test_upload_plan_orders_tarballs_first_and_adds_folder_aliases() -> None:
     assert alias.source == "@a/b/index.html" and alias.content_type == "application/json"
 
 
+def test_upload_plan_without_folder_keys_puts_each_document_under_its_tree_path_only() -> None:
+    """`tree_readers: nginx`: the emitted config reads `<name>/index.html`, so no second key."""
+    files = ["-/web/index.html", "@a/b/index.html", "@a/b/abbreviated.json", "@a/b/latest/index.html", "@a/b/-/b-1.0.0.tgz", "-/all/index.html"]
+    plan = upload_plan(files, prefix="npm", folder_keys=False)
+    assert [(u.key, u.phase) for u in plan] == [
+        ("npm/@a/b/-/b-1.0.0.tgz", 0),
+        ("npm/@a/b/abbreviated.json", 1),
+        ("npm/@a/b/index.html", 1),
+        ("npm/@a/b/latest/index.html", 1),
+        ("npm/-/all/index.html", 2),
+        ("npm/-/web/index.html", 2),
+    ]
+    assert {u.key for u in upload_plan(files, prefix="npm")} - {u.key for u in plan} == {"npm/@a/b", "npm/@a/b/latest", "npm/-/all", "npm/-/web/"}
+
+
 def test_bucket_settings() -> None:
     assert website_configuration("npm") == {"IndexDocument": {"Suffix": "index.html"}, "ErrorDocument": {"Key": "npm/-/404.json"}}
     policy = json.loads(public_read_policy("bucket", "npm"))
@@ -219,16 +234,18 @@ def test_private_bucket_options_are_checked(capsys: pytest.CaptureFixture[str], 
 @pytest.mark.parametrize(
     ("path", "document", "keys"),
     [
-        ("/pkg", "index.html", ("pkg/index.html", "pkg")),
-        ("/pkg/", "abbreviated.json", ("pkg/abbreviated.json", "pkg")),
-        ("/@scope/pkg/-/pkg-1.0.0.tgz", "index.html", ("@scope/pkg/-/pkg-1.0.0.tgz/index.html", "@scope/pkg/-/pkg-1.0.0.tgz")),
-        ("/-/web/", "abbreviated.json", ("-/web/index.html", "-/web")),  # the site has no abbreviated page
+        ("/pkg", "index.html", ("pkg/index.html", "pkg/index.html", "pkg")),
+        ("/pkg/", "abbreviated.json", ("pkg/abbreviated.json", "pkg/index.html", "pkg")),
+        ("/pkg/latest", "abbreviated.json", ("pkg/latest/abbreviated.json", "pkg/latest/index.html", "pkg/latest")),  # a tag folder: full only
+        ("/@scope/pkg/-/pkg-1.0.0.tgz", "index.html",
+         ("@scope/pkg/-/pkg-1.0.0.tgz/index.html", "@scope/pkg/-/pkg-1.0.0.tgz/index.html", "@scope/pkg/-/pkg-1.0.0.tgz")),
+        ("/-/web/", "abbreviated.json", ("-/web/index.html", "-/web/index.html", "-/web")),  # the site has no abbreviated page
         ("/pkg/../../canary.json", "index.html", None), ("/pkg/./x", "index.html", None), ("/pkg//x", "index.html", None),
         ("/pkg/.hidden", "index.html", None), ("/a b", "index.html", None), ("/a%2fb", "index.html", None), ("/a?x", "index.html", None),
         ("pkg", "index.html", None), ("/", "index.html", None), ("/pkg", "../secret", None), ("/pkg", "package.json", None),
     ],
 )  # fmt: skip
-def test_read_keys_are_exactly_the_keys_of_the_path(path: str, document: str, keys: tuple[str, str] | None) -> None:
+def test_read_keys_are_exactly_the_keys_of_the_path(path: str, document: str, keys: tuple[str, str, str] | None) -> None:
     from registry_gen.objectstore import read_keys
 
     assert read_keys(path, document) == keys

@@ -40,6 +40,7 @@ BUCKET = "registry"
 PREFIX = "reg"
 TREE = f"{PREFIX}/_tree/"  # the tree's default place: beside the content, under `_tree`
 CANARY = "canary.json"  # public, but outside the tree (and the content): no spelling of a URL may reach it
+ABBREVIATED = {"Accept": "application/vnd.npm.install-v1+json"}  # what npm, pnpm and yarn ask an install's documents with
 
 
 @dataclass
@@ -280,19 +281,23 @@ def test_a_private_tree_bucket_is_read_through_urls_the_read_check_signs(kind: s
     (`--from-bucket --private-bucket`) reads it with the URLs the API's read decision presigned
     for exactly the key asked; real npm installs through it; a denied package stays denied with
     the answers of the public-bucket config; no URL nor bucket error reaches the client."""
-    with bucket_site(kind, postgres_state_url(postgres), tmp_path, ("a",), private=True, extra=SECRET_RULES) as site:
+    # `tree_readers: nginx`: one key per document, so a tag folder's abbreviated read needs the full document's URL.
+    with bucket_site(kind, postgres_state_url(postgres), tmp_path, ("a",), private=True, extra=SECRET_RULES + "tree_readers: nginx\n") as site:
         (api,) = site.apis
         token = add_user(api.base, "alice", "alice-password-1")
         for name in ("open-pkg", "secret-pkg"):
             assert http("PUT", site.reads + name, token=token, body=publish_body(name, "1.0.0", tarball(name, "1.0.0"))).status == 201
         direct = http("GET", f"{site.s3.endpoint}/{BUCKET}/{TREE}open-pkg/index.html")
-        assert direct.status == 403 and "open-pkg" in site.objects()  # the object is there; only a signed URL reads it
+        assert direct.status == 403 and "open-pkg/index.html" in site.objects()  # the object is there; only a signed URL reads it
 
         full = http("GET", site.reads + "open-pkg")
         assert full.status == 200 and full.json["name"] == "open-pkg" and full.headers["cache-control"] == "public, max-age=0, must-revalidate"
         assert_nothing_signed_leaks(full, site)
         short = http("GET", site.reads + "open-pkg/", headers={"Accept": "application/vnd.npm.install-v1+json"})
         assert short.headers["content-type"] == "application/vnd.npm.install-v1+json" and short.json != full.json
+        tag = http("GET", site.reads + "open-pkg/latest", headers=ABBREVIATED)  # no abbreviated document there: the full one
+        assert tag.status == 200 and tag.json["version"] == "1.0.0" and "open-pkg" not in site.objects(), (tag.status, tag.body)
+        assert_nothing_signed_leaks(tag, site)
         archive = http("GET", full.json["versions"]["1.0.0"]["dist"]["tarball"])
         assert archive.status == 200 and archive.body == tarball("open-pkg", "1.0.0") and "immutable" in archive.headers["cache-control"]
         head = http("HEAD", site.reads + "open-pkg")  # the URL is signed for GET: nginx asks GET and drops the body
@@ -300,7 +305,7 @@ def test_a_private_tree_bucket_is_read_through_urls_the_read_check_signs(kind: s
         assert http("GET", site.reads + "-/web/").status == 200
 
         # Denied reads: the answers of the public-bucket config (401 without a token, 404 with one without access).
-        secret = site.read("secret-pkg")[0]
+        secret = site.read("secret-pkg/index.html")[0]
         anonymous, stranger = http("GET", site.reads + "secret-pkg"), http("GET", site.reads + "secret-pkg", token=token)
         assert anonymous.status == 401 and stranger.status == 404 and stranger.json == {"error": "not found"}
         assert http("GET", site.reads + "secret-pkg/-/secret-pkg-1.0.0.tgz").status == 401 and secret not in anonymous.body + stranger.body
@@ -334,6 +339,8 @@ def assert_signed_for_exactly_one_key(site: Site) -> None:
     answer = http("GET", site.apis[0].base + "-/registry-gen/read-access", headers=ask)
     document, own = answer.headers["x-registry-gen-signed-document"], answer.headers["x-registry-gen-signed-file"]
     assert document.startswith(f"/{BUCKET}/{TREE}open-pkg/index.html?") and own.startswith(f"/{BUCKET}/{TREE}open-pkg?")
+    short = http("GET", site.apis[0].base + "-/registry-gen/read-access", headers={**ask, "X-Registry-Gen-Document": "abbreviated.json"})
+    assert short.headers["x-registry-gen-signed-full"].startswith(f"/{BUCKET}/{TREE}open-pkg/index.html?")
     assert http("GET", site.s3.endpoint + document).json["name"] == "open-pkg"
     for path in ("/open-pkg/../../canary.json", "/open-pkg/./index.html", "/open-pkg//x", "/open-pkg/.hidden", "/a b", "/open-pkg?x"):
         refused = http("GET", site.apis[0].base + "-/registry-gen/read-access", headers={**ask, "X-Registry-Gen-Path": path})
@@ -362,3 +369,36 @@ def test_an_instance_answers_503_with_retry_after_until_its_start_is_done(postgr
             assert api.process is not None and api.process.poll() is None
         assert poll(lambda: http("GET", api.base + "-/ping", timeout=10).status == 200, 60)
         assert http("PUT", api.base + "early-pkg", token=token, body=publish_body("early-pkg", "1.0.0", tarball("early-pkg", "1.0.0"))).status == 201
+
+
+def test_switching_an_existing_bucket_to_tree_readers_nginx_serves_no_folder_key_left_behind(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    """An instance of a bucket written with `tree_readers: any` (each document also under its
+    folder key) restarted with `tree_readers: nginx`: its writes put each document under its tree
+    path only, so the folder keys of before stay behind, stale. The emitted nginx config reads the
+    tree path first, and an abbreviated read of a tag folder (which has no abbreviated document) the
+    full document next: the stale keys are never served. A removed document's folder key is removed."""
+    with bucket_site("moto", postgres_state_url(postgres), tmp_path, ("a",)) as site:
+        (api,) = site.apis
+        token = add_user(api.base, "alice", "alice-password-1")
+        assert http("PUT", site.reads + "switch-pkg", token=token, body=publish_body("switch-pkg", "1.0.0", tarball("switch-pkg", "1.0.0"))).status == 201
+        assert http("PUT", f"{site.reads}-/package/switch-pkg/dist-tags/beta", token=token, body="1.0.0").status == 201
+        assert {"switch-pkg", "switch-pkg/latest", "switch-pkg/beta"} <= set(site.objects())  # the folder keys of `any`
+
+        api.stop()
+        api.config.write_text(api.config.read_text() + "tree_readers: nginx\n")
+        started(api)
+        assert http("PUT", site.reads + "switch-pkg", token=token, body=publish_body("switch-pkg", "1.1.0", tarball("switch-pkg", "1.1.0"))).status == 201
+        assert http("DELETE", f"{site.reads}-/package/switch-pkg/dist-tags/beta", token=token).status == 200
+
+        objects = site.objects()
+        assert "switch-pkg/beta" not in objects and "switch-pkg/beta/index.html" not in objects  # removed with its document
+        assert json.loads(site.read("switch-pkg")[0])["dist-tags"] == {"latest": "1.0.0", "beta": "1.0.0"}  # left behind, stale
+        assert json.loads(site.read("switch-pkg/latest")[0])["version"] == "1.0.0"
+        for headers in ({}, ABBREVIATED):
+            document = http("GET", site.reads + "switch-pkg", headers=headers)
+            assert document.status == 200 and sorted(document.json["versions"]) == ["1.0.0", "1.1.0"], (headers, document.json)
+            latest = http("GET", site.reads + "switch-pkg/latest", headers=headers)
+            assert latest.status == 200 and latest.json["version"] == "1.1.0", (headers, latest.status, latest.body)
+            gone = http("GET", site.reads + "switch-pkg/beta", headers=headers)
+            assert gone.status == 404 and gone.json == {"error": "not found"}, (headers, gone.status)
+        assert http("GET", site.reads + "-/package/switch-pkg/dist-tags", headers=ABBREVIATED).json == {"latest": "1.1.0"}  # a file: its own key

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from registry_gen import site
-from registry_gen.objectstore import ObjectStore, open_object_store
+from registry_gen.hosting import Upload
+from registry_gen.objectstore import BucketTree, ObjectStore, open_object_store
 from registry_gen.refresher import IndexRefresher, WholeRewrite
 from registry_gen.settings import Settings
 from registry_gen.state import open_state
+from registry_gen import writes
 from registry_gen.writes import WriteService
 from tests.conftest import postgres_state_url
 from tests.registry_api.test_publish_cost_postgres import ALICE, _served_versions, _upload
@@ -44,12 +46,15 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
 
 
-@pytest.fixture
-def bucket_service(tmp_path: Path, state_postgres: PostgresServer, moto: S3Server) -> Iterator[tuple[WriteService, ObjectStore]]:
+@pytest.fixture(params=["any"])
+def bucket_service(
+    request: pytest.FixtureRequest, tmp_path: Path, state_postgres: PostgresServer, moto: S3Server
+) -> Iterator[tuple[WriteService, ObjectStore]]:
+    """The write service as `registry-gen api` runs it; `tree_readers` from the test's indirect parameter."""
     settings = Settings(
         content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
         database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,  # the refresher never runs by itself here
-        storage=f"s3://{BUCKET}/{tmp_path.name}", storage_endpoint_url=moto.endpoint,
+        storage=f"s3://{BUCKET}/{tmp_path.name}", storage_endpoint_url=moto.endpoint, tree_readers=request.param,
     )  # fmt: skip
     with s3_credentials():
         objects = open_object_store(settings)
@@ -140,6 +145,83 @@ def test_a_publish_to_the_bucket_leaves_the_registry_wide_pages_to_the_leader(bu
     assert not state.listings_stale()  # settled once uploaded
     front = objects.tree.bucket.read(f"{site.WEB_ROOT}/index.html")
     assert front is not None and b"1.0.1" in front
+
+
+# The package document's and the version document's folder keys (`name`, `name/latest`): only a
+# reader without the emitted nginx config needs them (registry.yaml `tree_readers`).
+FOLDER_KEYS_PER_PUBLISH = 2
+
+
+@pytest.mark.parametrize("bucket_service", ["nginx"], indirect=True)
+def test_a_publish_to_a_bucket_read_through_nginx_only_sends_one_key_per_document(bucket_service: tuple[WriteService, ObjectStore]) -> None:
+    service, objects = bucket_service
+    for warm in ("alpha-kit", "beta-kit", "single-kit"):
+        service.publish(_upload(service.settings, warm, "1.0.0"), ALICE)
+    sent = recorded(objects)
+    service.publish(_upload(service.settings, "single-kit", "1.0.1"), ALICE)
+    listing = "\n".join(f"{request.operation} {request.key}" for request in sent)
+    tree_puts = {r.key.split("/_tree/", 1)[-1] for r in sent if r.operation == "PutObject" and "/_tree/" in r.key}
+    assert {"single-kit/index.html", "single-kit/abbreviated.json", "single-kit/latest/index.html"} <= tree_puts, listing
+    assert not tree_puts & {"single-kit", "single-kit/latest"}, listing
+    assert len(sent) == REQUESTS_PER_PUBLISH - FOLDER_KEYS_PER_PUBLISH, listing
+    assert objects.tree.bucket.read("single-kit") is None and b"1.0.1" in (objects.tree.bucket.read("single-kit/index.html") or b"")
+
+
+@pytest.fixture
+def upload_waves(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The tree keys of each upload phase the instance waits for from now on, in order."""
+    waves: list[list[str]] = []
+    together = BucketTree._upload_together
+
+    def counted(self: BucketTree, uploads: list[Upload]) -> None:
+        if uploads:
+            waves.append([upload.source for upload in uploads])
+        together(self, uploads)
+
+    monkeypatch.setattr(BucketTree, "_upload_together", counted)
+    return waves
+
+
+def test_a_publishs_tarball_goes_to_the_bucket_while_the_build_runs(
+    bucket_service: tuple[WriteService, ObjectStore], upload_waves: list[list[str]]
+) -> None:
+    """The new version's tarball is the archive's bytes: it is sent as soon as the archive is
+    stored, and the upload after the build waits for it, then sends the documents and the rest:
+    two waves after the build, not three; each object still sent once, the tarball before any
+    document."""
+    service, objects = bucket_service
+    for warm in ("alpha-kit", "early-kit"):
+        service.publish(_upload(service.settings, warm, "1.0.0"), ALICE)
+    sent = recorded(objects)
+    del upload_waves[:]
+    service.publish(_upload(service.settings, "early-kit", "1.0.1"), ALICE)
+    listing = "\n".join(f"{request.operation} {request.key}" for request in sent)
+    tarball = "early-kit/-/early-kit-1.0.1.tgz"
+    assert len(upload_waves) == 2 and all(tarball not in wave for wave in upload_waves), upload_waves
+    puts = [r.key.split("/_tree/", 1)[-1] for r in sent if r.operation == "PutObject" and "/_tree/" in r.key]
+    assert puts.count(tarball) == 1 and puts.index(tarball) < puts.index("early-kit/index.html"), listing
+    assert len(sent) == REQUESTS_PER_PUBLISH, listing
+    assert objects.tree.bucket.read(tarball) == objects.content.read("early-kit/early-kit-1.0.1.tgz")
+
+
+def test_a_publish_whose_build_fails_leaves_no_early_tarball_in_the_bucket(
+    bucket_service: tuple[WriteService, ObjectStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tarball sent early is removed again when the write does not happen (its build raised, or
+    refused the archive: the same path), before the write's archive is: no document named it, and
+    a later publish of that version with other bytes must not find these served."""
+    service, objects = bucket_service
+    service.publish(_upload(service.settings, "failed-kit", "1.0.0"), ALICE)
+
+    def failing(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the build failed")
+
+    monkeypatch.setattr(writes, "build_locked", failing)
+    with pytest.raises(RuntimeError, match="the build failed"):
+        service.publish(_upload(service.settings, "failed-kit", "1.0.1"), ALICE)
+    assert objects.tree.bucket.read("failed-kit/-/failed-kit-1.0.1.tgz") is None
+    assert objects.content.read("failed-kit/failed-kit-1.0.1.tgz") is None  # the write's archive rolled back
+    assert objects.tree.bucket.read("failed-kit/-/failed-kit-1.0.0.tgz") is not None
 
 
 def test_a_publish_to_the_bucket_starts_no_thread(

@@ -88,8 +88,8 @@ def test_a_mark_set_again_while_the_rewrite_uploaded_stays(
     upload = objects.tree.publish
     markings: list[str] = []
 
-    def upload_meanwhile_another_write(result: Any) -> None:
-        upload(result)
+    def upload_meanwhile_another_write(result: Any, *early: Any) -> None:
+        upload(result, *early)
         if markings:
             return  # the second write's own upload
         markings.append(_marking(service))  # the rewrite's own, set in its build
