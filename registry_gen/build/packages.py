@@ -380,7 +380,8 @@ class PresentNames(AbstractSet[str]):
             if len(self._known) >= KNOWN_NAMES_MAX:
                 self._known.clear()
             plan = self.planned.get(name)  # one lookup: a full build's plans are rows of the state
-            known = self._known[name] = plan.present if plan is not None else self.state.is_present(name)
+            # A full build plans every package the state knows: a name without a plan has no row.
+            known = self._known[name] = plan.present if plan is not None else not self.full and self.state.is_present(name)
         return known
 
     def __iter__(self) -> Iterator[str]:

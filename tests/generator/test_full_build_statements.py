@@ -67,3 +67,10 @@ def test_a_full_build_looks_for_the_forgotten_archives_once_per_batch_it_reads(t
     statements, _ = _counted_build(tmp_path, monkeypatch)
     assert _count(statements, "SELECT 1 FROM temp.sqlite_master WHERE name = 'forgotten_archives'") == 1  # one batch of nine
     assert _count(statements, "SELECT path, size, mtime_ns") <= 1 + 2 * len(NAMES)  # the batch's, then two package inputs each
+
+
+def test_a_full_build_asks_the_packages_table_of_no_name_its_plans_do_not_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every package the state knows has a plan in a full build: a dependency without one (not-here,
+    # each @types/ name a page looks for) is not served, with no question to the packages table.
+    statements, _ = _counted_build(tmp_path, monkeypatch)
+    assert _count(statements, "SELECT present FROM packages WHERE name =") == 0
