@@ -249,9 +249,10 @@ class BuildState(ListingTables):
             chunk = wanted[start : start + 500]
             rows = self.db.execute(f"SELECT {_ARCHIVE_COLUMNS} FROM archives WHERE path IN ({', '.join('?' for _ in chunk)})", chunk)
             found.update((row[0], _record(row)) for row in rows)
-        if self._forgets_archives():  # asked once per batch, not per path
-            for path in wanted:
-                if path not in found and (held := self._forgotten(path)) is not None:
+        missing = [path for path in wanted if path not in found]
+        if missing and self._forgets_archives():  # asked once per batch, not per path
+            for path in missing:
+                if (held := self._forgotten(path)) is not None:
                     found[path] = ArchiveRecord(path, 0, 0, held[0], held[1])
         return found
 
