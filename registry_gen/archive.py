@@ -1,7 +1,8 @@
 """Reading package archives safely, and turning other archives into npm tarballs.
 
 Everything here works on file objects handed in; nothing is written to disk. Every limit is
-enforced while streaming, so a bomb costs at most the cap, never the bomb's full size.
+enforced while streaming, so a bomb costs at most the cap, never the bomb's full size (a small
+archive, which no cap can refuse, is inflated whole: whole_inflate_bound).
 """
 
 from __future__ import annotations
@@ -520,40 +521,34 @@ def whole_inflate_bound(limits: Limits) -> int:
 def _inflated_whole(source: IO[bytes], hashing: _HashingReader, bound: int) -> bytes | None:
     """The tar stream of a small single-member gzip archive, inflated by one zlib object fed
     GZIP_READ bytes at a time (a bomb is dropped once it passes `bound`, as streaming would drop
-    it) and hashed once read; None, with the source back at its start, for anything else (more
-    than `bound` bytes in or out, several members, bytes after the stream, a zlib error): the
-    streaming reader decides those."""
+    it), the source hashed as it is read; None for anything else (more than `bound` bytes in or
+    out, several members, bytes after the stream, a zlib error), which the streaming reader decides
+    from the source's start (with a new hashing reader: this one has taken what was read)."""
     inflater = zlib.decompressobj(wbits=31)  # the gzip wrapper: zlib checks the header, CRC-32 and length
-    read: list[bytes] = []
     inflated: list[bytes] = []
     size = 0
     try:
-        while not inflater.eof and size <= bound and (chunk := source.read(GZIP_READ)):
-            read.append(chunk)
+        while not inflater.eof and size <= bound and hashing.count <= bound and (chunk := source.read(GZIP_READ)):
+            hashing.absorb(chunk)
             inflated.append(inflater.decompress(chunk, bound + 1 - size))
             size += len(inflated[-1])
     except zlib.error:
-        size = bound + 1
-    if inflater.eof and size <= bound and _only_zeros_follow(source, inflater.unused_data, read, bound):
-        for chunk in read:
-            hashing.absorb(chunk)
+        return None
+    if inflater.eof and size <= bound and _only_zeros_follow(source, inflater.unused_data, hashing, bound):
         return b"".join(inflated)
-    source.seek(0)
     return None
 
 
-def _only_zeros_follow(source: IO[bytes], unused: bytes, read: list[bytes], bound: int) -> bool:
-    """Whether nothing but zero padding follows the gzip stream, reading it into `read` until the
+def _only_zeros_follow(source: IO[bytes], unused: bytes, hashing: _HashingReader, bound: int) -> bool:
+    """Whether nothing but zero padding follows the gzip stream, reading (and hashing) it until the
     first other byte (another member, trailing data) or past `bound` bytes in all."""
-    taken = sum(map(len, read))
     if unused.strip(b"\0"):
         return False
-    while taken <= bound and (chunk := source.read(GZIP_READ)):
-        read.append(chunk)
-        taken += len(chunk)
+    while hashing.count <= bound and (chunk := source.read(GZIP_READ)):
+        hashing.absorb(chunk)
         if chunk.strip(b"\0"):
             return False
-    return taken <= bound
+    return hashing.count <= bound
 
 
 def _iter_plain_buffer(tar: bytes, budget: _Budget, compressed: int) -> Iterator[_Member]:
@@ -593,6 +588,8 @@ def _read_tar_members(source: IO[bytes], limits: Limits) -> tuple[dict[str, _Mem
         tar = _inflated_whole(source, hashing, whole_inflate_bound(limits))
         if tar is not None:
             return _last_wins(_iter_plain_buffer(tar, budget, hashing.count)), budget, hashing
+        source.seek(0)
+        hashing = _HashingReader(source, limits.max_archive_bytes)
         return _last_wins(_iter_plain_tar(hashing, budget)), budget, hashing
     except (_NotPlain, InvalidArchive, EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError):
         source.seek(0)
