@@ -1,7 +1,8 @@
 """Reading package archives safely, and turning other archives into npm tarballs.
 
 Everything here works on file objects handed in; nothing is written to disk. Every limit is
-enforced while streaming, so a bomb costs at most the cap, never the bomb's full size.
+enforced while streaming, so a bomb costs at most the cap, never the bomb's full size (a small
+archive, which no cap can refuse, is inflated whole: whole_inflate_bound).
 """
 
 from __future__ import annotations
@@ -98,6 +99,14 @@ class _HashingReader(io.RawIOBase):
     def drain(self) -> None:
         while self.read(CHUNK):
             pass
+
+    def absorb(self, data: bytes) -> None:
+        """Counts and hashes bytes read from the source in one piece (the whole-archive walk)."""
+        self.count += len(data)
+        if self.count > self._cap:
+            raise InvalidArchive("max-archive-size", f"archive is larger than {self._cap} bytes")
+        self.sha1.update(data)
+        self.sha512.update(data)
 
     def digests(self) -> Digests:
         return Digests(
@@ -502,11 +511,85 @@ def _iter_plain_tar(source: _HashingReader, budget: _Budget) -> Iterator[_Member
     source.drain()
 
 
+def whole_inflate_bound(limits: Limits) -> int:
+    """The largest archive, compressed or inflated, read in one piece (`_inflated_whole`): up to
+    here no expansion or unpacked-size check of the streaming reader can fire (each compares
+    with at least RATIO_FLOOR compressed bytes), so reading it whole decides exactly as streaming."""
+    return min(RATIO_FLOOR * limits.max_compression_ratio, limits.max_unpacked_bytes, limits.max_archive_bytes)
+
+
+def _inflated_whole(source: IO[bytes], hashing: _HashingReader, bound: int) -> bytes | None:
+    """The tar stream of a small single-member gzip archive, inflated by one zlib object fed
+    GZIP_READ bytes at a time (a bomb is dropped once it passes `bound`, as streaming would drop
+    it), the source hashed as it is read; None for anything else (more than `bound` bytes in or
+    out, several members, bytes after the stream, a zlib error), which the streaming reader decides
+    from the source's start (with a new hashing reader: this one has taken what was read)."""
+    inflater = zlib.decompressobj(wbits=31)  # the gzip wrapper: zlib checks the header, CRC-32 and length
+    inflated: list[bytes] = []
+    size = 0
+    try:
+        while not inflater.eof and size <= bound and hashing.count <= bound and (chunk := source.read(GZIP_READ)):
+            hashing.absorb(chunk)
+            inflated.append(inflater.decompress(chunk, bound + 1 - size))
+            size += len(inflated[-1])
+    except zlib.error:
+        return None
+    if inflater.eof and size <= bound and _only_zeros_follow(source, inflater.unused_data, hashing, bound):
+        return b"".join(inflated)
+    return None
+
+
+def _only_zeros_follow(source: IO[bytes], unused: bytes, hashing: _HashingReader, bound: int) -> bool:
+    """Whether nothing but zero padding follows the gzip stream, reading (and hashing) it until the
+    first other byte (another member, trailing data) or past `bound` bytes in all."""
+    if unused.strip(b"\0"):
+        return False
+    while hashing.count <= bound and (chunk := source.read(GZIP_READ)):
+        hashing.absorb(chunk)
+        if chunk.strip(b"\0"):
+            return False
+    return hashing.count <= bound
+
+
+def _iter_plain_buffer(tar: bytes, budget: _Budget, compressed: int) -> Iterator[_Member]:
+    """_iter_plain_tar over a tar stream held whole (`_inflated_whole`): members sliced out of it
+    instead of read block by block; the same headers, checks and refusals."""
+    pos, end = 0, len(tar)
+    while (header := _plain_header(tar[pos : pos + tarfile.BLOCKSIZE])) is not None:
+        pos += tarfile.BLOCKSIZE
+        name, kind, mode, size = header
+        path = _clean_member_path(name)
+        if kind == tarfile.DIRTYPE:
+            if path:
+                budget.folder(path)
+            continue
+        if not path:
+            raise _NotPlain("empty path")
+        budget.member(path)
+        keep = _bytes_to_keep(path, False, budget.limits) or 0  # never None: not keep_all
+        if pos + size > end:
+            raise _NotPlain("truncated member")
+        budget.bytes(size, compressed)
+        data = tar[pos : pos + min(size, keep)] if keep else None
+        pos += size + -size % tarfile.BLOCKSIZE
+        if pos > end:
+            raise _NotPlain("truncated padding")
+        yield _Member(path, mode, data, size)
+    if tar[pos + tarfile.BLOCKSIZE :].strip(b"\0"):
+        raise _NotPlain("data after the end of the archive")
+
+
 def _read_tar_members(source: IO[bytes], limits: Limits) -> tuple[dict[str, _Member], _Budget, _HashingReader]:
-    """The archive's members, read by the fast walker when every member is plain, else (and on any
-    refusal, so that what is refused and why never depends on the walker) by tarfile."""
+    """The archive's members, read by the fast walker when every member is plain (over the whole
+    inflated stream when the archive is small, `_inflated_whole`; else streaming), else (and on
+    any refusal, so that what is refused and why never depends on the walker) by tarfile."""
     budget, hashing = _Budget(limits, None), _HashingReader(source, limits.max_archive_bytes)
     try:
+        tar = _inflated_whole(source, hashing, whole_inflate_bound(limits))
+        if tar is not None:
+            return _last_wins(_iter_plain_buffer(tar, budget, hashing.count)), budget, hashing
+        source.seek(0)
+        hashing = _HashingReader(source, limits.max_archive_bytes)
         return _last_wins(_iter_plain_tar(hashing, budget)), budget, hashing
     except (_NotPlain, InvalidArchive, EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError):
         source.seek(0)

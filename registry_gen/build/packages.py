@@ -116,8 +116,6 @@ def write_everything(context: BuildContext, state: BuildSession, cache: Manifest
         recheck.update(phase.remove(name))  # what it linked to: rendered after this without it
     plans = PlanTable(state)
     recheck = {n for n in recheck if planned_unwritten(plans, n)}
-    for name in state.planned(Action.WRITE.value):
-        state.put_predicted_links(name, phase.predicted_links(state.package_inputs(name)))
     registry_names = PresentNames(state, plans, full=True)
     times: TimesFound = {}
     links_to = functools.partial(state.linking_after_full_build, action=Action.WRITE.value)
@@ -148,18 +146,28 @@ class PackageWriting:
 
     def plan_everything(self) -> int:
         """Phase 3 of a full build: every package the state knows, planned into its plan table a batch
-        at a time, with what the plans found recorded; returns how many present packages would go."""
+        at a time, with what the plans found recorded and, for each package it writes, the links its
+        page will have (put_predicted_links); returns how many present packages would go."""
         _, broken = meta_issues(*self.state.meta_problems())
         going = 0
         names = self.state.every_package_name()
         while batch := list(itertools.islice(names, PLAN_BATCH)):
-            plans = [plan_package(self.settings, self.state.package_inputs(name), name in broken) for name in batch]
+            plans = [self._plan_and_predict(name, name in broken) for name in batch]
             refusals, errors = plan_findings(plans)
             self.state.record_refusals(refusals)
             self.outcomes.errors.extend(errors)
             going += unasked_removals(self.settings, self.state, plans)
             self.state.put_plans((p.name, p.action.value, p.present, p.was_present) for p in plans)
         return going
+
+    def _plan_and_predict(self, name: str, broken: bool) -> PackagePlan:
+        """A full build's plan for one package and, when it is to be written, the links its page
+        will have (from the inputs read once for both)."""
+        inputs = self.state.package_inputs(name)
+        plan = plan_package(self.settings, inputs, broken)
+        if plan.action is Action.WRITE:
+            self.state.put_predicted_links(name, self.predicted_links(inputs))
+        return plan
 
     def run(self, jobs: Iterator[PackageJob], registry_names: AbstractSet[str], at_most: int) -> Iterator[PackageOutcome]:
         return write_packages(self.settings, self.cache, registry_names, jobs, at_most, self.context.progress, self.context.signer)
@@ -306,16 +314,26 @@ def planned_unwritten(plans: Mapping[str, PackagePlan], name: str) -> bool:
 
 
 class PlanTable(Mapping[str, PackagePlan]):
-    """A full build's plans, as the state's plan table holds them (their findings already recorded)."""
+    """A full build's plans, as the state's plan table holds them (their findings already recorded).
+    Asked for the same names again and again (each link of each package written, each dependency
+    a page shows: eslint's plan 338 times over the real corpus), so it keeps its answers, bounded:
+    the table does not change once the plans are made."""
 
     def __init__(self, state: BuildSession) -> None:
         self.state = state
+        self._known: dict[str, PackagePlan | None] = {}
 
     def __getitem__(self, name: str) -> PackagePlan:
-        row = self.state.plan_of(name)
-        if row is None:
+        if name in self._known:
+            plan = self._known[name]
+        else:
+            if len(self._known) >= KNOWN_NAMES_MAX:
+                self._known.clear()
+            row = self.state.plan_of(name)
+            plan = self._known[name] = PackagePlan(name, Action(row[0]), row[1], row[2]) if row is not None else None
+        if plan is None:
             raise KeyError(name)
-        return PackagePlan(name, Action(row[0]), row[1], row[2])
+        return plan
 
     def __iter__(self) -> Iterator[str]:
         return self.state.planned()
@@ -362,7 +380,8 @@ class PresentNames(AbstractSet[str]):
             if len(self._known) >= KNOWN_NAMES_MAX:
                 self._known.clear()
             plan = self.planned.get(name)  # one lookup: a full build's plans are rows of the state
-            known = self._known[name] = plan.present if plan is not None else self.state.is_present(name)
+            # A full build plans every package the state knows: a name without a plan has no row.
+            known = self._known[name] = plan.present if plan is not None else not self.full and self.state.is_present(name)
         return known
 
     def __iter__(self) -> Iterator[str]:

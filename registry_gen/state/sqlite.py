@@ -20,7 +20,7 @@ from registry_gen.layout import STATE_DATABASE
 from registry_gen.state.locks import FileWriteLock
 from registry_gen.state.records import StalePage
 from registry_gen.state.sqlite_base import connect_readonly, user_version
-from registry_gen.state.sqlite_cache import BuildState
+from registry_gen.state.sqlite_cache import BuildState, SqliteSession
 from registry_gen.state.sqlite_schema import LEGACY_STATE_FILE, SCHEMA_VERSION, WHOLE_STALE
 from registry_gen.state.sqlite_ledger import LEDGER_DATABASE, SqliteLedger
 from registry_gen.state.sqlite_manifests import CACHE_FILE, ManifestCache
@@ -34,7 +34,7 @@ class SqliteState:
     def session(self) -> BuildState:
         """A build's session: the ledger opened (made, or migrated) first, then the cache. What
         older layouts left in the folder goes once the ledger has taken what it held."""
-        session = BuildState(self.cache_path)
+        session = SqliteSession(self.cache_path)
         for legacy in (self.folder / LEGACY_STATE_FILE, self.folder / "manifests"):
             if legacy.is_dir():
                 shutil.rmtree(legacy, ignore_errors=True)

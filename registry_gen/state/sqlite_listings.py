@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from registry_gen.state.records import BrowseInputs, Leaf, LeafHood, LeafOp, ListedAt, ListingMove
@@ -35,6 +35,30 @@ class ListingTables:
         hoods = {key: self._hood(key, name, leaving=key not in after) for key in shards | after}
         return before, hoods
 
+    # -- where a move's writes go: straight to the tables here; the SQLite build session keeps
+    # them waiting in memory (sqlite_cache.SqliteSession), the reads below asking it first
+
+    def _move_prefix_counts(self, rows: Sequence[tuple[str, str, int]]) -> None:
+        self.db.executemany(
+            "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
+            " ON CONFLICT (prefix) DO UPDATE SET count = prefixes.count + excluded.count",
+            rows,
+        )
+        self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in rows if r[2] < 0])
+
+    def _set_leaf_count(self, key: str, bound: str, count: int) -> None:
+        self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (count, key, bound))
+
+    def _delete_leaf(self, key: str, bound: str) -> None:
+        self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, bound))
+
+    def _leaf_count(self, key: str, bound: str, stored: int) -> int:
+        """A leaf's count, `stored` as its row holds it."""
+        return stored
+
+    def _prefixes_read(self) -> None:
+        """Called before the prefixes are read."""
+
     def _hood(self, key: str, name: str, *, leaving: bool) -> LeafHood:
         leaf = self._leaf(key, "bound <= ? ORDER BY bound DESC", name)
         if leaving and leaf is not None:
@@ -45,16 +69,11 @@ class ListingTables:
     def _leaf(self, key: str, where: str, value: str) -> Leaf | None:
         # `where` is one of the three literal clauses of _hood, never outside text.
         row = self.db.execute(f"SELECT bound, count FROM search_leaves WHERE key = ? AND {where} LIMIT 1", (key, value)).fetchone()
-        return Leaf(row[0], int(row[1])) if row else None
+        return Leaf(row[0], int(self._leaf_count(key, row[0], row[1]))) if row else None
 
     def apply_listing_move(self, move: ListingMove) -> dict[str, str]:
         """Applies a move decided by the build; returns the bound each split leaf's new half starts at."""
-        self.db.executemany(
-            "INSERT INTO prefixes (prefix, parent, count) VALUES (?, ?, ?)"
-            " ON CONFLICT (prefix) DO UPDATE SET count = prefixes.count + excluded.count",
-            move.prefix_rows,
-        )
-        self.db.executemany("DELETE FROM prefixes WHERE prefix = ? AND count <= 0", [(r[0],) for r in move.prefix_rows if r[2] < 0])
+        self._move_prefix_counts(move.prefix_rows)
         self.db.executemany("DELETE FROM search_keys WHERE key = ? AND name = ?", ((k, move.name) for k in move.shards_gone))
         self.db.executemany("INSERT INTO search_keys (key, name) VALUES (?, ?) ON CONFLICT DO NOTHING", ((k, move.name) for k in move.shards_now))
         splits = {}
@@ -69,12 +88,12 @@ class ListingTables:
         if op.kind == "insert":
             self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (op.key, op.bound, op.count))
         elif op.kind == "count":
-            self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (op.count, op.key, op.bound))
+            self._set_leaf_count(op.key, op.bound, op.count)
         elif op.kind == "delete":
-            self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (op.key, op.bound))
+            self._delete_leaf(op.key, op.bound)
         elif op.kind == "join":
-            self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (op.key, op.other))
-            self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (op.count, op.key, op.bound))
+            self._delete_leaf(op.key, op.other)
+            self._set_leaf_count(op.key, op.bound, op.count)
         else:
             raise ValueError(f"not a leaf operation: {op.kind}")
 
@@ -82,7 +101,7 @@ class ListingTables:
         """Cuts a leaf at its middle name; returns that name, the new leaf's bound."""
         names = self.leaf_names(key, bound)
         middle = names[len(names) // 2]
-        self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (len(names) // 2, key, bound))
+        self._set_leaf_count(key, bound, len(names) // 2)
         self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (key, middle, len(names) - len(names) // 2))
         return middle
 
@@ -102,11 +121,13 @@ class ListingTables:
 
     def prefix_counts(self, key: str) -> dict[str, int]:
         """The listed-package count of every prefix of browse key `key` (two characters or more)."""
+        self._prefixes_read()
         prefixes = [key[:n] for n in range(2, len(key) + 1)]
         marks = ", ".join("?" for _ in prefixes)
         return {p: int(c) for p, c in self.db.execute(f"SELECT prefix, count FROM prefixes WHERE prefix IN ({marks})", prefixes)}
 
     def _prefix_count(self, prefix: str) -> int:
+        self._prefixes_read()
         row = self.db.execute("SELECT count FROM prefixes WHERE prefix = ?", (prefix,)).fetchone()
         return int(row[0]) if row else 0
 
@@ -127,6 +148,7 @@ class ListingTables:
 
     def prefix_children(self, prefix: str) -> list[tuple[str, int]]:
         """The one-character-longer prefixes under `prefix` ("": the two-character roots), counted."""
+        self._prefixes_read()
         rows = self.db.execute("SELECT prefix, count FROM prefixes WHERE parent = ? ORDER BY prefix", (prefix,))
         return [(k, int(c)) for k, c in rows]
 

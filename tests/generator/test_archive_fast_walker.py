@@ -31,6 +31,14 @@ def by_tarfile(data: bytes, limits: Limits, monkeypatch: pytest.MonkeyPatch) -> 
 
     with monkeypatch.context() as patch:
         patch.setattr(archive, "_iter_plain_tar", refuse)
+        patch.setattr(archive, "_iter_plain_buffer", refuse)
+        return outcome(data, limits)
+
+
+def by_streaming_walker(data: bytes, limits: Limits, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """The reading before the whole-archive walk: the fast walker over the streaming inflate."""
+    with monkeypatch.context() as patch:
+        patch.setattr(archive, "_inflated_whole", lambda source, hashing, bound: None)
         return outcome(data, limits)
 
 
@@ -113,3 +121,50 @@ def test_what_the_walker_does_not_know_goes_to_tarfile(name: str, monkeypatch: p
     monkeypatch.setattr(archive, "_iter_tar", counted)
     assert outcome(data_gz, Limits()) == expected
     assert calls  # tarfile read it
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN_ARCHIVES))
+def test_a_small_plain_archive_is_inflated_whole_and_read_alike(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One zlib call over the whole archive, members sliced out of the inflated stream: no
+    # streaming inflate, no block-by-block walk, and the same reading as tarfile's.
+    data = PLAIN_ARCHIVES[name]
+    expected = by_tarfile(data, Limits(), monkeypatch)
+
+    def not_streamed(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a small plain archive was streamed")
+
+    monkeypatch.setattr(archive, "_iter_plain_tar", not_streamed)
+    monkeypatch.setattr(archive, "_iter_tar", not_streamed)
+    assert outcome(data, Limits()) == expected
+
+
+def _two_members(data: bytes) -> bytes:
+    return data + gzip.compress(b"", mtime=0)
+
+
+@pytest.mark.parametrize(
+    "label, make, limits",
+    [
+        ("inflates past the bound", lambda: PLAIN_ARCHIVES["ustar prefix"], Limits(max_compression_ratio=0)),
+        ("a second gzip member", lambda: _two_members(PLAIN_ARCHIVES["files and folders"]), Limits()),
+        ("zero padding after the stream", lambda: PLAIN_ARCHIVES["files and folders"] + bytes(700), Limits()),
+        ("bytes after the stream", lambda: PLAIN_ARCHIVES["files and folders"] + b"#!/bin/sh", Limits()),
+        ("truncated stream", lambda: PLAIN_ARCHIVES["files and folders"][:-9], Limits()),
+        ("just under the ratio's floor", lambda: ustar([member("package/package.json", MANIFEST), member("package/z", bytes(500_000))]),
+         Limits(max_compression_ratio=8)),
+        ("just over the ratio's floor", lambda: ustar([member("package/package.json", MANIFEST), member("package/z", bytes(530_000))]),
+         Limits(max_compression_ratio=8)),
+    ],
+)
+def test_the_whole_archive_walk_decides_as_the_streaming_one(label: str, make: Any, limits: Limits, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where reading whole does not apply (too big, several members, anything after the stream) the
+    # streaming reader decides; where it does, no cap can decide otherwise than streaming would.
+    data = make()
+    assert outcome(data, limits) == by_streaming_walker(data, limits, monkeypatch) == by_tarfile(data, limits, monkeypatch)
+
+
+def test_the_whole_walk_applies_only_below_every_cap() -> None:
+    limits = Limits(max_compression_ratio=8, max_unpacked_bytes=1 << 30, max_archive_bytes=1 << 30)
+    assert archive.whole_inflate_bound(limits) == archive.RATIO_FLOOR * 8
+    assert archive.whole_inflate_bound(Limits(max_unpacked_bytes=1000)) == 1000
+    assert archive.whole_inflate_bound(Limits(max_archive_bytes=10)) == 10

@@ -355,7 +355,7 @@ def test_a_failing_build_closes_its_database_connections(tmp_path: Path, monkeyp
     from registry_gen.state import sqlite as build
 
     opened: list[Any] = []
-    for name in ("ManifestCache", "BuildState"):
+    for name in ("ManifestCache", "SqliteSession"):  # the build session's class
         real = getattr(build, name)
 
         class Tracked(real):  # type: ignore[misc, valid-type]
