@@ -24,16 +24,18 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
+from registry_gen.importers.keepalive import STALE, KeptConnections, Origin
 from registry_gen.importers.model import DEFAULT_DEADLINE, ImportProblem
 from registry_gen.importers.upstream import document_url, same_origin
 
 USER_AGENT = "registry-gen-import (+npm-protocol)"
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 FOLLOWED_SCHEMES = frozenset({"http", "https"})
 CHUNK = 64 * 1024
 PRUNE_AT = 4096  # deadlines kept before finished ones are dropped ahead of their time
@@ -225,6 +227,8 @@ class RegistryClient:
     max_document_bytes: int = MAX_DOCUMENT_BYTES
     auth_scheme: str = "Bearer"
     headers: tuple[tuple[str, str], ...] = ()  # sent with every request (an uplink's `headers:`)
+    # Connections kept open between requests (the mirror's uplinks); None: one per request.
+    connections: KeptConnections | None = field(default=None, compare=False, repr=False)
 
     def document(self, name: str) -> dict[str, Any]:
         """The full package document (times included: the abbreviated form lacks them)."""
@@ -285,23 +289,73 @@ class RegistryClient:
         raise AssertionError("unreachable")
 
     def _attempt(self, request: urllib.request.Request, entry: str, sink: IO[bytes], cap: int, seen: dict[str, str] | None = None) -> None:
+        kept: tuple[Origin, http.client.HTTPConnection, http.client.HTTPResponse] | None = None
         with Transfer(self.deadline) as transfer:
-            opener = urllib.request.build_opener(
-                TrackedHTTPHandler(transfer), TrackedHTTPSHandler(transfer), OriginRedirects(self.token_origin or self.registry)
-            )
             try:
-                with opener.open(request, timeout=self.timeout) as reply:
+                kept = self._kept_open(request, transfer)
+                reply = kept[2] if kept is not None else self._opener(transfer).open(request, timeout=self.timeout)
+                with reply:
                     if seen is not None:
                         seen.update({k: reply.headers[k] for k in ("etag", "last-modified") if reply.headers.get(k)})
                     _stream(reply, sink, cap, f"{entry}: {reply.url}")
-            except DownloadRefused:
-                raise
-            except Exception:
-                if transfer.expired:
+            except BaseException as error:
+                if kept is not None:
+                    kept[1].close()
+                if transfer.expired and isinstance(error, Exception) and not isinstance(error, DownloadRefused):
                     raise self._late(entry, request.full_url) from None
                 raise
             if transfer.expired:
+                if kept is not None:
+                    kept[1].close()
                 raise self._late(entry, request.full_url)
+        if kept is not None and self.connections is not None:
+            self._give_back(*kept)
+
+    def _opener(self, transfer: Transfer) -> urllib.request.OpenerDirector:
+        return urllib.request.build_opener(
+            TrackedHTTPHandler(transfer), TrackedHTTPSHandler(transfer), OriginRedirects(self.token_origin or self.registry)
+        )
+
+    def _kept_open(self, request: urllib.request.Request, transfer: Transfer) -> tuple[Origin, http.client.HTTPConnection, http.client.HTTPResponse] | None:
+        """A 2xx answer on a kept connection (`connections`), or None: the request goes through
+        urllib (no pool, a proxy for its scheme, a redirect). Error statuses raise HTTPError as
+        urllib does; a kept connection the server closed meanwhile is replaced at once."""
+        origin = self.connections.usable_for(request.full_url) if self.connections is not None else None
+        if origin is None or self.connections is None:
+            return None
+        parts = urlsplit(request.full_url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        while True:
+            connection, reused = self.connections.take(origin, self.timeout)
+            try:
+                if connection.sock is None:
+                    connection.connect()
+                transfer.attach(connection.sock)  # type: ignore[arg-type]
+                connection.request("GET", target, headers=dict(request.header_items()))
+                reply = connection.getresponse()
+            except STALE:
+                connection.close()
+                if reused and not transfer.expired:
+                    continue  # closed by the server while idle: not a failure of the upstream
+                raise
+            except BaseException:
+                connection.close()
+                raise
+            break
+        reply.url = request.full_url  # type: ignore[attr-defined] - as urllib's answers carry it
+        if 200 <= reply.status < 300:
+            return origin, connection, reply
+        connection.close()
+        if reply.status in REDIRECTS:
+            return None  # urllib follows it, under OriginRedirects' rules
+        raise urllib.error.HTTPError(request.full_url, reply.status, reply.reason, reply.headers, None)
+
+    def _give_back(self, origin: Origin, connection: http.client.HTTPConnection, reply: http.client.HTTPResponse) -> None:
+        """Keeps the connection of an answer read whole, unless the server said it closes it."""
+        if reply.will_close or not reply.isclosed() or self.connections is None:
+            connection.close()
+        else:
+            self.connections.give(origin, connection)
 
     def _late(self, entry: str, url: str) -> DownloadRefused:
         return DownloadRefused(f"{entry}: {url} did not finish within the {self.deadline:g} s download deadline (--download-deadline)")

@@ -76,16 +76,20 @@ def land_package(
     return written
 
 
-def land_archives(storage: ContentStorage, ledger: OriginLedger, known: OriginRecord, archives: Mapping[str, Verified]) -> list[str]:
+def land_archives(
+    storage: ContentStorage, ledger: OriginLedger, known: OriginRecord, archives: Mapping[str, Verified], *, times: bool = True
+) -> list[str]:  # fmt: skip
     """Stores `archives` (version -> verified file) for `known.name`, recorded in the ledger as
     `known.origin`'s (with what `known.files` already says); returns the keys written. The ledger
-    is written first (what is about to land), then the archives, then the ledger again with the
-    files' times, so a crash anywhere leaves nothing a re-run would take for another origin's."""
+    is written first (what is about to land), then the archives, then (`times`) the ledger again
+    with the files' times, so a crash anywhere leaves nothing a re-run would take for another
+    origin's. Without `times` the record keeps size and digest only (`FileMark.mtime_ns` None: a
+    later ownership check hashes the file): one durable commit per landing instead of two."""
     new = {archive_key(known.name, version): verified for version, verified in archives.items()}
     files = {**known.files, **{key: FileMark(verified.path.stat().st_size, verified.sha512) for key, verified in new.items()}}
     ledger.write(OriginRecord(known.name, known.origin, files))
     written = [key for key, verified in new.items() if _store_archive(storage, key, verified)]
-    if new:
+    if new and times:
         ledger.write(OriginRecord(known.name, known.origin, files | {k: ledger.mark(k, v.sha512) for k, v in new.items()}))
     return written
 

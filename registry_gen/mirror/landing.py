@@ -121,13 +121,16 @@ def bring_back(storage: ContentStorage, folders: MirrorFolders, settings: Settin
 def land_tarball(
     storage: ContentStorage, ledger: OriginLedger, origin: str, name: str, version: str, verified: Verified
 ) -> list[str]:  # fmt: skip
-    """A verified tarball as the package's archive, if its version is still allowed."""
+    """A verified tarball as the package's archive, if its version is still allowed. Its ledger
+    row is committed once, before the archive, with the digest and no time: the second commit an
+    import makes for the time was a third of a cold install's durable ledger commits, and only
+    spares a hash in an ownership check a mirrored package rarely meets (bench/PROFILE.md)."""
     meta = mirrored_meta_or_none(storage, name)
     if meta is None or meta.mirror is None or version not in meta.mirror.allowed:
         raise OwnedHere(f"{name}@{version} is no longer a mirrored version this registry serves")
     known = ledger.read(name)  # mirrored, so not owned here (check_not_owned without reading the meta again)
     files = dict(known.files) if known is not None else {}
-    return land_archives(storage, ledger, OriginRecord(name, origin, files), {version: verified})
+    return land_archives(storage, ledger, OriginRecord(name, origin, files), {version: verified}, times=False)
 
 
 def keep_passed_through(folders: MirrorFolders, name: str, version: str, source: Path) -> Path:
