@@ -202,8 +202,9 @@ class ContentMirror:
         os.utime(target, ns=(mtime, mtime))
 
     def adopt_removal(self, key: str) -> None:
-        """A file this process has just removed from the bucket, removed here too."""
-        self.local.remove(checked_key(key))
+        """A file this process has just removed from the bucket, removed here too (the folder store
+        checks the key)."""
+        self.local.remove(key)
 
     def _refresh(self, key: str, item: StoredObject, mtime_ns: int, held: StoredObject | None) -> None:
         target = self.folder / key
