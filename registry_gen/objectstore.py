@@ -285,10 +285,12 @@ class BucketTree:
 
     def holds(self, relatives: list[str]) -> bool:
         """Whether the bucket holds these files of out_dir byte for byte under every key they are
-        uploaded as: one LIST a key, its ETag against the file's MD5 (an ETag that is no MD5, of a
-        multipart or encrypted object, answers no: the caller then acts as if it did not)."""
+        uploaded as: their ETags (listed, a key's listing also naming the keys under it) against
+        the files' MD5 (an ETag that is no MD5, of a multipart or encrypted object, answers no: the
+        caller then acts as if it did not)."""
         digests: dict[str, str] = {}
-        for upload in upload_plan(sorted(relatives)):
+        listed: dict[str, str] = {}
+        for upload in upload_plan(sorted(relatives)):  # sorted by key: `-/all` is listed before `-/all/index.html`
             path = self.out_dir / upload.source
             if upload.key.endswith("/"):
                 continue
@@ -296,7 +298,9 @@ class BucketTree:
                 return False
             if upload.source not in digests:
                 digests[upload.source] = f"{path.stat().st_size}-{_md5_of(path)}"
-            if {item.key: item.token for item in self.bucket.list(upload.key)}.get(upload.key) != digests[upload.source]:
+            if upload.key not in listed:
+                listed.update((item.key, item.token) for item in self.bucket.list(upload.key))
+            if listed.get(upload.key) != digests[upload.source]:
                 return False
         return True
 
