@@ -20,7 +20,7 @@ from registry_gen.build import indexes
 from registry_gen.objectstore import ObjectStore, open_object_store
 from registry_gen.publish import Actor
 from registry_gen.readmodel import PackageState
-from registry_gen.refresher import WholeRewrite
+from registry_gen.refresher import IndexRefresher, WholeRewrite
 from registry_gen.settings import Settings
 from registry_gen.writes import Change, WriteService
 from tests.conftest import postgres_state_url
@@ -162,3 +162,17 @@ def test_an_unpublished_package_leaves_its_browse_page_and_shard_through_nginx(
             f"{PAGE} or {SHARD} still served, or the front page still lists {NAME}, {WITHIN_SECONDS} s after the unpublish"
         )
         assert poll(lambda: _stale_rows(url) == 0, WITHIN_SECONDS)
+
+
+def test_an_unpublish_removes_the_files_another_instance_wrote_from_the_bucket(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path
+) -> None:
+    """B publishes a second version; A, whose work folder never held that version's files, unpublishes
+    the package: its tarball and its page leave the tree bucket too (the state recorded them)."""
+    service, objects = bucket_service
+    service.publish(_upload(service.settings, NAME, "1.0.0"), ALICE)
+    settings, other = _other_instance(service, tmp_path / "b")
+    WriteService(settings, refresher=IndexRefresher(settings), objects=other).publish(_upload(settings, NAME, "2.0.0"), ALICE)
+    assert {f"{NAME}/-/{NAME}-2.0.0.tgz", f"{web.package_folder(NAME)}/v/2.0.0/index.html"} <= _tree_keys(objects, NAME) | _tree_keys(objects)
+    service.apply(NAME, unpublish_all(), ALICE)
+    assert not _tree_keys(objects, f"{NAME}/") and not _tree_keys(objects, web.package_folder(NAME) + "/")
