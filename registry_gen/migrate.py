@@ -28,7 +28,7 @@ from typing import Protocol
 from registry_gen.errors import MigrationRefused
 from registry_gen.hooks.secrets import KEY_ENV, KEY_FILE, configured_key
 from registry_gen.settings import DATABASE_URL_ENV, STORAGE_ENV, Settings
-from registry_gen.storage import ContentStorage, open_content_storage
+from registry_gen.storage import ContentStorage, StoredObject, open_content_storage
 
 MIGRATORS_GROUP = "registry_gen.migrators"
 LOCK_TIMEOUT_SECONDS = 60.0  # a build or write on the source finishing before the copy starts
@@ -115,10 +115,20 @@ def _where_data(settings: Settings) -> str:
     return "the database" if settings.database_url else str(Path(settings.data_dir) / "users.sqlite3")
 
 
-def copy_content(source: ContentStorage, target: ContentStorage) -> dict[str, int]:
-    """Every object of `source` created in `target` (never overwriting); objects and bytes."""
+def content_objects(store: ContentStorage, settings: Settings) -> Iterator[StoredObject]:
+    """The content's objects: in a bucket, without the built tree when it lives under the content's
+    prefix (`<storage>/_tree` by default), which is no content (the target builds its own tree)."""
+    from registry_gen.objectstore import nested_tree_folder
+
+    tree = nested_tree_folder(settings) if settings.storage is not None else None
+    return (item for item in store.list() if tree is None or not item.key.startswith(tree))
+
+
+def copy_content(source: ContentStorage, target: ContentStorage, settings: Settings) -> dict[str, int]:
+    """Every content object of `source` (configured by `settings`) created in `target` (never
+    overwriting); objects and bytes."""
     objects = size = 0
-    for stored in source.list():
+    for stored in content_objects(source, settings):
         data = source.read(stored.key)
         if data is None:
             raise MigrationRefused(f"{stored.key}: removed from the source while it was copied (stop the writers first)")
@@ -127,8 +137,8 @@ def copy_content(source: ContentStorage, target: ContentStorage) -> dict[str, in
     return {"objects": objects, "bytes": size}
 
 
-def content_counts(store: ContentStorage) -> dict[str, int]:
-    listed = list(store.list())
+def content_counts(store: ContentStorage, settings: Settings) -> dict[str, int]:
+    listed = list(content_objects(store, settings))
     return {"objects": len(listed), "bytes": sum(item.size for item in listed)}
 
 
@@ -157,8 +167,8 @@ def run_move(move: Move, migrators: Sequence[StoreMigrator]) -> list[Tally]:
         if move.moves_content:
             source_store = open_content_storage(move.source, building=False)
             target_store = open_content_storage(move.target, building=False)
-            copy_content(source_store, target_store)
-            tallies.append(_checked("content", content_counts(source_store), content_counts(target_store)))
+            copy_content(source_store, target_store, move.source)
+            tallies.append(_checked("content", content_counts(source_store, move.source), content_counts(target_store, move.target)))
         if move.target.database_url:
             copy_ledger_into_postgres(Path(move.source.state_folder), move.target.database_url)
         else:

@@ -202,8 +202,9 @@ class ContentMirror:
         os.utime(target, ns=(mtime, mtime))
 
     def adopt_removal(self, key: str) -> None:
-        """A file this process has just removed from the bucket, removed here too."""
-        self.local.remove(checked_key(key))
+        """A file this process has just removed from the bucket, removed here too (the folder store
+        checks the key)."""
+        self.local.remove(key)
 
     def _refresh(self, key: str, item: StoredObject, mtime_ns: int, held: StoredObject | None) -> None:
         target = self.folder / key
@@ -318,6 +319,27 @@ class BucketTree:
                 if not alias.endswith("/"):
                     self.bucket.remove(alias)
         self.owed.removed.clear()
+
+    def holds(self, relatives: list[str]) -> bool:
+        """Whether the bucket holds these files of out_dir byte for byte under every key they are
+        uploaded as: their ETags (listed, a key's listing also naming the keys under it) against
+        the files' MD5 (an ETag that is no MD5, of a multipart or encrypted object, answers no: the
+        caller then acts as if it did not)."""
+        digests: dict[str, str] = {}
+        listed: dict[str, str] = {}
+        for upload in upload_plan(sorted(relatives)):  # sorted by key: `-/all` is listed before `-/all/index.html`
+            path = self.out_dir / upload.source
+            if upload.key.endswith("/"):
+                continue
+            if not path.is_file():
+                return False
+            if upload.source not in digests:
+                digests[upload.source] = f"{path.stat().st_size}-{_md5_of(path)}"
+            if upload.key not in listed:
+                listed.update((item.key, item.token) for item in self.bucket.list(upload.key))
+            if listed.get(upload.key) != digests[upload.source]:
+                return False
+        return True
 
     def _upload_together(self, uploads: list[Upload]) -> None:
         """Every upload of one phase in flight at once (up to UPLOAD_THREADS): a publish writes a
@@ -458,7 +480,9 @@ class ObjectStore:
             with state.journal() as journal:  # files put into the bucket by hand: every instance lists again
                 journal.move_all_tokens()
             fetched = self.mirror.sync()
-            result = build_locked(settings, settle_listings=False)
+            # -/all and -/search.json marked only when the bucket lacks this render: else the leader
+            # would render and upload them again while this start uploads (every rolling restart).
+            result = build_locked(settings, settle_listings=False, served=self.tree.holds)
         log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
         self.tree.publish(result)
         state.settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded

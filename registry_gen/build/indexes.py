@@ -183,10 +183,14 @@ class ListingChanges:
     def _note_op(self, op: LeafOp, splits: Mapping[str, str]) -> None:
         if op.kind in ("insert", "delete", "split", "join"):
             self.shards.add(op.key)
-        if op.kind in ("insert", "count", "join"):
+        if op.kind in ("insert", "count", "join", "delete"):
             self.leaves.add((op.key, op.bound))
-        elif op.kind == "split":
+        if op.kind == "split":
             self.leaves.add((op.key, splits[op.key]))
+        if op.kind == "join" and op.other is not None:
+            # The leaf a join takes in goes, as a deleted one does (noted above): a render from the
+            # markings names its file removed though its folder never held it (IndexWriter.remove).
+            self.leaves.add((op.key, op.other))
 
 
 def leaves_by_shard(leaves: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
@@ -208,7 +212,8 @@ class IndexWriter:
         self.files = FileChanges()
         # Pages another instance's write left: this work folder's copy may equal what is rendered
         # now while the tree bucket holds another version (or an upload of it failed before), so
-        # each is named written, and uploaded, whatever this folder held.
+        # each is named written, and uploaded, whatever this folder held; and a page the state says
+        # is gone is named removed though this folder never held it (another instance rendered it).
         self.name_unchanged = name_unchanged
         self.browse_pages: dict[str, list[str] | None] = {}  # page -> what write_browse_page returned
 
@@ -270,7 +275,7 @@ class IndexWriter:
         folder = site.browse_folder(prefix)
         page = self.state.browse_inputs(prefix, site.PAGE_SIZE, total)
         if not page.total:
-            self.remove(folder)
+            self.remove(folder, gone=[site.browse_page_path(prefix)])
             return None
         links = [(landing(child, count, first, last), count) for child, count, first, last in page.children]
         self.write_files(site.browse_page(prefix, page.total, list(page.summaries), links, self.settings))
@@ -297,9 +302,12 @@ class IndexWriter:
         again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all).
         Without a cut, only the changed leaves are looked at: O(1) however many leaves the shard has."""
         relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
-        if len(bounds) <= 1:
-            for path in (folder,) if bounds else (folder, relative, relative + ".gz"):
-                self.remove(path)
+        if len(bounds) <= 1:  # one leaf is <key>.json: no leaf file, neither its own nor a changed one's
+            leaves = sorted(set(bounds) | set(changed or ()))
+            self.remove(folder, gone=[path for bound in leaves for path in _with_sibling(site.search_leaf_path(key, bound))])
+            if not bounds:
+                for path in _with_sibling(relative):
+                    self.remove(path, gone=[path])
             if bounds:
                 self.write_search_json(relative, site.join_search_shard(entries))
             return
@@ -317,6 +325,9 @@ class IndexWriter:
         self.write_search_json(site.search_shard_path(key), site.search_shard_index(bounds))
         folder = f"{site.SEARCH_SHARD_ROOT}/{key}"
         ids = {site.search_leaf_id(bound): bound for bound in bounds}
+        for bound in sorted(set(changed or ()) - set(bounds)):  # deleted, or joined into a neighbour
+            for path in _with_sibling(site.search_leaf_path(key, bound)):
+                self.remove(path, gone=[path])
         on_disk = set()
         for name in sorted(_names_in(self.out / folder)):
             leaf = name.split(".", 1)[0]
@@ -335,9 +346,15 @@ class IndexWriter:
             if write_if_changed(self.out / relative, data) or self.name_unchanged:
                 self.files.written.append(relative)
 
-    def remove(self, relative: str) -> None:
-        if remove_tree(self.out, relative):
-            self.files.removed.append(relative)
+    def remove(self, relative: str, *, gone: Iterable[str] = ()) -> None:
+        """Removes a listing file or folder here and names removed each file it held: a tree bucket
+        and a cache in front remove and purge by file, not by folder. `gone`: the files the state
+        says this removal takes away, named too when rendering other builds' markings (this folder
+        may never have held them: another instance rendered them)."""
+        held = _files_under(self.out, relative)
+        remove_tree(self.out, relative)
+        named = set(held) | (set(gone) if self.name_unchanged else set())
+        self.files.removed.extend(sorted(named))
 
 
 def write_fixed_files(settings: Settings) -> FileChanges:
@@ -378,6 +395,18 @@ def _folders_in(folder: Path) -> set[str]:
         return {entry.name for entry in os.scandir(folder) if entry.is_dir()}
     except FileNotFoundError:
         return set()
+
+
+def _with_sibling(relative: str) -> tuple[str, str]:
+    return relative, relative + ".gz"
+
+
+def _files_under(out: Path, relative: str) -> list[str]:
+    """The files of the tree at `relative` (itself, or the files of the folder it names)."""
+    target = out / relative
+    if target.is_file():
+        return [relative]
+    return sorted(path.relative_to(out).as_posix() for path in target.rglob("*") if path.is_file())
 
 
 def _names_in(folder: Path) -> list[str]:

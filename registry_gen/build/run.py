@@ -29,6 +29,7 @@ from registry_gen.build.results import BuildIssue, BuildResult
 from registry_gen.buildlock import holding_build_lock
 from registry_gen.errors import ContentMissing
 from registry_gen.keyring import publish_keys, recorded_keys
+from registry_gen.layout import ALL_DOCUMENT, SEARCH_DOCUMENT
 from registry_gen.settings import Settings
 from registry_gen.state import BuildSession, Manifests, open_state
 from registry_gen.state.records import BuildReport, StalePage
@@ -87,6 +88,7 @@ def build_locked(
     held: Collection[str] = (),
     fence: Callable[[], None] | None = None,
     settle_listings: bool = True,
+    served: Callable[[list[str]], bool] | None = None,
 ) -> BuildResult:  # fmt: skip
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
     the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken.
@@ -94,10 +96,13 @@ def build_locked(
     finishes it); any other pending write whose writer is gone is resolved (`held`: the packages
     whose lock the caller holds, registry_gen.state.ledger). `fence`: called just before the state
     commits; whatever it raises rolls the build's state back (the write service's lock check).
-    `settle_listings`: as run_build's."""
+    `settle_listings`: as run_build's. `served(paths)`: whether the readers' tree already holds
+    these files of out_dir byte for byte (a server's start on a bucket): -/all and -/search.json
+    rendered so are owed to nobody, and left unmarked for its upload."""
     return _build_locked(
-        settings, None, changed, defer_whole=defer_whole, writing=writing, held=held, fence=fence, settle_listings=settle_listings
-    )
+        settings, None, changed, defer_whole=defer_whole, writing=writing, held=held, fence=fence, settle_listings=settle_listings,
+        served=served,
+    )  # fmt: skip
 
 
 def _build_locked(
@@ -110,6 +115,7 @@ def _build_locked(
     held: Collection[str] = (),
     fence: Callable[[], None] | None = None,
     settle_listings: bool = True,
+    served: Callable[[list[str]], bool] | None = None,
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -123,7 +129,7 @@ def _build_locked(
     try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
             result, dropped = _build_in_transaction(
-                settings, session, manifests, progress, changed, full, defer_whole, writing, held, settle_listings
+                settings, session, manifests, progress, changed, full, defer_whole, writing, held, settle_listings, served
             )
             if fence is not None:
                 fence()
@@ -149,6 +155,7 @@ def _build_in_transaction(
     writing: int | None = None,
     held: Collection[str] = (),
     settle_listings: bool = True,
+    served: Callable[[list[str]], bool] | None = None,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
@@ -181,11 +188,7 @@ def _build_in_transaction(
     if settle_listings:  # else the caller settles them once the files are uploaded
         state.settle_stale_listings(indexed.rendered_stale)
     unsettled = () if settle_listings else indexed.rendered_stale
-    # On PostgreSQL the caller that settles later uploads this build's files after it commits: the
-    # whole documents it rendered stay marked stale until then (a kill or a refused upload leaves
-    # them to the next rewrite). Its own marking, so that one a write sets meanwhile is kept.
-    settle_later = indexed.whole_stale is False and not settle_listings and settings.database_url is not None
-    whole_mark = state.new_whole_mark() if settle_later else ""
+    whole_mark = state.new_whole_mark() if _settles_whole_later(settings, indexed, settle_listings, served) else ""
     result = _result(reading, outcomes, indexed, state, report, plan_errors, unsettled, whole_mark)
     publish_keys(settings, state, context.signer, result.written, keys_before)
     if whole_mark:
@@ -193,6 +196,17 @@ def _build_in_transaction(
     else:
         state.finish_build(context.fingerprint, whole_stale=indexed.whole_stale)
     return result, reading.dropped
+
+
+def _settles_whole_later(settings: Settings, indexed: Indexed, settle_listings: bool, served: Callable[[list[str]], bool] | None) -> bool:
+    """On PostgreSQL the caller that settles later uploads this build's files after it commits: the
+    whole documents it rendered stay marked stale until then (a kill or a refused upload leaves
+    them to the next rewrite), with its own marking, so that one a write sets meanwhile is kept.
+    Not when the readers' tree holds this very render already (a start after writes all rendered
+    and uploaded): marked, the leader would render and upload them again during that start."""
+    if indexed.whole_stale is not False or settle_listings or settings.database_url is None:
+        return False
+    return served is None or not served([ALL_DOCUMENT, SEARCH_DOCUMENT])
 
 
 def _result(

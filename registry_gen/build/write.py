@@ -142,8 +142,10 @@ def _write_package(
         site_files, page_keys = _write_site(context, job, packument, result, extras)
         files.extend(site_files)
     for stale in sorted(set(job.previous.get("files", [])) - set(files)):
-        if remove_tree(settings.out_dir, stale):
-            result.removed.append(stale)
+        # Named whatever this folder held: the state recorded it written, maybe by another
+        # instance, whose file the tree bucket holds though this work folder never did.
+        remove_tree(settings.out_dir, stale)
+        result.removed.append(stale)
     return packument, files, tarballs, page_keys
 
 
@@ -363,9 +365,9 @@ def write_packages(
 def remove_package(settings: Settings, name: str, previous: dict[str, Any]) -> FileChanges:
     """Takes a package's files out of the tree (those its last write recorded, and its folders)."""
     files = FileChanges()
-    for relative in previous["files"]:
-        if remove_tree(settings.out_dir, relative):
-            files.removed.append(relative)
+    for relative in previous["files"]:  # named whatever this folder held (as _write_package's stale files)
+        remove_tree(settings.out_dir, relative)
+        files.removed.append(relative)
     remove_tree(settings.out_dir, package_dir(name))
     remove_tree(settings.out_dir, f"-/package/{package_dir(name)}")
     remove_tree(settings.out_dir, site.package_folder(name))

@@ -6,6 +6,7 @@ was SIGKILLed before it, leaves them to the next turn or the next process."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from registry_gen.failpoints import FAILPOINT_ENV
 from registry_gen.layout import ALL_DOCUMENT, SEARCH_DOCUMENT
+from registry_gen.leader import Leader
 from registry_gen.objectstore import ObjectStore, open_object_store
 from registry_gen.refresher import WholeRewrite
 from registry_gen.state import open_state
@@ -128,3 +130,39 @@ def test_all_lists_a_publish_though_the_leader_is_killed_between_its_rewrite_and
             f"-/all did not list killed-kit within {WITHIN_SECONDS} s of a new process"
         )
         assert poll(lambda: not _stale(url), WITHIN_SECONDS)  # settled once uploaded
+
+
+@pytest.mark.parametrize("bucket", ["holds the render", "holds another -/all"])
+def test_another_instance_s_start_makes_the_leader_rewrite_all_only_when_the_bucket_lacks_its_render(
+    bucket: str, bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolling restart: every write rendered and uploaded, another instance starts (a full build,
+    then the upload of what it wrote). The leader ticks during that upload. When the bucket already
+    holds the start's render of -/all and -/search.json, the start leaves them unmarked and the
+    leader rewrites nothing; when it holds other bytes (put there by hand), the start marks them
+    until its upload, as a crash then must leave them to the next leader."""
+    service, objects = bucket_service
+    settings = service.settings
+    service.publish(_upload(settings, "rolled-kit", "1.0.0"), ALICE)
+    WholeRewrite(settings, objects)()  # all rendered, uploaded and settled
+    if bucket == "holds another -/all":
+        objects.tree.bucket.publish(ALL_DOCUMENT, b"{}", content_type="application/json", cache_control="no-cache")
+    leader = Leader(settings, objects=objects)  # not started: its turns are run here, by hand
+    try:
+        assert leader.work() is False  # nothing owed
+        other = dataclasses.replace(settings, content_dir=tmp_path / "b" / "content", out_dir=tmp_path / "b" / "public", data_dir=tmp_path / "b" / "data")
+        starting = open_object_store(other)
+        assert starting is not None
+        upload = starting.tree.publish
+        turns: list[bool] = []
+
+        def upload_while_the_leader_ticks(result: Any) -> None:
+            turns.append(leader.work())
+            upload(result)
+
+        monkeypatch.setattr(starting.tree, "publish", upload_while_the_leader_ticks)
+        starting.start(other)
+        assert turns == [bucket == "holds another -/all"]
+        assert settings.database_url is not None and not _stale(settings.database_url)
+    finally:
+        leader.stop()
