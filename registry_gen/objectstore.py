@@ -327,7 +327,7 @@ class BucketTree:
         caller then acts as if it did not)."""
         digests: dict[str, str] = {}
         listed: dict[str, str] = {}
-        for upload in upload_plan(sorted(relatives)):  # sorted by key: `-/all` is listed before `-/all/index.html`
+        for upload in upload_plan(sorted(relatives), folder_keys=self.folder_keys):  # sorted by key: `-/all` is listed before `-/all/index.html`
             path = self.out_dir / upload.source
             if upload.key.endswith("/"):
                 continue

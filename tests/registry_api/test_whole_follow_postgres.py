@@ -132,7 +132,7 @@ def test_all_lists_a_publish_though_the_leader_is_killed_between_its_rewrite_and
         assert poll(lambda: not _stale(url), WITHIN_SECONDS)  # settled once uploaded
 
 
-@pytest.mark.parametrize("bucket", ["holds the render", "holds another -/all"])
+@pytest.mark.parametrize("bucket", ["holds the render", "holds the render, read through nginx only", "holds another -/all"])
 def test_another_instance_s_start_makes_the_leader_rewrite_all_only_when_the_bucket_lacks_its_render(
     bucket: str, bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,9 +140,12 @@ def test_another_instance_s_start_makes_the_leader_rewrite_all_only_when_the_buc
     then the upload of what it wrote). The leader ticks during that upload. When the bucket already
     holds the start's render of -/all and -/search.json, the start leaves them unmarked and the
     leader rewrites nothing; when it holds other bytes (put there by hand), the start marks them
-    until its upload, as a crash then must leave them to the next leader."""
+    until its upload, as a crash then must leave them to the next leader. Read through nginx
+    only (`tree_readers: nginx`), the render has no folder keys to look for."""
     service, objects = bucket_service
     settings = service.settings
+    readers = "nginx" if bucket.endswith("nginx only") else settings.tree_readers
+    objects.tree.folder_keys = readers == "any"
     service.publish(_upload(settings, "rolled-kit", "1.0.0"), ALICE)
     WholeRewrite(settings, objects)()  # all rendered, uploaded and settled
     if bucket == "holds another -/all":
@@ -150,7 +153,9 @@ def test_another_instance_s_start_makes_the_leader_rewrite_all_only_when_the_buc
     leader = Leader(settings, objects=objects)  # not started: its turns are run here, by hand
     try:
         assert leader.work() is False  # nothing owed
-        other = dataclasses.replace(settings, content_dir=tmp_path / "b" / "content", out_dir=tmp_path / "b" / "public", data_dir=tmp_path / "b" / "data")
+        other = dataclasses.replace(
+            settings, content_dir=tmp_path / "b" / "content", out_dir=tmp_path / "b" / "public", data_dir=tmp_path / "b" / "data", tree_readers=readers
+        )
         starting = open_object_store(other)
         assert starting is not None
         upload = starting.tree.publish
