@@ -38,6 +38,7 @@ from registry_gen.mirror.service import MirrorService, version_of
 from registry_gen.packument import abbreviate, dumps
 from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
+from user_api.held_answers import answer_body
 from user_api.negotiation import parse_accept
 from user_api.read_access import ReadGuard
 from user_api.web import error_status, is_expected_outage, loggable_path, wsgi_path
@@ -140,7 +141,7 @@ class MirrorGate:
         return []
 
 
-def _send_document(packument: dict[str, Any], path: str, name: str, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+def _send_document(packument: dict[str, Any], path: str, name: str, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
     """A document not built into the tree yet, as the tree will serve it: the full or abbreviated
     form (by Accept), a tag's version (`/<name>/<tag>`), or the dist-tags."""
     rest = path.strip("/").removeprefix("-/package/")[len(name) :].strip("/")
@@ -159,7 +160,8 @@ def _send_document(packument: dict[str, Any], path: str, name: str, environ: dic
     headers = [("Content-Type", content_type), ("Content-Length", str(len(data))), ("Cache-Control", DOCUMENT_CACHE),
                ("Vary", "Accept"), ("ETag", f'"{hashlib.sha256(data).hexdigest()[:32]}"')]  # fmt: skip
     start_response("200 OK", headers)
-    return [] if environ.get("REQUEST_METHOD") == "HEAD" else [data]
+    # A full document is often over waitress's 1 MB spool: sent from memory, not a temporary file.
+    return [] if environ.get("REQUEST_METHOD") == "HEAD" else answer_body(data, environ)
 
 
 def _send_file(path: Path, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes] | None:
