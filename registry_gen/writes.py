@@ -450,15 +450,18 @@ class WriteService:
         """With content in a bucket: the work folder's copy of the packages this build reads (the
         touched ones, and those of writes a crashed writer left pending) made equal to the bucket.
         A touched folder whose token (read here, under its lock) is the one this copy was made at
-        is not listed (ContentMirror.sync_folders); a pending write's folders always are."""
+        is not listed (ContentMirror.sync_folders); a pending write's folders always are. Both
+        read in one round trip: a token read before the pending folders' listing is as good as one
+        after, since only a holder of the folder's lock (this write) or a start moves it."""
         if self.objects is None:
             return
-        journal = self._opened_journal()
-        pending = [key for write in journal.pending_writes(self._held) if write.id != write_id for key in write.files]
+        touched_folders = package_folders(touched)
+        writes, tokens = self._opened_journal().pending_and_tokens(self._held, touched_folders)
+        pending = [key for write in writes if write.id != write_id for key in write.files]
         self.objects.mirror.sync_packages(pending)
-        folders = package_folders(touched) - package_folders(pending)
+        folders = touched_folders - package_folders(pending)
         if folders:
-            self.objects.mirror.sync_folders(folders, journal.content_tokens(folders))
+            self.objects.mirror.sync_folders(folders, tokens)
 
     def _store_meta(self, key: str, change: Change) -> None:
         # The meta (owners, times, unpublish records) is written first: a kill before the archive

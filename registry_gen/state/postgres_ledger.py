@@ -16,7 +16,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 
 from registry_gen.errors import VersionConflict
-from registry_gen.state.ledger import EVERY_FOLDER, ContentToken, JournalEvent, PendingWrite, WriteFiles, package_folders
+from registry_gen.state.ledger import EVERY_FOLDER, ContentToken, JournalEvent, PendingAndTokens, PendingWrite, WriteFiles, package_folders
 from registry_gen.state.postgres_base import JOURNAL, LOCK_PACKAGE, LOCK_REGISTRY, PgDb, package_key
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_ledger import SqliteLedger
@@ -45,6 +45,21 @@ BEGIN_WRITE_STATEMENT = (
     f"WITH moved AS ({MOVE_FOLDERS_STATEMENT})"
     " INSERT INTO writes (status, started, actor, actor_id, files, events, who) VALUES ('pending', ?, ?, ?, ?, ?, ?) RETURNING id"
 )
+
+PENDING_STATEMENT = "SELECT id, files, events FROM writes WHERE status = 'pending' ORDER BY id"
+TOKENS_STATEMENT = "SELECT folder, generation FROM content_folders WHERE folder = ANY(?)"
+# Both, as one round trip before a build's sync (PgLedger.pending_and_tokens): a pending write's
+# row has an id, a folder's row has none.
+PENDING_AND_TOKENS_STATEMENT = (
+    "SELECT id, files, events, NULL AS folder, NULL::bigint AS generation FROM writes WHERE status = 'pending'"
+    " UNION ALL SELECT NULL, NULL, NULL, folder, generation FROM content_folders WHERE folder = ANY(?)"
+)
+
+
+def _tokens(folders: Collection[str], generations: Mapping[str, int]) -> dict[str, ContentToken]:
+    """Each folder's token from the generations read (a folder without a row: generation 0)."""
+    everywhere = int(generations.get(EVERY_FOLDER, 0))
+    return {folder: (everywhere, int(generations.get(folder, 0))) for folder in folders}
 
 
 class PgLedger(SqliteLedger):
@@ -103,9 +118,16 @@ class PgLedger(SqliteLedger):
 
     def content_tokens(self, folders: Collection[str]) -> dict[str, ContentToken]:
         """Each folder's token now (a folder never written through registry-gen: generation 0)."""
-        rows = dict(self.db.execute("SELECT folder, generation FROM content_folders WHERE folder = ANY(?)", ([*folders, EVERY_FOLDER],)).fetchall())
-        everywhere = int(rows.get(EVERY_FOLDER, 0))
-        return {folder: (everywhere, int(rows.get(folder, 0))) for folder in folders}
+        rows = self.db.execute(TOKENS_STATEMENT, ([*folders, EVERY_FOLDER],)).fetchall()
+        return _tokens(folders, dict(rows))
+
+    def pending_and_tokens(self, held: Collection[str], folders: Collection[str]) -> PendingAndTokens:
+        """`pending_writes(held)` and `content_tokens(folders)` in one statement, on one snapshot.
+        Only the writer-gone checks of other writes in flight add statements, as in `pending_writes`."""
+        rows = self.db.execute(PENDING_AND_TOKENS_STATEMENT, ([*folders, EVERY_FOLDER],)).fetchall()
+        pending = sorted((int(write_id), files, events) for write_id, files, events, _, _ in rows if write_id is not None)
+        generations = {folder: generation for write_id, _, _, folder, generation in rows if write_id is None}
+        return self._gone(pending, held), _tokens(folders, generations)
 
     def move_all_tokens(self) -> None:
         self.db.execute(MOVE_FOLDERS_STATEMENT, ([EVERY_FOLDER],))
@@ -117,7 +139,11 @@ class PgLedger(SqliteLedger):
         them; held by the caller, they are held by no other writer). In a build's transaction the
         locks taken stay held to its commit (a writer of those packages then waits for the build
         that resolves its predecessor)."""
-        rows = self.db.execute("SELECT id, files, events FROM writes WHERE status = 'pending' ORDER BY id").fetchall()
+        rows = self.db.execute(PENDING_STATEMENT).fetchall()
+        return self._gone(rows, held)
+
+    def _gone(self, rows: Sequence[tuple[int, str, str]], held: Collection[str]) -> list[PendingWrite]:
+        """Of the pending writes' rows (id, files, events; in id order), those whose writer is gone."""
         return [PendingWrite(int(write_id), json.loads(files)) for write_id, files, events in rows if self._writer_gone(events, held)]
 
     def _writer_gone(self, events: str, held: Collection[str]) -> bool:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from registry_gen.errors import LedgerUnreadable
 from registry_gen.state import heldopen
-from registry_gen.state.ledger import ContentToken, JournalEntry, JournalEvent, OwedPurge, PendingWrite, WriteFiles
+from registry_gen.state.ledger import ContentToken, JournalEntry, JournalEvent, OwedPurge, PendingAndTokens, PendingWrite, WriteFiles
 from registry_gen.state.migrations import LATEST, migrate
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_base import connect, connect_readonly, user_version
@@ -232,6 +232,10 @@ class SqliteLedger:
         """Every pending write: with the one file lock held (registry_gen.state.locks), no other writer is live."""
         rows = self.db.execute("SELECT id, files FROM writes WHERE status = 'pending' ORDER BY id")
         return [PendingWrite(int(write_id), json.loads(files)) for write_id, files in rows]
+
+    def pending_and_tokens(self, held: Collection[str], folders: Collection[str]) -> PendingAndTokens:
+        """The pending writes, and no token (none kept here)."""
+        return self.pending_writes(held), self.content_tokens(folders)
 
     def since(self, seq: int, limit: int = 100) -> list[JournalEntry]:
         """The journal's entries after `seq`, in order, at most `limit` of them."""

@@ -24,7 +24,7 @@ from registry_gen.state import open_state
 from registry_gen import writes
 from registry_gen.writes import WriteService
 from tests.conftest import postgres_state_url
-from tests.registry_api.test_publish_cost_postgres import ALICE, _served_versions, _upload
+from tests.registry_api.test_publish_cost_postgres import ALICE, LISTINGS_LOCKED, _served_versions, _upload, counted_statements
 from tests.storage.s3servers import S3Server, make_bucket, s3_credentials, s3_server
 from tests.user_api.pg_server import PostgresServer
 
@@ -145,6 +145,36 @@ def test_a_publish_to_the_bucket_leaves_the_registry_wide_pages_to_the_leader(bu
     assert not state.listings_stale()  # settled once uploaded
     front = objects.tree.bucket.read(f"{site.WEB_ROOT}/index.html")
     assert front is not None and b"1.0.1" in front
+
+
+# PostgreSQL statements of one new version's publish with content in the bucket (a row of an
+# executemany counts as one), at most: the filesystem path's (test_publish_cost_postgres.py) plus
+# the build's folder-token read. Of them, the reads of the pending writes and the folder tokens:
+# before the write reads (a writer killed before it), before the build's sync, in the build's
+# transaction. 77 and 4 while the sync's check and its token read were two statements (PROFILE.md,
+# foldcheck).
+STATEMENTS_PER_BUCKET_PUBLISH = 76
+PENDING_AND_TOKEN_READS = 3
+
+
+def _pending_or_token_read(statement: str) -> bool:
+    return statement.startswith("SELECT") and ("FROM writes WHERE status = 'pending'" in statement or "FROM content_folders" in statement)
+
+
+def test_a_publish_to_the_bucket_reads_the_pending_writes_and_folder_tokens_in_one_statement_before_its_sync(
+    bucket_service: tuple[WriteService, ObjectStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    service, objects = bucket_service
+    for warm in ("alpha-kit", "token-kit"):
+        service.publish(_upload(service.settings, warm, "1.0.0"), ALICE)
+    requests = recorded(objects)
+    with counted_statements(monkeypatch) as sent:
+        service.publish(_upload(service.settings, "token-kit", "1.0.1"), ALICE)
+    assert "1.0.1" in _served_versions(service.settings, "token-kit")
+    assert not [r for r in requests if r.operation == "ListObjectsV2"]  # the token was read, and matched: no LIST
+    statements = [statement for statement in sent if statement != LISTINGS_LOCKED]
+    assert len([s for s in statements if _pending_or_token_read(s)]) <= PENDING_AND_TOKEN_READS, "\n".join(statements)
+    assert len(statements) <= STATEMENTS_PER_BUCKET_PUBLISH, "\n".join(statements)
 
 
 # The package document's and the version document's folder keys (`name`, `name/latest`): only a

@@ -109,6 +109,72 @@ def test_a_write_rolled_back_after_its_archive_put_leaves_the_next_publish_listi
     assert not (service.settings.content_dir / "undone-kit" / "undone-kit-1.0.2.tgz").exists()  # the copy equals the bucket
 
 
+def test_a_writer_of_another_package_killed_after_a_writes_recovery_has_its_write_listed_by_the_builds_sync(
+    instances: tuple[Instance, Instance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writes killed-kit 1.0.2 and dies once it is stored (its write left pending, its lock
+    gone), after B's publish of another package checked for pending writes before reading and
+    before B's build syncs. B's sync must still see it: it lists killed-kit's folder (which B's
+    copy knew at an older token) and the build resolves the write landed, so 1.0.2 is served."""
+    (a, _), (b, b_objects) = instances
+    b.publish(_upload(b.settings, "killed-kit", "1.0.0"), ALICE)  # B's copy of killed-kit known
+    b.publish(_upload(b.settings, "living-kit", "1.0.0"), ALICE)
+    sync, killed = b._sync_content, []
+
+    def killed_in_between(touched: list[str], write_id: int | None = None) -> None:
+        if write_id is not None and not killed:  # B's write's build, after its recovery check
+            killed.append(write_id)
+            with monkeypatch.context() as patch:  # A dies after storing: nothing undone, nothing finished
+                patch.setattr(writes, "build_locked", _broken_build)
+                for step in ("_roll_back", "_withdraw", "_abort"):
+                    patch.setattr(a, step, lambda *args, **kwargs: None)
+                with pytest.raises(RuntimeError):
+                    a.publish(_upload(a.settings, "killed-kit", "1.0.2"), ALICE)
+        sync(touched, write_id)
+
+    monkeypatch.setattr(b, "_sync_content", killed_in_between)
+    sent = recorded(b_objects)
+    b.publish(_upload(b.settings, "living-kit", "1.0.1"), ALICE)
+    assert killed and [key for key in _listings(sent) if key.endswith("/killed-kit/")], sent
+    assert _served(b_objects, "killed-kit") == {"1.0.0", "1.0.2"}  # resolved landed, and built
+    assert _served(b_objects, "living-kit") == {"1.0.0", "1.0.1"}
+    with open_state(b.settings).journal() as journal:
+        assert journal.pending_writes() == []
+
+
+def _broken_build(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("the build failed after the write's archive was stored")
+
+
+def test_the_pending_writes_and_folder_tokens_read_together_are_what_each_read_answers(
+    state_postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """PostgreSQL: one statement answers both (registry_gen.state.ledger, "Folder tokens"); a write
+    whose writer holds its package's lock is live unless the caller holds it; ids in order."""
+    settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data",
+                        database_url=postgres_state_url(state_postgres))  # fmt: skip
+    folders = {"live/", "dead/", "never/"}
+    with open_state(settings).journal() as journal:
+        live = journal.begin_write({"live/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "live")], "bob", None, "t")
+        dead = journal.begin_write({"dead/registry-meta.json": "1" * 64}, [JournalEvent("package:change", "dead")], "bob", None, "t")
+        journal.move_all_tokens()
+        with open_state(settings).write_lock(settings.lock_file).package("live", 5):
+            pending, tokens = journal.pending_and_tokens((), folders)
+            assert [w.id for w in pending] == [dead] and pending == journal.pending_writes()
+            assert tokens == {"live/": (1, 1), "dead/": (1, 1), "never/": (1, 0)} == journal.content_tokens(folders)
+            pending, tokens = journal.pending_and_tokens({"live"}, ())
+            assert [w.id for w in pending] == [live, dead] and tokens == {}
+            assert pending[1].files == {"dead/registry-meta.json": "1" * 64}
+
+
+def test_the_embedded_ledger_answers_the_pending_writes_and_no_token(tmp_path: Path) -> None:
+    settings = Settings(content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data")
+    with open_state(settings).journal() as journal:
+        write_id = journal.begin_write({"a/registry-meta.json": None}, [JournalEvent("package:change", "a")], "bob", None, "t")
+        pending, tokens = journal.pending_and_tokens((), {"a/"})
+        assert [w.id for w in pending] == [write_id] and tokens == {}
+
+
 def test_a_file_put_into_the_bucket_by_hand_is_taken_in_after_any_instance_restarts(
     instances: tuple[Instance, Instance],
 ) -> None:
