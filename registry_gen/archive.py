@@ -420,6 +420,7 @@ class _NotPlain(Exception):
 
 _USTAR_MAGIC = b"ustar\x0000"
 _PLAIN_FILE_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
+_PLAIN_HEADER_TYPES = frozenset((*_PLAIN_FILE_TYPES, tarfile.DIRTYPE))
 _SHARED_NUMBER_FIELDS = ((108, 116), (116, 124), (136, 148), (329, 337), (337, 345))  # uid, gid, mtime, devices
 
 
@@ -434,19 +435,23 @@ def _octal(field: bytes) -> int:
         raise _NotPlain("bad number") from None
 
 
-_SHARED_NUMBERS: dict[bytes, int] = {}  # mode, uid, gid, mtime, device fields already read -> value
-_SHARED_NUMBERS_MAX = 4096
+_SHARED_FIELDS: dict[bytes, int] = {}  # a header's mode, uid, gid, mtime and device fields -> its mode
+_SHARED_FIELDS_MAX = 4096
 
 
-def _shared_octal(field: bytes) -> int:
-    """_octal of a field most members of an archive share (npm packs every member with the same
-    uid, gid and mtime, and few modes): looked up once read. Sizes and checksums are not kept."""
-    known = _SHARED_NUMBERS.get(field)
-    if known is None:
-        known = _octal(field)
-        if len(_SHARED_NUMBERS) < _SHARED_NUMBERS_MAX:
-            _SHARED_NUMBERS[field] = known
-    return known
+def _shared_mode(block: bytes) -> int:
+    """The mode of a header whose number fields most members of an archive share (npm packs every
+    member with the same uid, gid and mtime, and few modes), all read as tarfile would: looked up
+    as one key once read (one lookup a header, not six). Sizes and checksums are not kept."""
+    fields = block[100:124] + block[136:148] + block[329:345]
+    mode = _SHARED_FIELDS.get(fields)
+    if mode is None:
+        mode = _octal(block[100:108])
+        for start, end in _SHARED_NUMBER_FIELDS:
+            _octal(block[start:end])
+        if len(_SHARED_FIELDS) < _SHARED_FIELDS_MAX:
+            _SHARED_FIELDS[fields] = mode
+    return mode
 
 
 def _plain_header(block: bytes) -> tuple[str, bytes, int, int] | None:
@@ -455,16 +460,14 @@ def _plain_header(block: bytes) -> tuple[str, bytes, int, int] | None:
     other header (pax, GNU, links, sparse, bad checksum, odd numbers): tarfile reads those."""
     if len(block) != tarfile.BLOCKSIZE:
         raise _NotPlain("short header")
-    if not block.strip(b"\0"):
+    if block.count(0) == tarfile.BLOCKSIZE:  # no copy, as strip() made
         return None
-    if block[257:265] != _USTAR_MAGIC or block[156:157] not in (*_PLAIN_FILE_TYPES, tarfile.DIRTYPE):
+    if block[257:265] != _USTAR_MAGIC or block[156:157] not in _PLAIN_HEADER_TYPES:
         raise _NotPlain("not a plain ustar member")
     if _octal(block[148:156]) != sum(block) - sum(block[148:156]) + 256:  # the unsigned checksum
         raise _NotPlain("checksum")
     # Every number field is read, as tarfile does: one it would refuse sends the archive to it.
-    mode, size = _shared_octal(block[100:108]), _octal(block[124:136])
-    for start, end in _SHARED_NUMBER_FIELDS:
-        _shared_octal(block[start:end])
+    mode, size = _shared_mode(block), _octal(block[124:136])
     raw_name, raw_prefix = block[0:100].split(b"\0", 1)[0], block[345:500].split(b"\0", 1)[0]
     if not (raw_name.isascii() and raw_prefix.isascii()):
         raise _NotPlain("non-ASCII name")

@@ -33,6 +33,7 @@ from registry_gen.state.records import (
     ArchiveRecord,
     BuildReport,
     BuildStart,
+    LeafHood,
     ListingMove,
     ListingPlace,
     PackageBefore,
@@ -42,6 +43,7 @@ from registry_gen.state.records import (
 )
 from registry_gen.state.sqlite_base import connect_readonly, first_column, user_version
 from registry_gen.state.sqlite_schema import SCHEMA_VERSION, SHARDS_STALE, STATE_SCHEMA, WHOLE_STALE, open_database
+from registry_gen.state.sqlite_leaves import HeldLeaves
 from registry_gen.state.sqlite_ledger import LEDGER_DATABASE, SqliteLedger
 from registry_gen.state.sqlite_listings import ListingTables
 
@@ -647,21 +649,43 @@ class SqliteSession(BuildState):
     prefix counts per package (babel-plugin-… counts up once per package below it) and sets a
     search leaf's count once per package joining it: 17,933 and 10,819 statements over the real
     corpus, for 10,708 prefixes and ~1,700 leaves; and the two counters, twice per package.
-    (On PostgreSQL a move is one statement per table already: postgres_listings.)"""
+    (On PostgreSQL a move is one statement per table already: postgres_listings.)
+
+    A full build also holds the search leaves (sqlite_leaves.HeldLeaves), loaded in one query, to
+    answer each package's leaf neighbourhood in its shards without asking the table (an
+    incremental build, which looks at a few shards, asks it as before)."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self._prefix_deltas: dict[str, tuple[str, int]] = {}  # prefix -> (its parent, the count it moves by)
         self._leaf_counts: dict[tuple[str, str], int] = {}  # (shard, bound) -> the leaf's count
         self._counter_deltas: dict[str, int] = {}
+        self._held_leaves: HeldLeaves | None = None  # in a full build only
 
     def commit(self) -> None:
         self._write_waiting()  # before the ledger commits: a failure here leaves both as they were
         super().commit()
+        self._held_leaves = None
 
     def rollback(self) -> None:
         self._prefix_deltas, self._leaf_counts, self._counter_deltas = {}, {}, {}
+        self._held_leaves = None
         super().rollback()
+
+    def start_full_build(self) -> None:
+        super().start_full_build()
+        rows = self.db.execute(f"SELECT key, bound, count FROM search_leaves ORDER BY key, bound LIMIT {MOVES_WAITING_AT_MOST + 1}")
+        held = ((key, bound, self._leaf_count(key, bound, count)) for key, bound, count in rows)
+        self._held_leaves = HeldLeaves(held, self._shard_rows, at_most=MOVES_WAITING_AT_MOST)
+
+    def _shard_rows(self, key: str) -> list[tuple[str, int]]:
+        rows = self.db.execute("SELECT bound, count FROM search_leaves WHERE key = ? ORDER BY bound", (key,))
+        return [(bound, self._leaf_count(key, bound, count)) for bound, count in rows]
+
+    def _hood(self, key: str, name: str, *, leaving: bool) -> LeafHood:
+        if self._held_leaves is None:
+            return super()._hood(key, name, leaving=leaving)
+        return self._held_leaves.hood(key, name, leaving=leaving)
 
     def totals(self) -> tuple[int, int]:
         self._write_counters()
@@ -691,12 +715,21 @@ class SqliteSession(BuildState):
 
     def _set_leaf_count(self, key: str, bound: str, count: int) -> None:
         self._leaf_counts[(key, bound)] = count
+        if self._held_leaves is not None:
+            self._held_leaves.counted(key, bound, count)
         if len(self._leaf_counts) >= MOVES_WAITING_AT_MOST:
             self._write_leaf_counts()
+
+    def _insert_leaf(self, key: str, bound: str, count: int) -> None:
+        super()._insert_leaf(key, bound, count)
+        if self._held_leaves is not None:
+            self._held_leaves.inserted(key, bound, count)
 
     def _delete_leaf(self, key: str, bound: str) -> None:
         self._leaf_counts.pop((key, bound), None)
         super()._delete_leaf(key, bound)
+        if self._held_leaves is not None:
+            self._held_leaves.deleted(key, bound)
 
     def _leaf_count(self, key: str, bound: str, stored: int) -> int:
         return self._leaf_counts.get((key, bound), stored)

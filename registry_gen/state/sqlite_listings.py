@@ -49,6 +49,9 @@ class ListingTables:
     def _set_leaf_count(self, key: str, bound: str, count: int) -> None:
         self.db.execute("UPDATE search_leaves SET count = ? WHERE key = ? AND bound = ?", (count, key, bound))
 
+    def _insert_leaf(self, key: str, bound: str, count: int) -> None:
+        self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (key, bound, count))
+
     def _delete_leaf(self, key: str, bound: str) -> None:
         self.db.execute("DELETE FROM search_leaves WHERE key = ? AND bound = ?", (key, bound))
 
@@ -86,7 +89,7 @@ class ListingTables:
 
     def _apply_leaf_op(self, op: LeafOp) -> None:
         if op.kind == "insert":
-            self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (op.key, op.bound, op.count))
+            self._insert_leaf(op.key, op.bound, op.count)
         elif op.kind == "count":
             self._set_leaf_count(op.key, op.bound, op.count)
         elif op.kind == "delete":
@@ -102,7 +105,7 @@ class ListingTables:
         names = self.leaf_names(key, bound)
         middle = names[len(names) // 2]
         self._set_leaf_count(key, bound, len(names) // 2)
-        self.db.execute("INSERT INTO search_leaves (key, bound, count) VALUES (?, ?, ?)", (key, middle, len(names) - len(names) // 2))
+        self._insert_leaf(key, middle, len(names) - len(names) // 2)
         return middle
 
     # -- what the listing documents show

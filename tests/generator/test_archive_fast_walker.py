@@ -168,3 +168,33 @@ def test_the_whole_walk_applies_only_below_every_cap() -> None:
     assert archive.whole_inflate_bound(limits) == archive.RATIO_FLOOR * 8
     assert archive.whole_inflate_bound(Limits(max_unpacked_bytes=1000)) == 1000
     assert archive.whole_inflate_bound(Limits(max_archive_bytes=10)) == 10
+
+
+def _header(name: str, **fields: Any) -> bytes:
+    info = tarfile.TarInfo(name)
+    for field, value in fields.items():
+        setattr(info, field, value)
+    return info.tobuf(tarfile.USTAR_FORMAT)
+
+
+def test_a_header_s_shared_number_fields_are_one_lookup_and_each_set_is_read_as_tarfile_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    # npm packs every member with the same uid, gid and mtime: their fields were looked up one at a
+    # time (six lookups a header); one key per set of them is one.
+    lookups: list[bytes] = []
+
+    class Counting(dict[bytes, int]):
+        def get(self, key: bytes, default: Any = None) -> Any:
+            lookups.append(key)
+            return super().get(key, default)
+
+    monkeypatch.setattr(archive, "_SHARED_FIELDS", Counting())
+    headers = [_header(f"package/f{i}.js", mtime=499162500, mode=0o644) for i in range(6)]
+    assert [archive._plain_header(h) for h in headers] == [(f"package/f{i}.js", tarfile.REGTYPE, 0o644, 0) for i in range(6)]
+    assert len(lookups) == len(headers)
+    # Another mode or mtime is a set of its own, read again: its mode is its own, a bad number refused.
+    assert archive._plain_header(_header("package/x", mtime=499162500, mode=0o755))[2] == 0o755
+    bad = bytearray(_header("package/y", mtime=499162500, mode=0o644))
+    bad[136:148] = b"99999999999\0"  # not octal: tarfile refuses it, so the walker sends it there
+    bad[148:156] = b"%06o\0 " % (sum(bad[:148]) + 256 + sum(bad[156:]))
+    with pytest.raises(archive._NotPlain, match="bad number"):
+        archive._plain_header(bytes(bad))

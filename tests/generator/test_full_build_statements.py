@@ -74,3 +74,12 @@ def test_a_full_build_asks_the_packages_table_of_no_name_its_plans_do_not_hold(t
     # each @types/ name a page looks for) is not served, with no question to the packages table.
     statements, _ = _counted_build(tmp_path, monkeypatch)
     assert _count(statements, "SELECT present FROM packages WHERE name =") == 0
+
+
+def test_a_full_build_answers_each_search_leaf_neighbourhood_without_asking_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each package asked the leaf around it in each of its shards: a SELECT per package and shard
+    # (12,523 over the real corpus), where the session now holds the leaves, read in one query.
+    statements, state = _counted_build(tmp_path, monkeypatch)
+    assert _rows(state, "search_leaves") > 1
+    assert _count(statements, "SELECT bound, count FROM search_leaves") == _count(statements, "SELECT 1 FROM search_leaves") == 0
+    assert _count(statements, "SELECT key, bound, count FROM search_leaves") == 1
