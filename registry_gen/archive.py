@@ -481,20 +481,30 @@ def _plain_header(block: bytes) -> tuple[str, bytes, int, int] | None:
     return name, kind, mode, size
 
 
+def _admitted(header: tuple[str, bytes, int, int], budget: _Budget) -> tuple[str, int, int] | None:
+    """A plain header's member (path, mode, size) once the budget admits it; None for a folder
+    (counted against the budget, not yielded)."""
+    name, kind, mode, size = header
+    path = _clean_member_path(name)
+    if kind == tarfile.DIRTYPE:
+        if path:
+            budget.folder(path)
+        return None
+    if not path:
+        raise _NotPlain("empty path")
+    budget.member(path)
+    return path, mode, size
+
+
 def _iter_plain_tar(source: _HashingReader, budget: _Budget) -> Iterator[_Member]:
     """What _iter_tar yields, for archives of plain ustar members only, without tarfile's
     per-member Python overhead (most of the time of reading an archive after the inflate)."""
     stream = io.BufferedReader(_GunzipReader(source, budget.limits), CHUNK)
     while (header := _plain_header(stream.read(tarfile.BLOCKSIZE))) is not None:
-        name, kind, mode, size = header
-        path = _clean_member_path(name)
-        if kind == tarfile.DIRTYPE:
-            if path:
-                budget.folder(path)
+        admitted = _admitted(header, budget)
+        if admitted is None:
             continue
-        if not path:
-            raise _NotPlain("empty path")
-        budget.member(path)
+        path, mode, size = admitted
         keep = _bytes_to_keep(path, False, budget.limits)
         kept, left = bytearray(), size
         while left:
@@ -560,15 +570,10 @@ def _iter_plain_buffer(tar: bytes, budget: _Budget, compressed: int) -> Iterator
     pos, end = 0, len(tar)
     while (header := _plain_header(tar[pos : pos + tarfile.BLOCKSIZE])) is not None:
         pos += tarfile.BLOCKSIZE
-        name, kind, mode, size = header
-        path = _clean_member_path(name)
-        if kind == tarfile.DIRTYPE:
-            if path:
-                budget.folder(path)
+        admitted = _admitted(header, budget)
+        if admitted is None:
             continue
-        if not path:
-            raise _NotPlain("empty path")
-        budget.member(path)
+        path, mode, size = admitted
         keep = _bytes_to_keep(path, False, budget.limits) or 0  # never None: not keep_all
         if pos + size > end:
             raise _NotPlain("truncated member")
