@@ -121,7 +121,11 @@ def nginx_server(
         [NGINX, "-p", str(runtime), "-c", str(conf), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=stderr
     )
     try:
-        wait_for_pid_file(runtime / "nginx.pid", process)
+        try:
+            wait_for_pid_file(runtime / "nginx.pid", process)
+        except RuntimeError as exc:  # say why (a port another process took since free_port chose it?)
+            said = (runtime / "stderr.log").read_text(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"{exc}; nginx said: {' | '.join(said) or 'nothing'}") from None
         wait_for_port(port, process)
         yield f"http://127.0.0.1:{port}/"
     finally:

@@ -63,6 +63,21 @@ def _failures(events: list[Any]) -> list[str]:
     return found
 
 
+# `DELETE /user/{id}/tokens` revokes every token of the account; the account's token list stays,
+# empty, as `npm token list` shows one. schemathesis' use-after-free check reads a DELETE of a path
+# as the removal of what a GET of that path answers: only an empty list after it is dropped (a token
+# still listed would be a revocation that failed, and counts).
+_REVOKE_ALL = re.compile(r"^DELETE /user/[^/]+/tokens$")
+
+
+def _all_revoked(failure: Any, response: Any) -> bool:
+    from schemathesis.openapi.checks import UseAfterFree
+
+    if not isinstance(failure, UseAfterFree) or not _REVOKE_ALL.match(failure.free) or response.status_code != 200:
+        return False
+    return b'"key"' not in response.content and b"<key>" not in response.content
+
+
 _NOT_XML_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
@@ -82,7 +97,7 @@ def _add_hooks(schema: Any) -> None:
         query = case.query or {}
         conflict = "keyword" in query and "keywork" in query and query["keyword"] != query["keywork"]
         alias_only = "keywork" in query and "keyword" not in query
-        return not ((conflict and response.status_code == 400) or (alias_only and response.status_code == 200))
+        return not ((conflict and response.status_code == 400) or (alias_only and response.status_code == 200) or _all_revoked(failure, response))
 
     @schema.hook
     def filter_case(context: Any, case: Any) -> bool:
