@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from registry_gen.importers.client import StatusProblem
 from registry_gen.mirror.config import Uplink
 from registry_gen.mirror.service import uplink_client
+from tests.support import serving
 
 DOCUMENT = json.dumps({"name": "kept", "versions": {}}).encode()
 TARBALL = b"not really a tarball, only bytes to stream"
@@ -60,13 +60,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 def upstream(close_idle: bool = False) -> Iterator[Server]:
     server = Server(("127.0.0.1", 0), Handler)
     server.close_idle = close_idle
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def client_of(server: Server):  # type: ignore[no-untyped-def]
