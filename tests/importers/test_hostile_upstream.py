@@ -11,14 +11,16 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from registry_gen.cli import main as registry_gen
-from registry_gen.importers.client import RegistryClient
+from registry_gen.importers.client import RegistryClient, tls_context
 from registry_gen.importers.integrity import sri_sha512
+from registry_gen.importers.keepalive import KeptConnections
 from registry_gen.importers.model import ImportProblem
 from tests.importers.upstream_server import Upstream, hostile_upstream, make_root, redirect_to, served
 
@@ -280,3 +282,50 @@ def test_a_download_streams_to_disk_and_never_holds_the_body(tmp_path: Path) -> 
     assert (tmp_path / "big.tgz").read_bytes() == body
     # The server thread's own copy of the body is not counted: it was made before tracing began.
     assert peak < 4 * 1024 * 1024, f"the client held {peak} bytes at once"
+
+
+# ---------------------------------------------------------------- the same, on the mirror's kept connections
+
+def _kept_client(registry: Any) -> tuple[RegistryClient, KeptConnections]:
+    """A client as the mirror builds one for an uplink: its connections kept between requests
+    (a request on a kept connection takes another path than urllib's), one already kept."""
+    connections = KeptConnections(tls_context)
+    client = RegistryClient(registry.base, attempts=1, deadline=1.5, connections=connections)
+    assert client.document("quick")["name"] == "quick"
+    assert sum(len(idle) for idle in connections.idle.values()) == 1
+    return client, connections
+
+
+@pytest.mark.parametrize("what", ["document", "tarball"])
+def test_a_trickle_on_a_kept_connection_is_cut_at_the_deadline_and_the_connection_not_kept(tmp_path: Path, what: str) -> None:
+    with hostile_upstream(keep_alive=True) as registry:
+        registry.publish("quick", "1.0.0")
+        registry.publish("slow-pkg", "1.0.0")
+        tarball = registry.tarball_path("slow-pkg", "1.0.0")
+        registry.routes["/slow-pkg" if what == "document" else tarball] = _trickle
+        client, connections = _kept_client(registry)
+        begun = time.monotonic()
+        with pytest.raises(ImportProblem, match="did not finish within the 1.5 s download deadline"):
+            if what == "document":
+                client.document("slow-pkg")
+            else:
+                client.download(registry.base.rstrip("/") + tarball, "slow-pkg@1.0.0", tmp_path / "slow.tgz", max_bytes=1 << 20)
+        elapsed = time.monotonic() - begun
+        assert not any(connections.idle.values())  # the cut connection, mid-body, is never handed out again
+        assert client.document("quick")["name"] == "quick"  # the next request opens a fresh one
+    assert elapsed < 20  # cut at its deadline (the trickle would take 5000 s)
+
+
+def test_a_body_over_the_cap_on_a_kept_connection_is_refused_early_and_the_connection_not_kept(tmp_path: Path) -> None:
+    sent = [0]
+    with hostile_upstream(keep_alive=True) as registry:
+        registry.publish("quick", "1.0.0")
+        registry.publish("huge-pkg", "1.0.0")
+        tarball = registry.tarball_path("huge-pkg", "1.0.0")
+        registry.routes[tarball] = _flood(sent, announce=False)  # type: ignore[assignment]
+        client, connections = _kept_client(registry)
+        with pytest.raises(ImportProblem, match="larger than the 1048576-byte cap"):
+            client.download(registry.base.rstrip("/") + tarball, "huge-pkg@1.0.0", tmp_path / "huge.tgz", max_bytes=1 << 20)
+        assert not any(connections.idle.values())
+        assert client.document("quick")["name"] == "quick"
+    assert sent[0] < 16 * 1024 * 1024  # the client stopped reading long before the 64 MiB end

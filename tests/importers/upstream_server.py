@@ -89,9 +89,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def hostile_upstream() -> Iterator[Upstream]:
+def hostile_upstream(keep_alive: bool = False) -> Iterator[Upstream]:
+    """`keep_alive`: HTTP/1.1, connections kept between requests (every answer of its own has a
+    Content-Length), as the public registry keeps them; else one connection per request."""
     upstream = Upstream()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Handler,), {"upstream": upstream}))
+    attributes = {"upstream": upstream, "protocol_version": "HTTP/1.1" if keep_alive else "HTTP/1.0"}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Handler,), attributes))
     server.daemon_threads = True
     upstream.base = f"http://127.0.0.1:{server.server_address[1]}/"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
