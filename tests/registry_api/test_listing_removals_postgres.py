@@ -188,7 +188,7 @@ SPLIT = ["zqa-one", "zqb-one", "zqb-two"]  # 3 names under "zq": past a PAGE_SIZ
 
 
 def _lists(sent: list[Any], prefix: str = "") -> int:
-    """The tree bucket's LISTs among `sent` (of the folder `prefix`; a key names the bucket's prefix first)."""
+    """The LISTs among `sent` (of the folder `prefix`; a request's key names the bucket's prefix first)."""
     return sum(1 for request in sent if request.operation == "ListObjectsV2" and request.key.endswith(prefix))
 
 
