@@ -341,6 +341,10 @@ class BucketTree:
                 return False
         return True
 
+    def files_under(self, folder: str) -> list[str]:
+        """The tree files the bucket holds under `folder` (a tree path ending in "/"): one LIST."""
+        return [item.key for item in self.bucket.list(folder) if not item.key.endswith("/")]
+
     def _upload_together(self, uploads: list[Upload]) -> None:
         """Every upload of one phase in flight at once (up to UPLOAD_THREADS): a publish writes a
         dozen or more objects, and each PUT waits on the store far more than it computes. The
@@ -482,7 +486,9 @@ class ObjectStore:
             fetched = self.mirror.sync()
             # -/all and -/search.json marked only when the bucket lacks this render: else the leader
             # would render and upload them again while this start uploads (every rolling restart).
-            result = build_locked(settings, settle_listings=False, served=self.tree.holds)
+            # The pages writes left marked are rendered here: a range one of them shrank, and a shard
+            # that lost leaves, asked in the tree bucket for what an earlier render left under it.
+            result = build_locked(settings, settle_listings=False, served=self.tree.holds, tree=self.tree.files_under)
         log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
         self.tree.publish(result)
         state.settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded

@@ -56,7 +56,8 @@ class WholeRewrite:
         # Nothing changed: it writes what the state marks stale (the listing pages writes left on
         # PostgreSQL too, whose marks, and -/all's, are settled only once the pages are uploaded
         # and purged: a kill before leaves them marked for the next rewrite).
-        result = run_build(self.settings, changed=[], settle_listings=False)
+        tree = self.objects.tree.files_under if self.objects is not None else None  # what the bucket holds where a range shrank
+        result = run_build(self.settings, changed=[], settle_listings=False, tree=tree)
         failpoint("before-rewrite-upload")
         if self.objects is not None:
             self.objects.tree.publish(result)

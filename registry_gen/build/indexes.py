@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +54,14 @@ SEARCH_LEAF_MAX = 200
 SHARDS_AT_ONCE = 100
 # Front pages by rank and the one search index of every package (before schema 6): a full build removes them.
 LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json", f"{site.WEB_ROOT}/search-index.json.gz")
+# The `bound` of a `range` marking whose browse key a package left (StalePage): the range at the end
+# of its path may have shrunk, so the renderer asks the readers' tree what that range's folder still
+# holds. A bound, not a kind of its own: a leader of an earlier release renders it as a range.
+LEFT = "left"
+
+# The files the readers' tree holds under a folder (`-/web/browse/zq/`), as tree paths: on a bucket,
+# one LIST of that prefix. Given where the build's work folder is not the readers' tree.
+TreeListing = Callable[[str], Iterable[str]]
 
 
 # ---------------------------------------------------------------- decisions (pure)
@@ -140,6 +148,7 @@ class ListingChanges:
     collecting: bool = True
     front: bool = False
     ranges: set[str] = field(default_factory=set)  # browse keys a package entered or left: their whole path
+    left: set[str] = field(default_factory=set)  # those of `ranges` a package left: the end of the path may have shrunk
     pages: set[str] = field(default_factory=set)  # browse keys whose package only changed: the page listing it
     shards: set[str] = field(default_factory=set)  # shards whose leaves were cut or joined
     leaves: set[tuple[str, str]] = field(default_factory=set)  # (shard, bound) whose records changed
@@ -154,6 +163,8 @@ class ListingChanges:
             self.pages.add(now.range_key)  # the counts above did not change: only the page that lists it
         else:
             self.ranges.update(place.range_key for place in (before, now) if place is not None)
+            if before is not None:
+                self.left.add(before.range_key)
         kept = set(move.shards_now) & (before.shards if before else frozenset())
         self.leaves.update((key, hood.leaf.bound) for key in kept if (hood := hoods[key]).leaf is not None)
         for op in move.leaf_ops:
@@ -166,7 +177,8 @@ class ListingChanges:
     def stale_pages(self) -> list[StalePage]:
         """What these changes touched, as the pages a deferring build leaves to the rewrite."""
         pages = [StalePage("front", "")] if self.front else []
-        pages += [StalePage("range", key) for key in sorted(self.ranges)] + [StalePage("page", key) for key in sorted(self.pages)]
+        pages += [StalePage("range", key, LEFT if key in self.left else "") for key in sorted(self.ranges)]
+        pages += [StalePage("page", key) for key in sorted(self.pages)]
         pages += [StalePage("shard", key) for key in sorted(self.shards)]
         return pages + [StalePage("leaf", key, bound) for key, bound in sorted(self.leaves)]
 
@@ -177,6 +189,9 @@ class ListingChanges:
                 self.front = True
             elif page.kind == "leaf":
                 self.leaves.add((page.key, page.bound))
+            elif page.kind == "range" and page.bound == LEFT:
+                self.ranges.add(page.key)
+                self.left.add(page.key)
             else:
                 {"range": self.ranges, "page": self.pages, "shard": self.shards}[page.kind].add(page.key)
 
@@ -207,9 +222,15 @@ class IndexWriter:
     """Writes the listing documents one build's changes name (all of them in a full build):
     each browse page at most once per build, however many changed keys walk through it."""
 
-    def __init__(self, settings: Settings, state: ListingMemory, *, name_unchanged: bool = False) -> None:
+    def __init__(self, settings: Settings, state: ListingMemory, *, name_unchanged: bool = False, tree: TreeListing | None = None) -> None:
         self.settings, self.state, self.out = settings, state, settings.out_dir
         self.files = FileChanges()
+        # The readers' tree, where this folder is not it (a bucket): asked once per range that may
+        # have shrunk and per shard that lost a leaf, for what an earlier render (another instance's,
+        # or before this folder existed) left under it; this folder only knows its own renders.
+        self.tree = tree
+        self.asked: set[str] = set()  # folders the tree was asked about in this build
+        self.marked_leaves: Mapping[str, set[str]] = {}  # a full build's leaf markings: which ones went
         # Pages another instance's write left: this work folder's copy may equal what is rendered
         # now while the tree bucket holds another version (or an upload of it failed before), so
         # each is named written, and uploaded, whatever this folder held; and a page the state says
@@ -223,9 +244,10 @@ class IndexWriter:
         if full:
             for root in sorted(self.state.listed_ranges() | _folders_in(self.out / site.BROWSE_ROOT)):
                 self.write_browse_tree(root)
-        else:
-            for key in sorted(changes.ranges):
-                self.write_browse_path(key)
+        # In a full build, only markings (a server's start): a range emptied since is under no listed root.
+        for key in sorted(changes.ranges):
+            self.write_browse_path(key, left=key in changes.left)
+        if not full:
             for key in sorted(changes.pages):
                 counts = self.state.prefix_counts(key)
                 prefix = listing_prefix(key, counts)
@@ -233,6 +255,7 @@ class IndexWriter:
                 self.write_browse_page(prefix, counts.get(prefix, 0) if len(prefix) >= 2 else None)
         shards = self.state.listed_shards() | _shards_on_disk(self.out) if every_shard else set(changes.shards)
         changed_leaves = leaves_by_shard(changes.leaves)
+        self.marked_leaves = changed_leaves  # a full build writes every leaf, but names the marked ones gone
         keys = sorted(shards | set(changed_leaves))
         for start in range(0, len(keys), SHARDS_AT_ONCE):
             self.write_shards(keys[start : start + SHARDS_AT_ONCE], recut=shards, changed=None if every_shard else changed_leaves)
@@ -241,13 +264,17 @@ class IndexWriter:
             self.write_files(site.front_page(recent, sum(c for _, c in counts), counts, self.settings))
         return self.files
 
-    def write_browse_path(self, key: str) -> None:
+    def write_browse_path(self, key: str, *, left: bool = False) -> None:
         """The browse pages from a changed package's two-character range down to the range that lists
-        it: O(depth) pages. A range that has just grown past PAGE_SIZE gets its sub-ranges written."""
+        it: O(depth) pages. A range that has just grown past PAGE_SIZE gets its sub-ranges written.
+        `left`: a package left `key`; the range the path ends at (which lists packages, or went)
+        may have shrunk from one split into sub-ranges, whose pages go."""
         prefix = key[:2]
         while True:
             children = self.write_browse_page(prefix)
             if children is None:
+                if left:
+                    self._drop_sub_ranges(site.browse_folder(prefix))
                 return
             for child in children:
                 if key.startswith(child) or child in self.browse_pages:  # next on this path, or written already
@@ -302,30 +329,35 @@ class IndexWriter:
         again and leaves no longer listed go); `changed`: the leaves whose records changed (None: all).
         Without a cut, only the changed leaves are looked at: O(1) however many leaves the shard has."""
         relative, folder = site.search_shard_path(key), f"{site.SEARCH_SHARD_ROOT}/{key}"
+        marked = changed if changed is not None else self.marked_leaves.get(key, set())
         if len(bounds) <= 1:  # one leaf is <key>.json: no leaf file, neither its own nor a changed one's
-            leaves = sorted(set(bounds) | set(changed or ()))
+            leaves = sorted(set(bounds) | marked)
             self.remove(folder, gone=[path for bound in leaves for path in _with_sibling(site.search_leaf_path(key, bound))])
             if not bounds:
                 for path in _with_sibling(relative):
                     self.remove(path, gone=[path])
             if bounds:
                 self.write_search_json(relative, site.join_search_shard(entries))
+            if marked - set(bounds) and (marked | set(bounds)) - {""}:  # a leaf went from a cut shard (a first leaf's bound is "")
+                self.drop_unrendered(folder, kept=lambda path: False)  # leaves an earlier render cut may be left
             return
         if recut or changed is None:
-            targets = self._recut_shard(key, changed)
+            targets = self._recut_shard(key, changed, marked)
         else:
             targets = sorted(self.state.existing_leaves(key, changed))
         for bound in targets:
             self.write_search_json(site.search_leaf_path(key, bound), site.join_search_shard(self.state.leaf_entries(key, bound)))
 
-    def _recut_shard(self, key: str, changed: set[str] | None) -> list[str]:
+    def _recut_shard(self, key: str, changed: set[str] | None, marked: set[str]) -> list[str]:
         """Writes the list of a shard's leaves and removes the leaf files it no longer lists; returns
-        the leaves to write: the changed ones (None: all) and any whose file is missing."""
+        the leaves to write: the changed ones (None: all) and any whose file is missing. `marked`:
+        the leaves whose records changed (in a full build, those markings name)."""
         bounds = self.state.shard_leaves(key)
         self.write_search_json(site.search_shard_path(key), site.search_shard_index(bounds))
         folder = f"{site.SEARCH_SHARD_ROOT}/{key}"
         ids = {site.search_leaf_id(bound): bound for bound in bounds}
-        for bound in sorted(set(changed or ()) - set(bounds)):  # deleted, or joined into a neighbour
+        went = marked - set(bounds)  # deleted, or joined into a neighbour
+        for bound in sorted(went):
             for path in _with_sibling(site.search_leaf_path(key, bound)):
                 self.remove(path, gone=[path])
         on_disk = set()
@@ -335,7 +367,25 @@ class IndexWriter:
                 self.remove(f"{folder}/{name}")
             elif name.endswith(".json"):
                 on_disk.add(leaf)
-        return [bound for leaf, bound in ids.items() if changed is None or bound in changed or leaf not in on_disk]
+        targets = [bound for leaf, bound in ids.items() if changed is None or bound in changed or leaf not in on_disk]
+        if went:  # the listed leaves' files stay, written yet or not
+            self.drop_unrendered(folder, kept=lambda path: path.rpartition("/")[2].split(".", 1)[0] in ids)
+        return targets
+
+    def drop_unrendered(self, folder: str, *, kept: Callable[[str], bool]) -> None:
+        """Names removed each file the readers' tree holds under `folder` that this render does not
+        keep there (`kept(path)`): one LIST, once per folder and build; nothing without `tree` (this
+        folder is the readers' tree: its removals are named already). For a range that shrank or
+        went, or a shard that lost leaves, whose files an earlier render may have left."""
+        if self.tree is None or folder in self.asked:
+            return
+        self.asked.add(folder)
+        named = set(self.files.removed)
+        self.files.removed.extend(sorted(path for path in set(self.tree(folder + "/")) - named if not kept(path)))
+
+    def _drop_sub_ranges(self, folder: str) -> None:
+        """A browse range that lists packages (or went) keeps only its own page, as rendered here."""
+        self.drop_unrendered(folder, kept=lambda path: path.rpartition("/")[0] == folder and (self.out / path).is_file())
 
     def write_search_json(self, relative: str, data: bytes) -> None:
         # Level 6, not 9: a publish rewrites up to SEARCH_KEY_LIMIT leaves; 9 costs 2-3x for ~2 % smaller.
@@ -437,12 +487,13 @@ class Indexed:
 
 def write_indexes(
     context: BuildContext, state: BuildListings, changes: ListingChanges, start: BuildStart, *, packages_changed: bool, defer_whole: bool,
-    defer_listings: bool = False,
+    defer_listings: bool = False, tree: TreeListing | None = None,
 ) -> Indexed:  # fmt: skip
     """Phase 5: the fixed files of a full build, the listing documents the changes touched, and
     -/all and -/search.json now, or marked stale for the refresher (`defer_whole`). With
     `defer_listings` (a write's build on PostgreSQL), the listing pages the changes touched are
-    only marked stale in the state, for the leader; a build without it renders those marks too."""
+    only marked stale in the state, for the leader; a build without it renders those marks too.
+    `tree`: what the readers' tree holds under a folder, where out_dir is not it (IndexWriter)."""
     settings, files = context.settings, FileChanges()
     if context.full:
         files.absorb(write_fixed_files(settings))
@@ -456,7 +507,7 @@ def write_indexes(
             rendered = tuple(state.stale_listings())
             changes.take(rendered)
         if changes.touched or every_shard:
-            writer = IndexWriter(settings, state, name_unchanged=bool(rendered))
+            writer = IndexWriter(settings, state, name_unchanged=bool(rendered), tree=tree)
             files.absorb(writer.write_listings(changes, full=context.full, every_shard=every_shard))
     whole = _whole_documents(context, state, start, packages_changed=packages_changed, defer_whole=defer_whole)
     files.absorb(whole.files)

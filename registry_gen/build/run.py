@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from registry_gen.build.context import ProgressCallback
 from registry_gen.build.detect import detect, landed_packages
-from registry_gen.build.indexes import Indexed, write_indexes
+from registry_gen.build.indexes import Indexed, TreeListing, write_indexes
 from registry_gen.build.packages import Outcomes, record_plan_refusals, write_changes, write_everything
 from registry_gen.build.plan import meta_issues, plan_changes
 from registry_gen.build.read import ReadResult, read_content
@@ -49,6 +49,7 @@ def run_build(
     full: bool = False,
     defer_whole: bool = False,
     settle_listings: bool = True,
+    tree: TreeListing | None = None,
 ) -> BuildResult:
     """Brings settings.out_dir up to date with settings.content_dir, under the shared build lock.
 
@@ -64,6 +65,8 @@ def run_build(
     A build without it renders the pages marked so; `settle_listings` False: their marks are kept,
     named in `BuildResult.stale_listings`, for a caller that settles them once its files are uploaded
     (on PostgreSQL, so is the mark of -/all and -/search.json it rendered: `BuildResult.whole_mark`).
+    `tree`: where out_dir is not the readers' tree (a bucket), what that tree holds under a folder:
+    asked where a render shrank a browse range or a search shard (build.indexes.IndexWriter).
     """
     if not settings.content_dir.is_dir():
         raise ContentMissing(
@@ -72,7 +75,7 @@ def run_build(
         )
     settings.out_dir.mkdir(parents=True, exist_ok=True)  # as build_lock() does
     with holding_build_lock(settings.lock_file, lock_timeout, on_lock_wait), open_state(settings).registry_lock(lock_timeout):
-        return _build_locked(settings, progress, changed, full, defer_whole, settle_listings=settle_listings)
+        return _build_locked(settings, progress, changed, full, defer_whole, settle_listings=settle_listings, tree=tree)
 
 
 def build_lock(settings: Settings) -> FileLock:
@@ -89,6 +92,7 @@ def build_locked(
     fence: Callable[[], None] | None = None,
     settle_listings: bool = True,
     served: Callable[[list[str]], bool] | None = None,
+    tree: TreeListing | None = None,
 ) -> BuildResult:  # fmt: skip
     """The build for a caller that already holds `build_lock(settings)` (the write service): only
     the `changed` files of content/ are looked at; `BuildResult.refusals` says what was not taken.
@@ -98,10 +102,10 @@ def build_locked(
     commits; whatever it raises rolls the build's state back (the write service's lock check).
     `settle_listings`: as run_build's. `served(paths)`: whether the readers' tree already holds
     these files of out_dir byte for byte (a server's start on a bucket): -/all and -/search.json
-    rendered so are owed to nobody, and left unmarked for its upload."""
+    rendered so are owed to nobody, and left unmarked for its upload. `tree`: as run_build's."""
     return _build_locked(
         settings, None, changed, defer_whole=defer_whole, writing=writing, held=held, fence=fence, settle_listings=settle_listings,
-        served=served,
+        served=served, tree=tree,
     )  # fmt: skip
 
 
@@ -116,6 +120,7 @@ def _build_locked(
     fence: Callable[[], None] | None = None,
     settle_listings: bool = True,
     served: Callable[[list[str]], bool] | None = None,
+    tree: TreeListing | None = None,
 ) -> BuildResult:
     started = time.perf_counter()
     move_state_out_of_tree(settings)
@@ -129,7 +134,7 @@ def _build_locked(
     try:  # every connection closes whatever happens: serve and watch run many builds in one process
         try:
             result, dropped = _build_in_transaction(
-                settings, session, manifests, progress, changed, full, defer_whole, writing, held, settle_listings, served
+                settings, session, manifests, progress, changed, full, defer_whole, writing, held, settle_listings, served, tree
             )
             if fence is not None:
                 fence()
@@ -156,6 +161,7 @@ def _build_in_transaction(
     held: Collection[str] = (),
     settle_listings: bool = True,
     served: Callable[[list[str]], bool] | None = None,
+    tree: TreeListing | None = None,
 ) -> tuple[BuildResult, set[str] | None]:
     """The build proper, phase by phase; returns the result and the sha1s of tarballs the state
     no longer uses (None: any of them may be unused, look at all)."""
@@ -183,7 +189,7 @@ def _build_in_transaction(
     defer_listings = defer_whole and settings.database_url is not None
     indexed = write_indexes(
         context, state, outcomes.listing, detected.start, packages_changed=packages_changed, defer_whole=defer_whole,
-        defer_listings=defer_listings,
+        defer_listings=defer_listings, tree=tree,
     )  # fmt: skip
     if settle_listings:  # else the caller settles them once the files are uploaded
         state.settle_stale_listings(indexed.rendered_stale)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from tests.registry_api.test_api_instances_postgres import postgres  # noqa: F40
 from tests.registry_api.test_api_object_store import Site, bucket_site, poll
 from tests.registry_api.test_leader_postgres import _leader_pid
 from tests.registry_api.test_listings_follow_postgres import _stale_rows
-from tests.registry_api.test_publish_cost_bucket import bucket_service, moto  # noqa: F401 - fixtures
+from tests.registry_api.test_publish_cost_bucket import bucket_service, moto, recorded  # noqa: F401 - fixtures
 from tests.registry_api.test_publish_cost_postgres import ALICE, _upload
 
 pytestmark = pytest.mark.slow
@@ -176,3 +177,174 @@ def test_an_unpublish_removes_the_files_another_instance_wrote_from_the_bucket(
     assert {f"{NAME}/-/{NAME}-2.0.0.tgz", f"{web.package_folder(NAME)}/v/2.0.0/index.html"} <= _tree_keys(objects, NAME) | _tree_keys(objects)
     service.apply(NAME, unpublish_all(), ALICE)
     assert not _tree_keys(objects, f"{NAME}/") and not _tree_keys(objects, web.package_folder(NAME) + "/")
+
+
+# ---------------------------------------------------------------- a range that shrank, a shard that lost leaves (issue 28)
+# An unpublish that brings a browse range back to PAGE_SIZE or under makes its page list packages
+# again: its sub-range pages are no longer linked. The leader that renders it may never have held
+# them (another instance rendered the split): it asks the tree bucket what the range's folder holds.
+
+SPLIT = ["zqa-one", "zqb-one", "zqb-two"]  # 3 names under "zq": past a PAGE_SIZE of 2, cut into zqa and zqb
+
+
+def _lists(sent: list[Any], prefix: str = "") -> int:
+    """The LISTs among `sent` (of the folder `prefix`; a request's key names the bucket's prefix first)."""
+    return sum(1 for request in sent if request.operation == "ListObjectsV2" and request.key.endswith(prefix))
+
+
+def _browse_keys(objects: ObjectStore, prefix: str) -> set[str]:
+    return _tree_keys(objects, web.browse_folder(prefix) + "/")
+
+
+def _sub_range_keys(objects: ObjectStore, prefix: str) -> set[str]:
+    """The keys under `prefix`'s folder that are not its own page: its sub-ranges'."""
+    folder = web.browse_folder(prefix) + "/"
+    return {key for key in _browse_keys(objects, prefix) if "/" in key[len(folder) :]}
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(web, "PAGE_SIZE", 2)
+
+
+@pytest.mark.usefixtures("small_pages")
+def test_a_leader_whose_folder_never_held_a_shrunk_range_s_sub_ranges_removes_them_from_the_bucket(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path
+) -> None:
+    """A renders zq split (zq/a, zq/b); one unpublish brings zq back to 2 names; B, leading now,
+    started before the split: one LIST of zq's folder finds the sub-range pages, which go (and are
+    purged: named removed). A new package's turn lists nothing."""
+    service, objects = bucket_service
+    other = _other_instance(service, tmp_path / "b")
+    for name in SPLIT:
+        service.publish(_upload(service.settings, name, "1.0.0"), ALICE)
+    WholeRewrite(service.settings, objects)()
+    assert _sub_range_keys(objects, "zq") >= {web.browse_page_path("zqa"), web.browse_page_path("zqb")}, "zq was not split"
+    sent = recorded(other[1])
+    service.publish(_upload(service.settings, "yy-new", "1.0.0"), ALICE)  # enters a range: no LIST
+    WholeRewrite(*other)()
+    assert _lists(sent) == 0
+    service.apply("zqb-two", unpublish_all(), ALICE)
+    result = WholeRewrite(*other)()
+    assert not _sub_range_keys(objects, "zq")
+    assert web.browse_page_path("zqa") in result.removed  # purged too
+    assert _lists(sent) == 1  # zq's folder, once
+    page = (objects.tree.bucket.read(web.browse_page_path("zq")) or b"").decode()
+    assert "zqa-one" in page and "zqb-one" in page and "zqb-two" not in page
+
+
+@pytest.mark.usefixtures("small_pages")
+def test_a_range_emptied_while_split_leaves_the_bucket_with_its_sub_ranges(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path
+) -> None:
+    """Every package of a split range goes in one window of the leader (B, whose folder never held
+    the range): its page and every sub-range page under it leave the bucket."""
+    service, objects = bucket_service
+    other = _other_instance(service, tmp_path / "b")
+    for name in SPLIT:
+        service.publish(_upload(service.settings, name, "1.0.0"), ALICE)
+    WholeRewrite(service.settings, objects)()
+    assert _sub_range_keys(objects, "zq"), "zq was not split"
+    for name in SPLIT:
+        service.apply(name, unpublish_all(), ALICE)
+    WholeRewrite(*other)()
+    assert not _browse_keys(objects, "zq")
+
+
+def test_a_start_that_renders_pending_removals_removes_the_pages_from_the_bucket(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page emptied and a leaf dropped by writes the leader has not rendered yet: an instance's
+    start (a full build from an empty folder) renders those markings and settles them; the page and
+    the leaf leave the bucket (they stayed, and nothing would name them again)."""
+    monkeypatch.setattr(indexes, "SEARCH_LEAF_MAX", 2)
+    service, objects = bucket_service
+    names = ["lf-aa", "lf-bb", "lf-cc"]
+    for name in [*names, NAME]:
+        service.publish(_upload(service.settings, name, "1.0.0"), ALICE)
+    WholeRewrite(service.settings, objects)()
+    folder = f"{web.SEARCH_SHARD_ROOT}/lf/"
+    assert PAGE in _tree_keys(objects) and _tree_keys(objects, folder), "the page was not rendered, or the shard not cut"
+    for name in [*names[1:], NAME]:
+        service.apply(name, unpublish_all(), ALICE)
+    _other_instance(service, tmp_path / "b")
+    assert _stale_rows(str(service.settings.database_url)) == 0  # the start rendered and settled them
+    assert PAGE not in _tree_keys(objects) and not _tree_keys(objects, folder)
+
+
+def test_a_shard_that_lost_a_leaf_leaves_no_leaf_an_earlier_render_cut_in_the_bucket(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leaf file the leader's markings do not name (an earlier release cut the shard otherwise, or
+    a start before this change settled its removal): once the shard loses a leaf, one LIST of its
+    leaf folder finds it and it goes; the leaves still listed stay."""
+    monkeypatch.setattr(indexes, "SEARCH_LEAF_MAX", 2)
+    service, objects = bucket_service
+    other = _other_instance(service, tmp_path / "b")
+    names = ["lf-aa", "lf-bb", "lf-cc", "lf-dd", "lf-ee"]
+    for name in names:
+        service.publish(_upload(service.settings, name, "1.0.0"), ALICE)
+    WholeRewrite(service.settings, objects)()
+    folder = f"{web.SEARCH_SHARD_ROOT}/lf/"
+    stray = f"{folder}{web.search_leaf_id('lf-zz')}.json"
+    objects.tree.bucket.publish(stray, b'{"packages": []}', content_type="application/json", cache_control="no-cache")
+    sent = recorded(other[1])
+    service.apply("lf-bb", unpublish_all(), ALICE)  # its leaf empties and goes
+    WholeRewrite(*other)()
+    index = json.loads(objects.tree.bucket.read(web.search_shard_path("lf")) or b"null")
+    listed = {key for key in _tree_keys(objects, folder) if key.endswith(".json")}
+    assert stray not in listed and len(listed) == len(index["leaves"]), (listed, index)
+    assert _lists(sent, folder) == 1
+
+
+def _publish_all(api_bases: list[str], token: str, names: list[str]) -> None:
+    """Each name at 1.0.0, spread over the instances, a few at once (distinct packages)."""
+
+    def one(n: int) -> int:
+        name = names[n]
+        return http("PUT", api_bases[n % len(api_bases)] + name, token=token, body=publish_body(name, "1.0.0", tarball(name, "1.0.0"))).status
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert set(pool.map(one, range(len(names)))) == {201}
+
+
+def test_a_range_shrunk_under_a_new_leader_stops_serving_its_sub_range_pages_through_nginx(postgres: Any, tmp_path: Path) -> None:  # noqa: F811
+    """Two `registry-gen api` processes behind nginx, PAGE_SIZE as shipped. A leads and renders zq
+    split (PAGE_SIZE + 1 names: zq/a and zq/b). A is killed, B leads (its work folder, started
+    empty, never held zq's sub-ranges) and one name is unpublished: zq lists its PAGE_SIZE names
+    again, and zq/a and zq/b answer 404 through nginx. (A is not started again: its start would
+    render the unpublish's markings itself, from a folder that holds the sub-ranges.)"""
+    names = [f"zqa-{n}" for n in range(web.PAGE_SIZE // 2 + 1)] + [f"zqb-{n}" for n in range(web.PAGE_SIZE // 2)]
+    sub_pages = [web.browse_page_path("zqa"), web.browse_page_path("zqb")]
+    url = postgres_state_url(postgres)
+    with bucket_site("moto", url, tmp_path) as site:
+        assert poll(lambda: _leader_pid(url) is not None, 30), "no instance leads"
+        first = next(api for api in site.apis if api.process is not None and api.process.pid == _leader_pid(url))
+        second = next(api for api in site.apis if api is not first)
+        token = add_user(second.base, "alice", "alice-password-1")
+        _publish_all([second.base, first.base], token, names)
+
+        def split() -> bool:
+            return b"zqa-0" in (_served(site, sub_pages[0]) or b"") and b"zqb-0" in (_served(site, sub_pages[1]) or b"")
+
+        assert poll(split, WITHIN_SECONDS), "the leader never rendered zq's sub-ranges"
+        # Every marking rendered by A: else B's first turn renders the last publishes' paths through
+        # zq, and the sub-ranges with them, into its own folder.
+        assert poll(lambda: _stale_rows(url) == 0, WITHIN_SECONDS)
+        first.kill()
+        assert poll(lambda: second.process is not None and _leader_pid(url) == second.process.pid, WITHIN_SECONDS), "B never led"
+        held = site.works[site.apis.index(second)] / "public"
+        assert not any((held / path).exists() for path in sub_pages), "B's folder holds zq's sub-ranges: nothing to test"
+        gone = names[-1]
+        rev = http("GET", site.reads + gone).json["_rev"]
+        assert http("DELETE", f"{second.base}{gone}/-rev/{rev}", token=token).status == 200
+
+        def shrunk() -> bool:
+            page = _served(site, web.browse_page_path("zq")) or b""
+            return gone.encode() not in page and b"zqb-0" in page and b"zqa-0" in page
+
+        assert poll(shrunk, WITHIN_SECONDS), f"zq never listed its {web.PAGE_SIZE} names"
+        assert poll(lambda: all(_served(site, path) is None for path in sub_pages), WITHIN_SECONDS), (
+            f"{sub_pages} still served {WITHIN_SECONDS} s after zq shrank back to {web.PAGE_SIZE} names"
+        )
+        assert poll(lambda: _stale_rows(url) == 0, WITHIN_SECONDS)

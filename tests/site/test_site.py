@@ -268,6 +268,22 @@ def test_a_growing_range_splits_into_sub_ranges_and_shrinking_merges_them_back(
     assert "browse/ot/" not in front and '<strong id="package-count">3</strong>' in front
 
 
+def test_a_range_emptied_while_split_removes_every_page_under_it(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded default's tree is its work folder: a split range whose every package goes in one
+    build takes its sub-range pages with it, each named removed (for a cache in front). On a bucket
+    the leader asks the bucket instead (tests/registry_api/test_listing_removals_postgres.py)."""
+    monkeypatch.setattr(site, "PAGE_SIZE", 2)
+    archives = {name: make_tarball(settings.content_dir, name, "1.0.0") for name in ("pkg-0", "pkg-1", "pkx", "other")}
+    build(settings)
+    split = [path for path in browse_pages_on_disk(settings) if path.startswith(f"{site.BROWSE_ROOT}/pk/")]
+    assert f"{site.BROWSE_ROOT}/pk/g/index.html" in split and f"{site.BROWSE_ROOT}/pk/x/index.html" in split
+    for name in ("pkg-0", "pkg-1", "pkx"):
+        archives.pop(name).unlink()
+    result = run_build(settings.with_updates(prune=True))
+    assert list(browse_pages_on_disk(settings)) == [f"{site.BROWSE_ROOT}/ot/index.html"]
+    assert set(split) <= set(result.removed)
+
+
 # ---------------------------------------------------------------- front page, ranges, shards (pure)
 
 EVIL = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">'
