@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from registry_gen.access import has_dot_segment
@@ -37,7 +37,7 @@ from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
 from registry_gen.purge import SharedCache, cache_key, shared_cache
 from registry_gen.state import open_state
 from registry_gen.state.ledger import ContentToken, package_folders
-from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint, Timeouts
+from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint
 from registry_gen.storage.contract import checked_key, is_content_key
 from registry_gen.storage.folder import FolderStorage
 from registry_gen.writer import atomic_write_bytes
@@ -413,31 +413,25 @@ def read_keys(path: str, document: str) -> tuple[str, str, str] | None:
 
 
 class TreeSigner:
-    """Presigns GETs of the tree bucket's keys, for the endpoint nginx reads it at."""
+    """Presigns GETs of the tree bucket's keys, for the endpoint nginx reads it at (`bucket`: the
+    tree's location at that endpoint; obstore signs in Rust, no request sent, bench/PROFILE.md
+    "obsign")."""
 
-    def __init__(self, client: Any, location: S3Location):
-        self.client = client
-        self.bucket = location.bucket
-        self.prefix = f"{location.prefix}/" if location.prefix else ""
-
-    def signed_path(self, key: str) -> str:
-        """`/BUCKET/PREFIX/KEY?X-Amz-…`: the path and query of a URL valid PRESIGN_SECONDS for exactly this key."""
-        url = self.client.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self.prefix + key}, ExpiresIn=PRESIGN_SECONDS
-        )
-        parts = urlsplit(url)
-        return f"{parts.path}?{parts.query}"
+    def __init__(self, bucket: S3Storage):
+        self.bucket = bucket
 
     def signed_reads(self, path: str, document: str) -> tuple[str, ...] | None:
-        """The signed paths of `read_keys(path, document)`, in its order; None where that refuses."""
+        """`/BUCKET/PREFIX/KEY?X-Amz-…`, the path and query of a URL valid PRESIGN_SECONDS for
+        exactly that key, for each of `read_keys(path, document)` in its order; None where that refuses."""
         keys = read_keys(path, document)
-        return None if keys is None else tuple(self.signed_path(key) for key in keys)
+        if keys is None:
+            return None
+        urls = self.bucket.signed_gets(keys, PRESIGN_SECONDS)
+        return tuple(f"{parts.path}?{parts.query}" for parts in map(urlsplit, urls))
 
 
 def open_tree_signer(settings: Settings) -> TreeSigner:
-    from registry_gen.storage.s3 import s3_client
-
-    return TreeSigner(s3_client(reader_endpoint(settings), Timeouts()), tree_location(settings))
+    return TreeSigner(S3Storage(tree_location(settings), endpoint_url=reader_endpoint(settings)))
 
 
 # ---------------------------------------------------------------- opening them
