@@ -57,6 +57,10 @@ UPLOAD_THREADS = 8
 # threads per publish, ~5 ms each on a loaded machine (bench/PROFILE.md, "server share"). Its tasks
 # never submit to it, so trees (the write service's, the leader's) can share it without deadlock.
 _UPLOADERS = ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="tree-upload")
+# Each tree object's MD5 as its writer sent it (`x-amz-meta-registry-gen-md5`): what `holds` trusts
+# where the ETag is no MD5 (SSE-KMS, multipart). A PUT replaces an object's metadata whole, so the
+# value never outlives the bytes it names, and copy tools keep it with them.
+DIGEST_METADATA = "registry-gen-md5"
 
 
 # ---------------------------------------------------------------- where things are (pure)
@@ -323,9 +327,10 @@ class BucketTree:
     def holds(self, relatives: list[str]) -> bool:
         """Whether the bucket holds these files of out_dir byte for byte under every key they are
         uploaded as: their ETags (listed, a key's listing also naming the keys under it) against
-        the files' MD5 (an ETag that is no MD5, of a multipart or encrypted object, answers no: the
-        caller then acts as if it did not)."""
-        digests: dict[str, str] = {}
+        the files' MD5; a key whose ETag is no MD5 (SSE-KMS, multipart: most copy tools) by the
+        MD5 its writer recorded in its metadata (`DIGEST_METADATA`, one HEAD). One with neither
+        answers no: the caller then acts as if it did not."""
+        digests: dict[str, tuple[int, str]] = {}
         listed: dict[str, str] = {}
         for upload in upload_plan(sorted(relatives), folder_keys=self.folder_keys):  # sorted by key: `-/all` is listed before `-/all/index.html`
             path = self.out_dir / upload.source
@@ -334,12 +339,18 @@ class BucketTree:
             if not path.is_file():
                 return False
             if upload.source not in digests:
-                digests[upload.source] = f"{path.stat().st_size}-{_md5_of(path)}"
+                digests[upload.source] = (path.stat().st_size, _md5_of(path))
             if upload.key not in listed:
                 listed.update((item.key, item.token) for item in self.bucket.list(upload.key))
-            if listed.get(upload.key) != digests[upload.source]:
+            size, md5 = digests[upload.source]
+            if listed.get(upload.key) != f"{size}-{md5}" and not self._recorded(upload.key, size, md5):
                 return False
         return True
+
+    def _recorded(self, key: str, size: int, md5: str) -> bool:
+        """Whether the object's writer recorded these bytes' MD5, and it has their size."""
+        found = self.bucket.attributes(key)
+        return found is not None and found[0] == size and found[1].get(DIGEST_METADATA) == md5
 
     def _upload_together(self, uploads: list[Upload]) -> None:
         """Every upload of one phase in flight at once (up to UPLOAD_THREADS): a publish writes a
@@ -370,7 +381,9 @@ class BucketTree:
 
     def _put(self, upload: Upload, data: bytes) -> None:
         key_header = self.shared.key_header if self.shared is not None else None
-        metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+        metadata = {DIGEST_METADATA: hashlib.md5(data).hexdigest()}
+        if key_header:
+            metadata[key_header.lower()] = cache_key(upload.source)
         self.bucket.publish(upload.key, data, content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata)
 
 

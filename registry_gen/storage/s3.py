@@ -249,6 +249,19 @@ class S3Storage:
             spool_stream(stream, target)
         return True
 
+    def attributes(self, key: str) -> tuple[int, dict[str, str]] | None:
+        """The object's size and attributes (its headers and `x-amz-meta-` metadata, by name) from
+        one HEAD; None when it does not exist."""
+        import obstore
+
+        try:
+            result = self._call("HeadObject", key, lambda store, name: obstore.get(store, name, options={"head": True}))
+        except StoreAnswer as answer:
+            if answer.status == 404:
+                return None
+            raise self._unexpected(answer, "HeadObject", key) from None
+        return int(result.meta["size"]), {str(name): str(value) for name, value in result.attributes.items()}
+
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         listed: set[str] = set()
         try:
