@@ -169,6 +169,23 @@ def object_store(bucket: str, endpoint_url: str | None, timeouts: Timeouts, *, r
     )  # fmt: skip
 
 
+# What warn_unnamed has said, by (location, key): a start's sync and every build of that folder list
+# it again, and the warning is news once per process.
+UNNAMED_WARNED: set[tuple[str, str]] = set()
+_UNNAMED_LOCK = threading.Lock()
+
+
+def warn_unnamed(location: S3Location, key: str) -> None:
+    """Once per process and key: the bucket holds a key object_store cannot name, so listings of its
+    folder go through boto3 (slower, the same objects)."""
+    with _UNNAMED_LOCK:
+        if (str(location), key) in UNNAMED_WARNED:
+            return
+        UNNAMED_WARNED.add((str(location), key))
+    log.warning("%s: a key object_store cannot name (an empty, . or .. segment): %s; listings of its folder go through "
+                "boto3 until it is removed", location, key)
+
+
 @functools.cache
 def warn_ca_bundle_unread() -> None:
     """Once a process: obstore trusts the system's CAs, or SSL_CERT_FILE's instead (rustls'
@@ -269,8 +286,10 @@ class S3Storage:
                 listed.add(item.key)
                 yield item
         except UnnamedKey as exc:
-            log.warning("%s: a key object_store cannot name (%s); this listing goes through boto3", self.location, exc)
-            yield from (item for item in self._list_through_boto3(prefix) if item.key not in listed)
+            unnamed: list[str] = []
+            yield from (item for item in self._list_through_boto3(prefix, unnamed) if item.key not in listed)
+            for key in unnamed or [str(exc)]:  # none with such a segment: what obstore said, once too
+                warn_unnamed(self.location, key)
 
     def _list_names(self, prefix: str) -> Iterator[StoredObject]:
         import obstore
@@ -291,9 +310,10 @@ class S3Storage:
                 raise self.translated(exc, "ListObjectsV2", prefix) from exc
             yield from self._listed(chunk, wanted)
 
-    def _list_through_boto3(self, prefix: str) -> Iterator[StoredObject]:
+    def _list_through_boto3(self, prefix: str, unnamed: list[str]) -> Iterator[StoredObject]:
         """The listing as boto3 sends it, for a bucket holding a key object_store refuses: slower
-        (~250 Python calls an object), rare, and exactly what the contract had before obstore."""
+        (~250 Python calls an object), rare, and exactly what the contract had before obstore.
+        `unnamed` gets the names with an empty, `.` or `..` segment (object_store's refusals)."""
         import boto3
 
         wanted = self.prefix + prefix
@@ -309,6 +329,7 @@ class S3Storage:
                 raise self._botocore_translated(exc, prefix) from exc
             chunk = [{"path": item["Key"], "size": item["Size"], "last_modified": item.get("LastModified"), "e_tag": item.get("ETag")}
                      for item in page.get("Contents", [])]  # fmt: skip
+            unnamed += [str(item["path"]) for item in chunk if any(part in ("", ".", "..") for part in str(item["path"]).split("/"))]
             yield from self._listed(chunk, wanted)
 
     def _botocore_translated(self, exc: Exception, prefix: str) -> Exception:

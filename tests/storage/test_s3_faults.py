@@ -189,6 +189,21 @@ def test_a_key_put_by_other_means_that_obstore_cannot_name_does_not_break_a_list
     assert sorted(item.key for item in store.list()) == listed
 
 
+def test_a_key_obstore_cannot_name_is_said_once_a_process_not_at_every_listing(s3_servers: Servers, caplog: pytest.LogCaptureFixture) -> None:
+    """A start's sync and every build of the folder list it again: one warning per such key, naming it."""
+    server = s3_servers.get("moto")
+    location = S3Location(BUCKET, f"odd-{os.urandom(4).hex()}")
+    raw = client(server.endpoint)
+    for name in ("pkg/pkg-1.0.0.tgz", "pkg//double.tgz", "pkg/../dots.tgz"):
+        raw.put_object(Bucket=BUCKET, Key=f"{location.prefix}/{name}", Body=b"x")
+    with caplog.at_level(logging.WARNING, logger="registry_gen.storage.s3"):
+        for _ in range(3):
+            assert "pkg/pkg-1.0.0.tgz" in {item.key for item in s3_store(server.endpoint, location).list("pkg/")}  # a store each time: as instances do
+    said = [record.getMessage() for record in caplog.records if "cannot name" in record.getMessage()]
+    assert len(said) == 2 and {f"{location.prefix}/pkg//double.tgz", f"{location.prefix}/pkg/../dots.tgz"} == {
+        line.rsplit(": ", 1)[1].split(";")[0] for line in said}, said  # fmt: skip
+
+
 # ---------------------------------------------------------------- a store behind a private CA
 
 class Relaying(http.server.BaseHTTPRequestHandler):
