@@ -4,6 +4,7 @@ issue 28) on real S3 servers: signed by obstore, no botocore on the way, the URL
 
 from __future__ import annotations
 
+import logging
 import secrets
 import sys
 import time
@@ -126,3 +127,22 @@ class counting_calls:  # noqa: N801 - used as a context manager, named as one
             package = str(frame.f_globals.get("__name__", "")).partition(".")[0]
             if package in self.packages:
                 self.counts[package] = self.counts.get(package, 0) + 1
+
+
+def test_a_decision_that_cannot_sign_is_a_500_and_one_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    """No credentials to sign with (none in boto3's chain): nginx gets a 500 (its client the same),
+    the log says why, and no traceback goes anywhere."""
+    from registry_gen.storage import S3Location, S3Storage
+    from user_api.read_access import allow_all, signing
+
+    with s3_credentials():
+        bucket = S3Storage(S3Location(BUCKET, "tree"), endpoint_url="http://127.0.0.1:9")
+    bucket.credentials = None  # as when the chain found none
+    answered: list[str] = []
+    question = {"HTTP_X_REGISTRY_GEN_PATH": "/pkg/", "HTTP_X_REGISTRY_GEN_DOCUMENT": "index.html", "REQUEST_METHOD": "GET"}
+    with caplog.at_level(logging.ERROR, logger="user_api.read_access"):
+        body = signing(allow_all, TreeSigner(bucket))(question, lambda status, headers, *rest: answered.append(status))
+    assert answered == ["500 Internal Server Error"] and list(body) == []
+    assert [record.getMessage() for record in caplog.records] == [
+        f"cannot sign nginx's read of the private tree bucket: s3://{BUCKET}/tree: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or a role"
+    ]
