@@ -342,9 +342,9 @@ class BucketTree:
                 digests[upload.source] = (path.stat().st_size, _md5_of(path))
             if upload.key not in listed:
                 listed.update((item.key, item.token) for item in self.bucket.list(upload.key))
-            size, md5 = digests[upload.source]
-            if listed.get(upload.key) != f"{size}-{md5}" and not self._recorded(upload.key, size, md5):
-                return False
+            size, md5, token = *digests[upload.source], listed.get(upload.key)
+            if token is None or (token != f"{size}-{md5}" and not self._recorded(upload.key, size, md5)):
+                return False  # missing, or neither its ETag nor its writer's digest names these bytes
         return True
 
     def _recorded(self, key: str, size: int, md5: str) -> bool:
