@@ -7,6 +7,9 @@ Each install uses a new token, so no decision is cached from an earlier install 
 decision cache too); both setups get the same token in `.npmrc`. The two setups run side by side
 and their installs alternate, so load from other work on the machine falls on both.
 
+A second row: the CPU of one read decision for nginx's reads of a private tree bucket (its three
+presigned paths), signed by obstore against boto3's presign in the same run (bench/sign_cost.py).
+
 Run alone with `python -m bench --only private_reads [--quick]`.
 """
 
@@ -28,6 +31,7 @@ from bench.bench_install import NPM, cold_install
 from bench.synthetic import CACHE_DIR, INSTALL_TREE, ensure_install_tree
 
 GOAL = 1.15
+SIGNING_GOAL = 0.25  # obstore signs in Rust: ~0.1× of boto3 on this machine (bench/PROFILE.md, "obsign")
 RULES = "packages:\n  '**': {read: authenticated}\n"
 
 
@@ -77,7 +81,33 @@ def _install(registry: str, token: str, roots: list[str], scratch: Path) -> tupl
     return cold_install(registry, roots, scratch, npmrc=f"{registry.removeprefix('http:')}:_authToken={token}\n")
 
 
+def _signing_row(quick: bool) -> dict[str, Any]:
+    from bench.sign_cost import measure
+
+    figures = measure(300 if quick else 2000, 3 if quick else 5)
+    ours, floor = figures["obstore (obsign)"], figures["boto3 (main)"]
+    ratio = ours["median_ms"] / floor["median_ms"]
+    return {
+        "figure": "CPU of one read decision for a private tree bucket (three presigned paths, the WSGI check)",
+        "value": round(ours["median_ms"], 3),
+        "unit": "ms",
+        "baseline": round(floor["median_ms"], 3),
+        "ratio": round(ratio, 2),
+        "goal": f"≤ {SIGNING_GOAL}× the same decision signed by boto3 (main's TreeSigner), no botocore call",
+        "note": (
+            f"obstore's sign against boto3's generate_presigned_url, interleaved rounds, process CPU (obstore's threads "
+            f"included): {'; '.join(f'{v:.3f}' for v in ours['cpu_ms'])} ms against {'; '.join(f'{v:.3f}' for v in floor['cpu_ms'])} ms; "
+            f"botocore/boto3 Python calls per decision {ours['botocore_calls']:.0f} against {floor['botocore_calls']:.0f}"
+        ),
+        "met": ratio <= SIGNING_GOAL and ours["botocore_calls"] == 0,
+    }
+
+
 def run(quick: bool) -> list[dict[str, Any]]:
+    return [*_installs(quick), _signing_row(quick)]
+
+
+def _installs(quick: bool) -> list[dict[str, Any]]:
     if shutil.which(NPM) is None or not servers.nginx_available():
         return [{"figure": "Cold npm install with read rules", "value": None, "unit": "s", "baseline": None, "ratio": None,
                  "goal": f"≤ {GOAL}×", "met": None, "note": "not measured: npm or nginx is missing"}]  # fmt: skip

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from registry_gen.access import has_dot_segment
@@ -37,7 +37,7 @@ from registry_gen.layout import ABBREVIATED_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
 from registry_gen.purge import SharedCache, cache_key, shared_cache
 from registry_gen.state import open_state
 from registry_gen.state.ledger import ContentToken, package_folders
-from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint, Timeouts
+from registry_gen.storage import S3Location, S3Storage, StoredObject, open_content_storage, parse_s3_url, storage_endpoint
 from registry_gen.storage.contract import checked_key, is_content_key
 from registry_gen.storage.folder import FolderStorage
 from registry_gen.writer import atomic_write_bytes
@@ -57,6 +57,10 @@ UPLOAD_THREADS = 8
 # threads per publish, ~5 ms each on a loaded machine (bench/PROFILE.md, "server share"). Its tasks
 # never submit to it, so trees (the write service's, the leader's) can share it without deadlock.
 _UPLOADERS = ThreadPoolExecutor(max_workers=UPLOAD_THREADS, thread_name_prefix="tree-upload")
+# Each tree object's MD5 as its writer sent it (`x-amz-meta-registry-gen-md5`): what `holds` trusts
+# where the ETag is no MD5 (SSE-KMS, multipart). A PUT replaces an object's metadata whole, so the
+# value never outlives the bytes it names, and copy tools keep it with them.
+DIGEST_METADATA = "registry-gen-md5"
 
 
 # ---------------------------------------------------------------- where things are (pure)
@@ -323,9 +327,10 @@ class BucketTree:
     def holds(self, relatives: list[str]) -> bool:
         """Whether the bucket holds these files of out_dir byte for byte under every key they are
         uploaded as: their ETags (listed, a key's listing also naming the keys under it) against
-        the files' MD5 (an ETag that is no MD5, of a multipart or encrypted object, answers no: the
-        caller then acts as if it did not)."""
-        digests: dict[str, str] = {}
+        the files' MD5; a key whose ETag is no MD5 (SSE-KMS, multipart: most copy tools) by the
+        MD5 its writer recorded in its metadata (`DIGEST_METADATA`, one HEAD). One with neither
+        answers no: the caller then acts as if it did not."""
+        digests: dict[str, tuple[int, str]] = {}
         listed: dict[str, str] = {}
         for upload in upload_plan(sorted(relatives), folder_keys=self.folder_keys):  # sorted by key: `-/all` is listed before `-/all/index.html`
             path = self.out_dir / upload.source
@@ -334,16 +339,22 @@ class BucketTree:
             if not path.is_file():
                 return False
             if upload.source not in digests:
-                digests[upload.source] = f"{path.stat().st_size}-{_md5_of(path)}"
+                digests[upload.source] = (path.stat().st_size, _md5_of(path))
             if upload.key not in listed:
                 listed.update((item.key, item.token) for item in self.bucket.list(upload.key))
-            if listed.get(upload.key) != digests[upload.source]:
-                return False
+            size, md5, token = *digests[upload.source], listed.get(upload.key)
+            if token is None or (token != f"{size}-{md5}" and not self._recorded(upload.key, size, md5)):
+                return False  # missing, or neither its ETag nor its writer's digest names these bytes
         return True
 
     def files_under(self, folder: str) -> list[str]:
         """The tree files the bucket holds under `folder` (a tree path ending in "/"): one LIST."""
         return [item.key for item in self.bucket.list(folder) if not item.key.endswith("/")]
+
+    def _recorded(self, key: str, size: int, md5: str) -> bool:
+        """Whether the object's writer recorded these bytes' MD5, and it has their size."""
+        found = self.bucket.attributes(key)
+        return found is not None and found[0] == size and found[1].get(DIGEST_METADATA) == md5
 
     def _upload_together(self, uploads: list[Upload]) -> None:
         """Every upload of one phase in flight at once (up to UPLOAD_THREADS): a publish writes a
@@ -374,7 +385,9 @@ class BucketTree:
 
     def _put(self, upload: Upload, data: bytes) -> None:
         key_header = self.shared.key_header if self.shared is not None else None
-        metadata = {key_header.lower(): cache_key(upload.source)} if key_header else None
+        metadata = {DIGEST_METADATA: hashlib.md5(data).hexdigest()}
+        if key_header:
+            metadata[key_header.lower()] = cache_key(upload.source)
         self.bucket.publish(upload.key, data, content_type=upload.content_type, cache_control=upload.cache_control, metadata=metadata)
 
 
@@ -417,31 +430,25 @@ def read_keys(path: str, document: str) -> tuple[str, str, str] | None:
 
 
 class TreeSigner:
-    """Presigns GETs of the tree bucket's keys, for the endpoint nginx reads it at."""
+    """Presigns GETs of the tree bucket's keys, for the endpoint nginx reads it at (`bucket`: the
+    tree's location at that endpoint; obstore signs in Rust, no request sent, bench/PROFILE.md
+    "obsign")."""
 
-    def __init__(self, client: Any, location: S3Location):
-        self.client = client
-        self.bucket = location.bucket
-        self.prefix = f"{location.prefix}/" if location.prefix else ""
-
-    def signed_path(self, key: str) -> str:
-        """`/BUCKET/PREFIX/KEY?X-Amz-…`: the path and query of a URL valid PRESIGN_SECONDS for exactly this key."""
-        url = self.client.generate_presigned_url(
-            "get_object", Params={"Bucket": self.bucket, "Key": self.prefix + key}, ExpiresIn=PRESIGN_SECONDS
-        )
-        parts = urlsplit(url)
-        return f"{parts.path}?{parts.query}"
+    def __init__(self, bucket: S3Storage):
+        self.bucket = bucket
 
     def signed_reads(self, path: str, document: str) -> tuple[str, ...] | None:
-        """The signed paths of `read_keys(path, document)`, in its order; None where that refuses."""
+        """`/BUCKET/PREFIX/KEY?X-Amz-…`, the path and query of a URL valid PRESIGN_SECONDS for
+        exactly that key, for each of `read_keys(path, document)` in its order; None where that refuses."""
         keys = read_keys(path, document)
-        return None if keys is None else tuple(self.signed_path(key) for key in keys)
+        if keys is None:
+            return None
+        urls = self.bucket.signed_gets(keys, PRESIGN_SECONDS)
+        return tuple(f"{parts.path}?{parts.query}" for parts in map(urlsplit, urls))
 
 
 def open_tree_signer(settings: Settings) -> TreeSigner:
-    from registry_gen.storage.s3 import s3_client
-
-    return TreeSigner(s3_client(reader_endpoint(settings), Timeouts()), tree_location(settings))
+    return TreeSigner(S3Storage(tree_location(settings), endpoint_url=reader_endpoint(settings)))
 
 
 # ---------------------------------------------------------------- opening them

@@ -26,6 +26,7 @@ from registry_gen.access import (
     name_status,
     package_of_served_path,
 )
+from registry_gen.errors import StorageError
 from registry_gen.nginx_access import (
     READ_CHECK_PATH,
     SERVED_PATH_HEADER,
@@ -40,7 +41,7 @@ from user_api.web import note_user
 from user_api.models import User
 from user_api.store import UserStore
 
-if TYPE_CHECKING:  # boto3 loads only with a bucket configured
+if TYPE_CHECKING:  # obstore loads only with a bucket configured
     from registry_gen.objectstore import TreeSigner
 
 StartResponse = Callable[..., Any]
@@ -197,7 +198,12 @@ def signing(decide: WsgiApp, signer: TreeSigner | None) -> WsgiApp:
             start_response("500 Internal Server Error", [("Content-Length", "0"), ("Cache-Control", "no-store")])
             return []
         path = _checked_path(environ)
-        signed = None if path is None else signer.signed_reads(path, str(document))
+        try:
+            signed = None if path is None else signer.signed_reads(path, str(document))
+        except StorageError as exc:  # e.g. no credentials to sign with: a line in the log, no traceback
+            log.error("cannot sign nginx's read of the private tree bucket: %s", exc)
+            start_response("500 Internal Server Error", [("Content-Length", "0"), ("Cache-Control", "no-store")])
+            return []
         if signed is None:  # no key this path could be read from: the 404 of a missing package
             start_response("403 Forbidden", [("Content-Length", "0"), ("Cache-Control", "no-store"), ("X-Accel-Expires", "0")])
             return []

@@ -115,8 +115,10 @@ def checked_key(key: str) -> PurePosixPath:
 
 
 def is_content_key(key: str) -> bool:
-    """False for what a listing must leave out: the stores' own dot files and folder markers."""
-    return bool(key) and not key.endswith("/") and not any(part.startswith(".") for part in key.split("/"))
+    """False for what a listing must leave out: the stores' own dot files and folder markers, and a
+    key with an empty segment (`a//b`, put into a bucket by other means), which `checked_key`
+    refuses: listed, every read of it would fail (a start's sync with it)."""
+    return bool(key) and not any(not part or part.startswith(".") for part in key.split("/"))
 
 
 def spool_stream(stream: BinaryIO, target: Path) -> None:

@@ -4,8 +4,9 @@ The requests go through obstore (Python bindings of Rust's object_store): a requ
 api 0.2-0.9 ms of CPU there against boto3's 0.9-4.7 ms (signing, the endpoint ruleset,
 http.client, XML parsing in Python: bench/PROFILE.md, "s3client"), and a publish sends a dozen.
 boto3 stays for what obstore does not do the same way: the credential chain (environment,
-~/.aws, an instance role: `BotoCredentials`), presigned URLs (`s3_client`,
-registry_gen.objectstore.TreeSigner) and the tools.
+~/.aws, an instance role: `BotoCredentials`), a listing holding a key object_store cannot name
+(`s3_client`) and the tools. Presigned URLs are obstore's (`signed_gets`: the same URL boto3
+signed, ~20x less CPU).
 
 Create-only: `PUT` with `If-None-Match: *`, which the store refuses with 412 when the key exists
 (AWS since 2024, and the stores the tests run). Where the store ignores the header (found by a
@@ -31,7 +32,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,7 +63,11 @@ MESSAGE = re.compile(r"<Message>([^<]*)</Message>")
 # A request's whole time, body included (a tarball's upload or download on a slow link); a stalled
 # connection is found sooner, by the read timeout, which restarts with each read.
 REQUEST_LIMIT = timedelta(minutes=10)
-CREDENTIALS_TTL = timedelta(minutes=5)  # asked again of boto3's chain, which refreshes a role's
+# How long obstore may keep credentials it asked of boto3's chain. object_store asks again once less
+# than 5 minutes are left, so this is 10: with 5 it asked on every request after 100 ms (its back-off;
+# bench/PROFILE.md, "obsign"), now every 5 minutes. What boto3's chain hands out is good for 10 more
+# minutes at least (a role's credentials are refreshed by then), so none is used expired.
+CREDENTIALS_TTL = timedelta(minutes=10)
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,23 @@ def object_store(bucket: str, endpoint_url: str | None, timeouts: Timeouts, *, r
     )  # fmt: skip
 
 
+# What warn_unnamed has said, by (location, key): a start's sync and every build of that folder list
+# it again, and the warning is news once per process.
+UNNAMED_WARNED: set[tuple[str, str]] = set()
+_UNNAMED_LOCK = threading.Lock()
+
+
+def warn_unnamed(location: S3Location, key: str) -> None:
+    """Once per process and key: the bucket holds a key object_store cannot name, so listings of its
+    folder go through boto3 (slower, the same objects)."""
+    with _UNNAMED_LOCK:
+        if (str(location), key) in UNNAMED_WARNED:
+            return
+        UNNAMED_WARNED.add((str(location), key))
+    log.warning("%s: a key object_store cannot name (an empty, . or .. segment): %s; listings of its folder go through "
+                "boto3 until it is removed", location, key)
+
+
 @functools.cache
 def warn_ca_bundle_unread() -> None:
     """Once a process: obstore trusts the system's CAs, or SSL_CERT_FILE's instead (rustls'
@@ -244,6 +266,19 @@ class S3Storage:
             spool_stream(stream, target)
         return True
 
+    def attributes(self, key: str) -> tuple[int, dict[str, str]] | None:
+        """The object's size and attributes (its headers and `x-amz-meta-` metadata, by name) from
+        one HEAD; None when it does not exist."""
+        import obstore
+
+        try:
+            result = self._call("HeadObject", key, lambda store, name: obstore.get(store, name, options={"head": True}))
+        except StoreAnswer as answer:
+            if answer.status == 404:
+                return None
+            raise self._unexpected(answer, "HeadObject", key) from None
+        return int(result.meta["size"]), {str(name): str(value) for name, value in result.attributes.items()}
+
     def list(self, prefix: str = "") -> Iterator[StoredObject]:
         listed: set[str] = set()
         try:
@@ -251,8 +286,10 @@ class S3Storage:
                 listed.add(item.key)
                 yield item
         except UnnamedKey as exc:
-            log.warning("%s: a key object_store cannot name (%s); this listing goes through boto3", self.location, exc)
-            yield from (item for item in self._list_through_boto3(prefix) if item.key not in listed)
+            unnamed: list[str] = []
+            yield from (item for item in self._list_through_boto3(prefix, unnamed) if item.key not in listed)
+            for key in unnamed or [str(exc)]:  # none with such a segment: what obstore said, once too
+                warn_unnamed(self.location, key)
 
     def _list_names(self, prefix: str) -> Iterator[StoredObject]:
         import obstore
@@ -273,9 +310,10 @@ class S3Storage:
                 raise self.translated(exc, "ListObjectsV2", prefix) from exc
             yield from self._listed(chunk, wanted)
 
-    def _list_through_boto3(self, prefix: str) -> Iterator[StoredObject]:
+    def _list_through_boto3(self, prefix: str, unnamed: list[str]) -> Iterator[StoredObject]:
         """The listing as boto3 sends it, for a bucket holding a key object_store refuses: slower
-        (~250 Python calls an object), rare, and exactly what the contract had before obstore."""
+        (~250 Python calls an object), rare, and exactly what the contract had before obstore.
+        `unnamed` gets the names with an empty, `.` or `..` segment (object_store's refusals)."""
         import boto3
 
         wanted = self.prefix + prefix
@@ -291,6 +329,7 @@ class S3Storage:
                 raise self._botocore_translated(exc, prefix) from exc
             chunk = [{"path": item["Key"], "size": item["Size"], "last_modified": item.get("LastModified"), "e_tag": item.get("ETag")}
                      for item in page.get("Contents", [])]  # fmt: skip
+            unnamed += [str(item["path"]) for item in chunk if any(part in ("", ".", "..") for part in str(item["path"]).split("/"))]
             yield from self._listed(chunk, wanted)
 
     def _botocore_translated(self, exc: Exception, prefix: str) -> Exception:
@@ -316,6 +355,19 @@ class S3Storage:
                 modified = item.get("last_modified")
                 token = f"{size}-{str(item.get('e_tag') or '').strip(chr(34))}"
                 yield StoredObject(key, size, token, modified.timestamp() if modified is not None else None)
+
+    def signed_gets(self, keys: Sequence[str], seconds: int) -> list[str]:
+        """Presigned GET URLs of `keys` (in order), valid `seconds`, for this storage's endpoint,
+        path-style: signed by obstore with the credentials its requests use; no request is sent."""
+        import obstore
+
+        names = [self._name(key) for key in keys]
+        try:
+            return list(obstore.sign(self._store(max(1, self.timeouts.attempts)), "GET", names, timedelta(seconds=seconds)))
+        except StorageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated into the one error hierarchy
+            raise self.translated(exc, "presign GetObject", keys[0] if keys else "") from exc
 
     # ---- writes
 

@@ -166,3 +166,51 @@ def test_each_phase_is_uploaded_together_and_after_the_one_before(s3_servers: Se
         if what == "start":  # everything of an earlier phase has ended before this one starts
             earlier = {k for _, k in puts if phase[k] < phase[key]}
             assert earlier <= {k for w, k in puts[:index] if w == "end"}, (key, puts)
+
+
+def put_in_parts(s3: Any, key: str, data: bytes, metadata: dict[str, str]) -> None:
+    """`key` written as a copy tool writes a big file (`aws s3 cp`/`sync`, rclone): a multipart
+    upload, whose ETag is no MD5, carrying `metadata`."""
+    upload = s3.create_multipart_upload(Bucket=BUCKET, Key=key, Metadata=metadata)
+    part = s3.upload_part(Bucket=BUCKET, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=data)
+    parts = {"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]}
+    s3.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload["UploadId"], MultipartUpload=parts)
+
+
+@pytest.mark.parametrize("kind", ["moto", "seaweedfs"])
+def test_a_key_whose_etag_is_no_md5_is_held_by_the_md5_its_writer_recorded(kind: str, s3_servers: Servers, tmp_path: Path) -> None:
+    """`holds` (a start's check of `-/all` before it marks it for the leader): each tree object
+    carries the MD5 its writer sent, so an object whose ETag is no MD5 (a multipart copy that kept
+    the metadata, as `aws s3 sync` between buckets does; SSE-KMS's ETags take the same path) is
+    still held: one HEAD, no GET. The same bytes without the writer's digest, or other bytes, are
+    not; and a key whose ETag is the MD5 costs no HEAD."""
+    server = s3_servers.get(kind)
+    out = tmp_path / "public"
+    for relative, data in FILES.items():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        (out / relative).write_bytes(data)
+    location = S3Location(BUCKET, f"h{secrets.token_hex(6)}/tree")
+    # No folder key (`tree_readers: nginx`): SeaweedFS, a file system, completes no multipart upload
+    # of `-/all` while `-/all/index.html` exists (InternalError).
+    tree = BucketTree(s3_store(server.endpoint, location), out, folder_keys=False)
+    tree.publish(BuildResult(written=["-/all/index.html", "pkg/index.html"]))
+    asked: list[str] = []
+    tree.bucket.watchers.append(lambda operation, key: asked.append(operation))
+    assert tree.holds(["-/all/index.html"]) and "HeadObject" not in asked
+
+    key, data = f"{location.prefix}/-/all/index.html", FILES["-/all/index.html"]
+    with s3_credentials():
+        s3 = client(server.endpoint)
+        recorded = s3.head_object(Bucket=BUCKET, Key=key)["Metadata"]
+        put_in_parts(s3, key, data, recorded)
+        assert "-" in s3.head_object(Bucket=BUCKET, Key=key)["ETag"]
+    asked.clear()
+    assert tree.holds(["-/all/index.html"]) and asked.count("HeadObject") == 1 and "GetObject" not in asked
+
+    with s3_credentials():
+        put_in_parts(s3, key, data, {})  # no digest recorded: nothing to trust
+        assert not tree.holds(["-/all/index.html"])
+        put_in_parts(s3, key, data + b" ", recorded)  # a digest of other bytes (another size)
+        assert not tree.holds(["-/all/index.html"])
+        s3.put_object(Bucket=BUCKET, Key=key, Body=b"[]")  # other bytes of the same size, by a plain PUT
+        assert not tree.holds(["-/all/index.html"])
