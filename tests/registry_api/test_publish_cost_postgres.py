@@ -114,3 +114,26 @@ def test_a_publish_on_postgresql_sends_a_bounded_number_of_statements(
     assert len(statements) <= AT_MOST[name], "\n".join(statements)
     locked = under_listings_lock(sent)
     assert locked[-1] == "COMMIT" and len(locked) <= LOCKED_AT_MOST[name], "\n".join(locked)
+
+
+def test_a_publishs_statements_do_not_grow_with_the_packages_versions(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package document needs every version's manifest: read in one statement, not one per
+    version (a round trip each on PostgreSQL: at 30 versions, 30 of a publish's ~100), and a
+    version page's README and file list in one. So the 3rd and the 9th version cost the same."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    counts = {}
+    for minor in range(9):
+        with counted_statements(monkeypatch) as sent:
+            service.publish(_upload(settings, "grown-kit", f"1.{minor}.0"), ALICE)
+        counts[minor] = [statement for statement in sent if statement != LISTINGS_LOCKED]
+    assert {f"1.{minor}.0" for minor in range(9)} <= _served_versions(settings, "grown-kit")
+    manifest_reads = [statement for statement in counts[8] if "FROM manifests" in statement]
+    assert len(manifest_reads) <= 3, "\n".join(manifest_reads)  # all manifests; README + files of the new and the previous latest
+    assert len(counts[8]) == len(counts[2]), "\n".join(counts[8])
