@@ -71,6 +71,7 @@ class PgDb:
         self.conn = conn
         self.url = url
         self.made_temp = False  # a statement named a temporary table: dropped before the pool reuses it
+        self._ready: dict[tuple[str, tuple[Any, ...]], psycopg.Cursor[Any]] = {}  # prefetched answers, by SQL and parameters
 
     def _sent(self, sql: str) -> str:
         if not self.made_temp and "TEMP" in sql.upper():
@@ -82,8 +83,33 @@ class PgDb:
         return self.conn.info.transaction_status != TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        if self._ready:
+            try:
+                answered = self._ready.pop(_query_key(sql, params), None)
+            except TypeError:  # an unhashable parameter (a dict): no prefetched read has one
+                answered = None
+            if answered is not None:
+                return answered
         with reachable(self.url):
             return self.conn.execute(self._sent(sql), params)  # type: ignore[arg-type]
+
+    @contextmanager
+    def prefetched(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> Iterator[None]:
+        """Reads sent together (psycopg's pipeline mode: one round trip for all, not one each),
+        each answered from its result when the code inside asks it with the same SQL and
+        parameters, once: the SQLite classes' methods run unchanged, and only the wait goes. For
+        reads the block asks before it writes anything they read; a read it does not ask is
+        dropped at the end. Nested blocks send only what no outer one has sent."""
+        fresh = [(key, sql, params) for sql, params in queries if (key := _query_key(sql, params)) not in self._ready]
+        if fresh:
+            with reachable(self.url), self.conn.pipeline():
+                cursors = [self.conn.execute(self._sent(sql), params) for _, sql, params in fresh]  # type: ignore[arg-type]
+            self._ready.update(zip((key for key, _, _ in fresh), cursors))
+        try:
+            yield
+        finally:
+            for key, _, _ in fresh:
+                self._ready.pop(key, None)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = list(rows)
@@ -146,6 +172,11 @@ class PgDb:
     def close(self) -> None:
         self.rollback()
         POOL.give_back(self.conn, self.url, discard_temp=self.made_temp)
+
+
+def _query_key(sql: str, params: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+    """How a prefetched read is recognised: its SQL and parameters (a list parameter as a tuple)."""
+    return sql, tuple(tuple(p) if isinstance(p, list) else p for p in params)
 
 
 def _still_open(conn: psycopg.Connection[Any]) -> bool:

@@ -49,6 +49,9 @@ LOCKED_AT_MOST = {"counted-kit": 14, "fresh-kit": 17}
 
 
 LISTINGS_LOCKED = "-- the listings lock is held from here"
+# Waits for PostgreSQL in one publish of a new version (statements sent alone, and pipelines): 72
+# before the build's runs of reads went together (sharewall).
+ROUND_TRIPS_AT_MOST = 56
 
 
 @contextmanager
@@ -76,6 +79,37 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         patch.setattr(psycopg.ServerCursor, "execute", counting(psycopg.ServerCursor.execute))
         patch.setattr(psycopg.Cursor, "copy", counting(psycopg.Cursor.copy))
         yield sent
+
+
+@contextmanager
+def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """One entry per wait for PostgreSQL while the block runs: a statement sent on its own (an
+    executemany is one: psycopg pipelines its rows), or a pipeline of several (PgDb.prefetched)."""
+    trips: list[str] = []
+
+    def alone(original: Callable[..., Any]) -> Callable[..., Any]:
+        def send(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.connection._pipeline is None:
+                trips.append(str(query))
+            return original(self, query, *args, **kwargs)
+
+        return send
+
+    pipeline = psycopg.Connection.pipeline
+
+    @contextmanager
+    def together(self: psycopg.Connection[Any]) -> Iterator[Any]:
+        outermost = self._pipeline is None
+        with pipeline(self) as opened:
+            yield opened
+        if outermost:
+            trips.append("-- a pipeline")
+
+    with monkeypatch.context() as patch:
+        for cls, method in ((psycopg.Cursor, "execute"), (psycopg.Cursor, "executemany"), (psycopg.ServerCursor, "execute"), (psycopg.Cursor, "copy")):
+            patch.setattr(cls, method, alone(getattr(cls, method)))
+        patch.setattr(psycopg.Connection, "pipeline", together)
+        yield trips
 
 
 def under_listings_lock(sent: list[str]) -> list[str]:
@@ -137,3 +171,26 @@ def test_a_publishs_statements_do_not_grow_with_the_packages_versions(
     manifest_reads = [statement for statement in counts[8] if "FROM manifests" in statement]
     assert len(manifest_reads) <= 3, "\n".join(manifest_reads)  # all manifests; README + files of the new and the previous latest
     assert len(counts[8]) == len(counts[2]), "\n".join(counts[8])
+
+
+def test_a_publishs_build_sends_its_runs_of_reads_together(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement is a wait for PostgreSQL unless sent with others: the build's opening
+    questions (5), a package's inputs (5, asked twice: its plan and its write) and the build's
+    report (4) each go as one pipeline (PgDb.prefetched), answered as the SQLite classes ask them."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    for warm in ("alpha-kit", "trip-kit"):
+        service.publish(_upload(settings, warm, "1.0.0"), ALICE)
+    with counted_round_trips(monkeypatch) as trips:
+        service.publish(_upload(settings, "trip-kit", "1.0.1"), ALICE)
+    assert "1.0.1" in _served_versions(settings, "trip-kit")
+    assert len(trips) <= ROUND_TRIPS_AT_MOST, "\n".join(trips)
+    alone = [trip for trip in trips if trip != "-- a pipeline"]
+    for read in ("FROM archives WHERE name = ", "FROM first_seen WHERE name = ", "FROM meta_duplicates ORDER BY", "FROM issues ORDER BY"):
+        assert not [trip for trip in alone if read in trip], f"{read} sent alone:\n" + "\n".join(trips)
