@@ -111,6 +111,16 @@ class PgDb:
             for key, _, _ in fresh:
                 self._ready.pop(key, None)
 
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        """The block's statements sent without waiting for each (psycopg's pipeline mode): a
+        statement whose result the block reads waits for it (and those before), the rest are
+        answered at the block's end, all in its transaction. For a run of writes whose answers the
+        block does not need; an error of one is raised at the next read or at the end, inside the
+        block as before. Not for COPY or a server-side cursor (no pipeline takes them)."""
+        with reachable(self.url), self.conn.pipeline():
+            yield
+
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = list(rows)
         if batch:

@@ -17,7 +17,7 @@ from registry_gen.state.postgres_base import LISTINGS, LOCK_REGISTRY, PgDb
 from registry_gen.state.postgres_ledger import PENDING_STATEMENT, PgLedger
 from registry_gen.state.postgres_listings import PgListings
 from registry_gen.state.records import (
-    ARCHIVE_FIELDS, ArchiveRecord, BuildReport, BuildStart, CachedManifest, ListingMove, PackageBefore, PackageInputs, StalePage,
+    ARCHIVE_FIELDS, ArchiveRecord, BuildReport, BuildStart, CachedManifest, ListingMove, PackageBefore, PackageInputs, PackageWrite, StalePage,
 )  # fmt: skip
 from registry_gen.state.sqlite_cache import (
     ALL_ISSUES, ANY_PACKAGE, ARCHIVE_ERRORS, ARCHIVES_OF, BUILD_SETTINGS, DUPLICATE_METAS, META_ERRORS, METAS_OF, PACKAGE_ROW, UNWRITTEN,
@@ -116,6 +116,12 @@ class PgSession(PgListings):
     def build_report(self) -> BuildReport:
         with self.db.prefetched([(META_ERRORS, ()), (DUPLICATE_METAS, ()), (ARCHIVE_ERRORS, ()), (ALL_ISSUES, ())]):
             return super().build_report()
+
+    def commit_package(self, write: PackageWrite, move: ListingMove) -> dict[str, str]:
+        """A package's rows, its listing move and its pins go without a wait each (under the listings
+        lock, which every other instance's publish waits for): only the reads among them wait."""
+        with self.db.writes_together():
+            return super().commit_package(write, move)
 
     # -- the listings are shared by every package: one build at a time changes them. The lock is
     # taken at the first look at them and held to commit; what comes before (reading archives,

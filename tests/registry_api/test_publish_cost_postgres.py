@@ -50,8 +50,8 @@ LOCKED_AT_MOST = {"counted-kit": 14, "fresh-kit": 17}
 
 LISTINGS_LOCKED = "-- the listings lock is held from here"
 # Waits for PostgreSQL in one publish of a new version (statements sent alone, and pipelines): 72
-# before the build's runs of reads went together (sharewall).
-ROUND_TRIPS_AT_MOST = 56
+# before the build's runs of reads went together (sharewall), 56 before a package's rows did.
+ROUND_TRIPS_AT_MOST = 50
 
 
 @contextmanager
@@ -194,3 +194,23 @@ def test_a_publishs_build_sends_its_runs_of_reads_together(
     alone = [trip for trip in trips if trip != "-- a pipeline"]
     for read in ("FROM archives WHERE name = ", "FROM first_seen WHERE name = ", "FROM meta_duplicates ORDER BY", "FROM issues ORDER BY"):
         assert not [trip for trip in alone if read in trip], f"{read} sent alone:\n" + "\n".join(trips)
+
+
+def test_a_publishs_package_rows_under_the_listings_lock_do_not_wait_each(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the listings lock (every other instance's publish waits for it), the package's rows,
+    listing and links are written without a wait each (PgDb.writes_together): only the reads
+    among them, the pins' refusals, wait."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    service.publish(_upload(settings, "rows-kit", "1.0.0"), ALICE)
+    with counted_round_trips(monkeypatch) as trips:
+        service.publish(_upload(settings, "rows-kit", "1.0.1"), ALICE)
+    assert "1.0.1" in _served_versions(settings, "rows-kit")
+    for write in ("INSERT INTO packages", "INSERT INTO listings", "DELETE FROM links", "INSERT INTO search_keys", "INSERT INTO counters"):
+        assert not [trip for trip in trips if trip.startswith(write)], f"{write} waited alone:\n" + "\n".join(trips)
