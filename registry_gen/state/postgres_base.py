@@ -36,6 +36,7 @@ TREE: Final = 0  # LISTINGS (a build's listings and commit, one at a time),
 LISTINGS: Final = 1  # JOURNAL (appending to the journal: numbers follow the order of commits)
 JOURNAL: Final = 2
 _CURSORS = itertools.count()
+_LOCK_VERBS: Final = {True: "pg_advisory_xact_lock_shared", False: "pg_advisory_xact_lock"}  # by `shared`
 
 
 def package_key(name: str) -> int:
@@ -149,15 +150,18 @@ class PgDb:
             for row in cursor:
                 yield row[0]
 
-    def begin(self, *, durable: bool = True, lock_timeout_ms: int | None = None) -> None:
+    def begin(self, *, durable: bool = True, lock_timeout_ms: int | None = None, locks: Sequence[tuple[int, int, bool]] = ()) -> None:
         """`durable=False`: this transaction's commit does not wait for the disk (as on SQLite);
-        `lock_timeout_ms`: how long any lock of it may be waited for. One round trip (no parameters:
-        psycopg sends the statements together)."""
+        `lock_timeout_ms`: how long any lock of it may be waited for; `locks`: advisory locks
+        (first key, second key, shared) taken at once, in order, as `lock` takes them. One round
+        trip (no parameters: psycopg sends the statements together)."""
         statements = ["BEGIN"]
         if not durable:
             statements.append("SET LOCAL synchronous_commit = off")
         if lock_timeout_ms is not None:
             statements.append(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")  # an int: milliseconds
+        for first, second, shared in locks:  # ints, written into the statement
+            statements.append(f"SELECT {_LOCK_VERBS[shared]}({int(first)}, {int(second)})")
         self.execute("; ".join(statements))
 
     def commit(self) -> None:
@@ -173,8 +177,7 @@ class PgDb:
 
     def lock(self, first: int, second: int, *, shared: bool = False) -> None:
         """A transaction-level advisory lock (released at commit or rollback)."""
-        verb = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        self.execute(f"SELECT {verb}(?, ?)", (first, second))  # verb: one of two names above
+        self.execute(f"SELECT {_LOCK_VERBS[shared]}(?, ?)", (first, second))  # one of two names
 
     def still_open(self) -> bool:
         return _still_open(self.conn)
