@@ -160,7 +160,7 @@ class Upload:
     source: str
     content_type: str
     cache_control: str
-    phase: int  # 0 tarballs, 1 package documents, 2 the rest: a document never names a missing tarball
+    phase: int  # 0 tarballs, 1 a package's own files, 2 the rest: a document never names a missing tarball
 
 
 def _aliases(relative: str, kind: ObjectKind) -> list[str]:
@@ -179,6 +179,18 @@ def _aliases(relative: str, kind: ObjectKind) -> list[str]:
     return [folder]
 
 
+# A package's own files besides its documents: its dist-tags and its web pages.
+_PACKAGE_OWN_PREFIXES = ("-/package/", f"{WEB_ROOT}/package/")
+
+
+def _package_own(relative: str, kind: ObjectKind) -> bool:
+    """Whether a file belongs to one package (phase 1): its documents, dist-tags and web pages name
+    its versions, whose tarballs go first, so they go together (one wave of a publish's upload, not
+    two). The registry-wide files (-/all, the search document, front, browse and search pages) name
+    other packages, whose documents may be in the same upload: they wait for phase 1 to be stored."""
+    return kind in (ObjectKind.PACKAGE_DOCUMENT, ObjectKind.ABBREVIATED_DOCUMENT) or relative.startswith(_PACKAGE_OWN_PREFIXES)
+
+
 def upload_plan(
     relatives: Iterable[str], *, prefix: str = "", document_max_age: int = 0, shared: SharedCache | None = None, folder_keys: bool = True
 ) -> list[Upload]:
@@ -194,7 +206,7 @@ def upload_plan(
         if headers is None:
             continue
         kind = classify(relative)
-        phase = 0 if kind is ObjectKind.TARBALL else 1 if kind in (ObjectKind.PACKAGE_DOCUMENT, ObjectKind.ABBREVIATED_DOCUMENT) else 2
+        phase = 0 if kind is ObjectKind.TARBALL else 1 if _package_own(relative, kind) else 2
         for key in [relative, *(_aliases(relative, kind) if folder_keys else [])]:
             uploads.append(Upload(prefix + key, relative, headers.content_type, headers.cache_control, phase))
     return sorted(uploads, key=lambda u: (u.phase, u.key))

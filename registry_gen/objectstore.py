@@ -7,7 +7,7 @@ that any instance rebuilds from the bucket:
     before each build                 → `ContentMirror.sync`: the touched package folders, bucket → content_dir
     the build                         → as on one machine: content_dir → out_dir, state on PostgreSQL
     right after it                    → `TreeSink.publish`: exactly the paths it wrote, out_dir → tree bucket
-                                        (tarballs, then package documents, then the rest; removals last)
+                                        (tarballs, then each package's own files, then the rest; removals last)
 
 A local file is never read as the truth about a package: the listing of the content bucket is
 (a package another instance wrote is missing here until the sync brings it). Each synced file's
@@ -261,9 +261,9 @@ class Owed:
 
 
 class BucketTree:
-    """The built tree in a bucket. Uploads in `hosting.upload_plan`'s order (tarballs, then package
-    documents, then the rest), so a reader never gets a document naming a tarball the bucket does
-    not hold yet; removals last. What a failed publish left is owed, and published first next time.
+    """The built tree in a bucket. Uploads in `hosting.upload_plan`'s order (tarballs, then each
+    package's own files: documents, dist-tags, pages; then the listings), so a reader never gets a
+    document naming a tarball, or a listing naming a package, the bucket does not hold yet; removals last. What a failed publish left is owed, and published first next time.
     With `shared` (a purged cache in front, `purge:`), each object carries the caching headers the
     folder's server sends: Cache-Control with s-maxage, and its surrogate key as metadata
     (`x-amz-meta-<key_header>`: a bucket stores no header of another name). `folder_keys`: False

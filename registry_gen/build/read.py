@@ -8,7 +8,7 @@ import itertools
 import json
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,15 +133,17 @@ def read_changed(
 
 
 def load_cached(
-    cache: Manifests, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False, manifest: bool = True
-) -> dict[str, Any]:
+    cache: Manifests, record: ArchiveRecord, settings: Settings, *, readme: bool = False, files: bool = False, manifest: bool = True,
+    known: Mapping[str, bytes] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """{"manifest": ...} of one archive (unless not asked: the pages' extras have it already),
-    plus "readme" and "readmeFilename", and "files", when asked."""
+    plus "readme" and "readmeFilename", and "files", when asked. `known`: manifests already read
+    for many archives at once (`Manifests.manifests_of`); one missing from it is missing."""
     # The manifest's bytes only when asked (the pages' extras ask for README and files): its row
     # is there exactly when the README's is (one row of the same table).
-    body = cache.manifest(record.shasum or "") if manifest else None
-    stored = cache.readme(record.shasum or "") if readme and (body is not None or not manifest) else None
-    listing = cache.files(record.shasum or "") if files and (body is not None or not manifest) else None
+    shasum = record.shasum or ""
+    body = (known.get(shasum) if known is not None else cache.manifest(shasum)) if manifest else None
+    stored, listing = _cached_extras(cache, shasum, readme, files) if body is not None or not manifest else (None, None)
     missing = (manifest and body is None) or (readme and stored is None) or (files and listing is None)
     if missing:
         # The cache went missing (a cleaned tree) or predates file lists: read this one archive again.
@@ -161,6 +163,14 @@ def load_cached(
     if files and listing is not None:
         loaded["files"] = tuple((path, size) for path, size in json.loads(listing))
     return loaded
+
+
+def _cached_extras(cache: Manifests, shasum: str, readme: bool, files: bool) -> tuple[tuple[str | None, str | None] | None, bytes | None]:
+    """The README row and the file list asked for: both in one query (a version's pages want both)."""
+    if readme and files:
+        row = cache.extras(shasum)
+        return ((row[0], row[1]), row[2]) if row is not None else (None, None)
+    return (cache.readme(shasum) if readme else None), (cache.files(shasum) if files else None)
 
 
 def _read_again(settings: Settings, record: ArchiveRecord) -> tuple[ArchiveRecord, CachedManifest | None]:

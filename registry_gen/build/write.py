@@ -155,8 +155,9 @@ def _write_tarballs(context: _WriterContext, job: PackageJob, result: FileChange
     previous_tarballs: dict[str, str] = job.previous.get("tarballs", {})
     tarballs: dict[str, str] = {}
     built: list[Release] = []
+    known = context.cache.manifests_of(record.shasum for record in job.releases.values() if record.shasum)  # one query, not one a version
     for version, record in job.releases.items():
-        cached = load_cached(context.cache, record, settings)
+        cached = load_cached(context.cache, record, settings, known=known)
         built.append(Release(
             version=version, manifest=cached["manifest"], shasum=record.shasum or "", integrity=record.integrity or "",
             size=record.tarball_size, file_count=record.file_count, unpacked_size=record.unpacked_size,

@@ -36,6 +36,7 @@ TREE: Final = 0  # LISTINGS (a build's listings and commit, one at a time),
 LISTINGS: Final = 1  # JOURNAL (appending to the journal: numbers follow the order of commits)
 JOURNAL: Final = 2
 _CURSORS = itertools.count()
+_LOCK_VERBS: Final = {True: "pg_advisory_xact_lock_shared", False: "pg_advisory_xact_lock"}  # by `shared`
 
 
 def package_key(name: str) -> int:
@@ -71,6 +72,7 @@ class PgDb:
         self.conn = conn
         self.url = url
         self.made_temp = False  # a statement named a temporary table: dropped before the pool reuses it
+        self._ready: dict[tuple[str, tuple[Any, ...]], psycopg.Cursor[Any]] = {}  # prefetched answers, by SQL and parameters
 
     def _sent(self, sql: str) -> str:
         if not self.made_temp and "TEMP" in sql.upper():
@@ -82,8 +84,43 @@ class PgDb:
         return self.conn.info.transaction_status != TransactionStatus.IDLE
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        if self._ready:
+            try:
+                answered = self._ready.pop(_query_key(sql, params), None)
+            except TypeError:  # an unhashable parameter (a dict): no prefetched read has one
+                answered = None
+            if answered is not None:
+                return answered
         with reachable(self.url):
             return self.conn.execute(self._sent(sql), params)  # type: ignore[arg-type]
+
+    @contextmanager
+    def prefetched(self, queries: Sequence[tuple[str, Sequence[Any]]]) -> Iterator[None]:
+        """Reads sent together (psycopg's pipeline mode: one round trip for all, not one each),
+        each answered from its result when the code inside asks it with the same SQL and
+        parameters, once: the SQLite classes' methods run unchanged, and only the wait goes. For
+        reads the block asks before it writes anything they read; a read it does not ask is
+        dropped at the end. Nested blocks send only what no outer one has sent."""
+        fresh = [(key, sql, params) for sql, params in queries if (key := _query_key(sql, params)) not in self._ready]
+        if fresh:
+            with reachable(self.url), self.conn.pipeline():
+                cursors = [self.conn.execute(self._sent(sql), params) for _, sql, params in fresh]  # type: ignore[arg-type]
+            self._ready.update(zip((key for key, _, _ in fresh), cursors))
+        try:
+            yield
+        finally:
+            for key, _, _ in fresh:
+                self._ready.pop(key, None)
+
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        """The block's statements sent without waiting for each (psycopg's pipeline mode): a
+        statement whose result the block reads waits for it (and those before), the rest are
+        answered at the block's end, all in its transaction. For a run of writes whose answers the
+        block does not need; an error of one is raised at the next read or at the end, inside the
+        block as before. Not for COPY or a server-side cursor (no pipeline takes them)."""
+        with reachable(self.url), self.conn.pipeline():
+            yield
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         batch = list(rows)
@@ -113,15 +150,18 @@ class PgDb:
             for row in cursor:
                 yield row[0]
 
-    def begin(self, *, durable: bool = True, lock_timeout_ms: int | None = None) -> None:
+    def begin(self, *, durable: bool = True, lock_timeout_ms: int | None = None, locks: Sequence[tuple[int, int, bool]] = ()) -> None:
         """`durable=False`: this transaction's commit does not wait for the disk (as on SQLite);
-        `lock_timeout_ms`: how long any lock of it may be waited for. One round trip (no parameters:
-        psycopg sends the statements together)."""
+        `lock_timeout_ms`: how long any lock of it may be waited for; `locks`: advisory locks
+        (first key, second key, shared) taken at once, in order, as `lock` takes them. One round
+        trip (no parameters: psycopg sends the statements together)."""
         statements = ["BEGIN"]
         if not durable:
             statements.append("SET LOCAL synchronous_commit = off")
         if lock_timeout_ms is not None:
             statements.append(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")  # an int: milliseconds
+        for first, second, shared in locks:  # ints, written into the statement
+            statements.append(f"SELECT {_LOCK_VERBS[shared]}({int(first)}, {int(second)})")
         self.execute("; ".join(statements))
 
     def commit(self) -> None:
@@ -137,8 +177,7 @@ class PgDb:
 
     def lock(self, first: int, second: int, *, shared: bool = False) -> None:
         """A transaction-level advisory lock (released at commit or rollback)."""
-        verb = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
-        self.execute(f"SELECT {verb}(?, ?)", (first, second))  # verb: one of two names above
+        self.execute(f"SELECT {_LOCK_VERBS[shared]}(?, ?)", (first, second))  # one of two names
 
     def still_open(self) -> bool:
         return _still_open(self.conn)
@@ -146,6 +185,11 @@ class PgDb:
     def close(self) -> None:
         self.rollback()
         POOL.give_back(self.conn, self.url, discard_temp=self.made_temp)
+
+
+def _query_key(sql: str, params: Sequence[Any]) -> tuple[str, tuple[Any, ...]]:
+    """How a prefetched read is recognised: its SQL and parameters (a list parameter as a tuple)."""
+    return sql, tuple(tuple(p) if isinstance(p, list) else p for p in params)
 
 
 def _still_open(conn: psycopg.Connection[Any]) -> bool:

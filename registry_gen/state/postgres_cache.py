@@ -10,15 +10,21 @@ commits on its own connection as archives are read (the workers read it meanwhil
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from registry_gen.state.postgres_base import LISTINGS, LOCK_REGISTRY, PgDb
-from registry_gen.state.postgres_ledger import PgLedger
+from registry_gen.state.postgres_ledger import PENDING_STATEMENT, PgLedger
 from registry_gen.state.postgres_listings import PgListings
-from registry_gen.state.records import ARCHIVE_FIELDS, ArchiveRecord, CachedManifest, ListingMove, PackageBefore, StalePage
+from registry_gen.state.records import (
+    ARCHIVE_FIELDS, ArchiveRecord, BuildReport, BuildStart, CachedManifest, ListingMove, PackageBefore, PackageInputs, PackageWrite, StalePage,
+)  # fmt: skip
+from registry_gen.state.sqlite_cache import (
+    ALL_ISSUES, ANY_PACKAGE, ARCHIVE_ERRORS, ARCHIVES_OF, BUILD_SETTINGS, DUPLICATE_METAS, META_ERRORS, METAS_OF, PACKAGE_ROW, UNWRITTEN,
+)  # fmt: skip
+from registry_gen.state.sqlite_ledger import ANY_PIN, FIRST_SEEN_OF, PINS_OF
 from registry_gen.state.sqlite_manifests import ManifestCache
-from registry_gen.state.sqlite_schema import WHOLE_STALE
+from registry_gen.state.sqlite_schema import SHARDS_STALE, WHOLE_STALE
 
 _FULL_BUILD_TABLES = """
 DROP TABLE IF EXISTS pg_temp.full_plans;
@@ -90,6 +96,32 @@ class PgSession(PgListings):
 
     def close(self) -> None:
         self.db.close()
+
+    # -- a build's runs of reads, each sent together: one round trip instead of one a statement
+    # (bench/PROFILE.md, sharewall); the inherited methods ask them as on SQLite
+
+    def build_start(self, fingerprint: str, held: Collection[str]) -> BuildStart:
+        reads = [(BUILD_SETTINGS, (SHARDS_STALE, WHOLE_STALE)), (ANY_PACKAGE, ()), (UNWRITTEN, ()), (ANY_PIN, ()), (PENDING_STATEMENT, ())]
+        with self.db.prefetched(reads):
+            return super().build_start(fingerprint, held)
+
+    def package_inputs(self, name: str) -> PackageInputs:
+        with self.db.prefetched([(sql, (name,)) for sql in (ARCHIVES_OF, PINS_OF, PACKAGE_ROW, METAS_OF, FIRST_SEEN_OF)]):
+            return super().package_inputs(name)
+
+    def meta_problems(self) -> tuple[list[tuple[str, str | None, str]], list[tuple[str, str]]]:
+        with self.db.prefetched([(META_ERRORS, ()), (DUPLICATE_METAS, ())]):
+            return super().meta_problems()
+
+    def build_report(self) -> BuildReport:
+        with self.db.prefetched([(META_ERRORS, ()), (DUPLICATE_METAS, ()), (ARCHIVE_ERRORS, ()), (ALL_ISSUES, ())]):
+            return super().build_report()
+
+    def commit_package(self, write: PackageWrite, move: ListingMove) -> dict[str, str]:
+        """A package's rows, its listing move and its pins go without a wait each (under the listings
+        lock, which every other instance's publish waits for): only the reads among them wait."""
+        with self.db.writes_together():
+            return super().commit_package(write, move)
 
     # -- the listings are shared by every package: one build at a time changes them. The lock is
     # taken at the first look at them and held to commit; what comes before (reading archives,

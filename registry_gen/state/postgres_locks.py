@@ -56,10 +56,8 @@ class PgWriteLock:
     def _held(self, timeout: float, what: str, keys: list[tuple[int, int, bool]]) -> Iterator[HeldLock]:
         db = self.connect()
         try:
-            db.begin(lock_timeout_ms=max(1, int(timeout * 1000)))
-            try:
-                for first, second, shared in keys:
-                    db.lock(first, second, shared=shared)
+            try:  # the transaction and its locks in one round trip
+                db.begin(lock_timeout_ms=max(1, int(timeout * 1000)), locks=keys)
             except psycopg.errors.LockNotAvailable as exc:
                 raise LockTimeout(f"another writer holds {what}; retry shortly") from exc
             yield HeldPgLock(db, what)

@@ -51,6 +51,19 @@ _ARCHIVE_COLUMNS = ", ".join(ARCHIVE_FIELDS)
 _ARCHIVE_PLACEHOLDERS = ", ".join("?" for _ in ARCHIVE_FIELDS)
 _ARCHIVE_UPDATES = ", ".join(f"{name} = excluded.{name}" for name in ARCHIVE_FIELDS[1:])
 
+# Reads a build asks, named once: on PostgreSQL several go together in one round trip
+# (postgres_cache.PgSession, PgDb.prefetched), answered when these methods ask them.
+BUILD_SETTINGS = "SELECT key, value FROM settings WHERE key IN ('fingerprint', ?, ?)"
+ANY_PACKAGE = "SELECT 1 FROM packages LIMIT 1"
+UNWRITTEN = "SELECT name FROM unwritten"
+ARCHIVES_OF = f"SELECT {_ARCHIVE_COLUMNS} FROM archives WHERE name = ? AND error IS NULL ORDER BY path"
+PACKAGE_ROW = "SELECT digest, present, record, summary FROM packages WHERE name = ?"
+METAS_OF = "SELECT path, error FROM metas WHERE name = ? ORDER BY path"
+META_ERRORS = "SELECT path, name, error FROM metas WHERE error IS NOT NULL ORDER BY path"
+DUPLICATE_METAS = "SELECT name, path FROM meta_duplicates ORDER BY path"
+ARCHIVE_ERRORS = "SELECT path, error FROM archives WHERE error IS NOT NULL ORDER BY path"
+ALL_ISSUES = "SELECT name, path, reason FROM issues ORDER BY path, reason"
+
 
 def _record(row: tuple[Any, ...]) -> ArchiveRecord:
     return ArchiveRecord(*row[:10], bool(row[10]), row[11])
@@ -156,8 +169,12 @@ class BuildState(ListingTables):
         """Opens the build's transaction; what the build needs to know before it looks at content/
         (`held`: the packages whose write lock the caller holds, registry_gen.state.ledger)."""
         self.begin(durable=durable)
-        settings = dict(self.db.execute("SELECT key, value FROM settings WHERE key IN ('fingerprint', ?, ?)", (SHARDS_STALE, WHOLE_STALE)))
-        empty = self.db.execute("SELECT 1 FROM packages LIMIT 1").fetchone() is None and not settings.get("fingerprint")
+        return self.build_start(fingerprint, held)
+
+    def build_start(self, fingerprint: str, held: Collection[str]) -> BuildStart:
+        """begin_build's questions, in its transaction."""
+        settings = dict(self.db.execute(BUILD_SETTINGS, (SHARDS_STALE, WHOLE_STALE)))
+        empty = self.db.execute(ANY_PACKAGE).fetchone() is None and not settings.get("fingerprint")
         return BuildStart(
             empty=empty,
             fingerprint_changed=settings.get("fingerprint", "") != fingerprint,
@@ -268,9 +285,7 @@ class BuildState(ListingTables):
 
     def archives_of(self, name: str) -> list[ArchiveRecord]:
         """The readable archives claiming `name`, by path."""
-        rows = self.db.execute(
-            f"SELECT {_ARCHIVE_COLUMNS} FROM archives WHERE name = ? AND error IS NULL ORDER BY path", (name,)
-        )
+        rows = self.db.execute(ARCHIVES_OF, (name,))
         return [_record(row) for row in rows]
 
     def damaged_sources(self, name: str) -> list[tuple[str, str]]:
@@ -291,7 +306,7 @@ class BuildState(ListingTables):
         return (row[0], row[1]) if row else None
 
     def archive_errors(self) -> list[tuple[str, str]]:
-        return list(self.db.execute("SELECT path, error FROM archives WHERE error IS NOT NULL ORDER BY path"))
+        return list(self.db.execute(ARCHIVE_ERRORS))
 
     # -- meta files
 
@@ -348,15 +363,15 @@ class BuildState(ListingTables):
 
     def metas_of(self, name: str) -> list[tuple[str, str | None]]:
         """(path, error) of every meta file naming `name` (or that named it before turning invalid)."""
-        return list(self.db.execute("SELECT path, error FROM metas WHERE name = ? ORDER BY path", (name,)))
+        return list(self.db.execute(METAS_OF, (name,)))
 
     def meta_errors(self) -> list[tuple[str, str | None, str]]:
         """(path, the name it had when last valid, error) of every unreadable meta file."""
-        return list(self.db.execute("SELECT path, name, error FROM metas WHERE error IS NOT NULL ORDER BY path"))
+        return list(self.db.execute(META_ERRORS))
 
     def duplicate_metas(self) -> list[tuple[str, str]]:
         """(name, path) of every valid meta file after the first (by path) for the same name."""
-        return list(self.db.execute("SELECT name, path FROM meta_duplicates ORDER BY path"))
+        return list(self.db.execute(DUPLICATE_METAS))
 
     # -- first-seen publish times (in the ledger)
 
@@ -386,7 +401,7 @@ class BuildState(ListingTables):
         )
 
     def package(self, name: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT digest, present, record, summary FROM packages WHERE name = ?", (name,)).fetchone()
+        row = self.db.execute(PACKAGE_ROW, (name,)).fetchone()
         if not row:
             return None
         record = json.loads(row[2])
@@ -484,7 +499,7 @@ class BuildState(ListingTables):
             self.db.execute("INSERT INTO unwritten (name, reason) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET reason = excluded.reason", (name, reason))
 
     def unwritten_names(self) -> set[str]:
-        return {row[0] for row in self.db.execute("SELECT name FROM unwritten")}
+        return {row[0] for row in self.db.execute(UNWRITTEN)}
 
     def delete_package(self, name: str, move: ListingMove) -> dict[str, str]:
         """Forgets a written package (`move` takes it out of the listings)."""
@@ -637,7 +652,7 @@ class BuildState(ListingTables):
 
     def all_issues(self) -> list[tuple[str, str, str]]:
         """(package, path, reason) of every archive a package's build refused."""
-        return list(self.db.execute("SELECT name, path, reason FROM issues ORDER BY path, reason"))
+        return list(self.db.execute(ALL_ISSUES))
 
 
 MOVES_WAITING_AT_MOST = 65_536  # prefixes or leaves whose moves wait in memory (a few MB)

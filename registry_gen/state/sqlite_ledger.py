@@ -29,6 +29,11 @@ from registry_gen.state.migrations import LATEST, migrate
 from registry_gen.state.records import ArchiveRecord
 from registry_gen.state.sqlite_base import connect, connect_readonly, user_version
 
+# Reads a build asks (PostgreSQL sends several together: postgres_cache.PgSession, PgDb.prefetched).
+PINS_OF = "SELECT version, record FROM pins WHERE name = ?"
+ANY_PIN = "SELECT 1 FROM pins LIMIT 1"
+FIRST_SEEN_OF = "SELECT version, stamp FROM first_seen WHERE name = ?"
+
 LEDGER_DATABASE = "ledger.sqlite3"
 
 
@@ -91,11 +96,11 @@ class SqliteLedger:
 
     def pins(self, name: str) -> dict[str, ArchiveRecord]:
         """version -> the archive record each served version of `name` was published from."""
-        rows = self.db.execute("SELECT version, record FROM pins WHERE name = ?", (name,))
+        rows = self.db.execute(PINS_OF, (name,))
         return {version: ArchiveRecord(**json.loads(record)) for version, record in rows}
 
     def has_pins(self) -> bool:
-        return self.db.execute("SELECT 1 FROM pins LIMIT 1").fetchone() is not None
+        return self.db.execute(ANY_PIN).fetchone() is not None
 
     def pin(self, name: str, releases: Mapping[str, ArchiveRecord]) -> None:
         """Pins what `name` serves now: new versions added, gone ones dropped. An unchanged package
@@ -117,7 +122,7 @@ class SqliteLedger:
     # -- first-seen times
 
     def first_seen(self, name: str) -> dict[str, str]:
-        return dict(self.db.execute("SELECT version, stamp FROM first_seen WHERE name = ?", (name,)))
+        return dict(self.db.execute(FIRST_SEEN_OF, (name,)))
 
     def record_first_seen(self, name: str, stamps: Mapping[str, str]) -> None:
         self.db.executemany(

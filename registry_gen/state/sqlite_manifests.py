@@ -15,6 +15,7 @@ from registry_gen.state.sqlite_schema import CACHE_KEPT, open_database
 from registry_gen.state.sqlite_ledger import LEDGER_DATABASE
 
 CACHE_FILE = "cache.sqlite3"
+MANY_AT_ONCE = 500  # shasums per query of manifests_of (under SQLite's oldest limit of 999 parameters)
 # The README sits apart from the manifest: a package document needs every version's manifest but
 # only the latest version's README.
 _CACHE_SCHEMA = """
@@ -42,6 +43,26 @@ class ManifestCache:
     def manifest(self, shasum: str) -> bytes | None:
         row = self.db.execute("SELECT manifest FROM manifests WHERE shasum = ?", (shasum,)).fetchone()
         return row[0] if row else None
+
+    def manifests_of(self, shasums: Iterable[str]) -> dict[str, bytes]:
+        """The manifests of many archives, one query per MANY_AT_ONCE: a package document needs every
+        version's, which on PostgreSQL would be a round trip each (bench/PROFILE.md, sharewall)."""
+        wanted = sorted(set(shasums))
+        found: dict[str, bytes] = {}
+        for start in range(0, len(wanted), MANY_AT_ONCE):
+            chunk = wanted[start : start + MANY_AT_ONCE]
+            marks = ", ".join("?" * len(chunk))
+            found.update((row[0], row[1]) for row in self.db.execute(f"SELECT shasum, manifest FROM manifests WHERE shasum IN ({marks})", chunk))
+        return found
+
+    def extras(self, shasum: str) -> tuple[str | None, str | None, bytes | None] | None:
+        """(README, its file name, file list) of one archive in one query, as a version's pages want
+        them; None when its manifest's row is missing (the file list is None when only it is)."""
+        row = self.db.execute(
+            "SELECT m.readme, m.readme_filename, f.files FROM manifests m LEFT JOIN file_lists f ON f.shasum = m.shasum WHERE m.shasum = ?",
+            (shasum,),
+        ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
 
     def readme(self, shasum: str) -> tuple[str | None, str | None] | None:
         row = self.db.execute("SELECT readme, readme_filename FROM manifests WHERE shasum = ?", (shasum,)).fetchone()

@@ -107,6 +107,21 @@ def test_upload_plan_without_folder_keys_puts_each_document_under_its_tree_path_
     assert {u.key for u in upload_plan(files, prefix="npm")} - {u.key for u in plan} == {"npm/@a/b", "npm/@a/b/latest", "npm/-/all", "npm/-/web/"}
 
 
+def test_upload_plan_sends_a_packages_own_files_with_its_documents_and_the_registry_wide_ones_after() -> None:
+    """A publish's upload is one wave after its tarball: the package's dist-tags and web pages name
+    only its versions, so they go with its documents; the listings (front, browse and search pages,
+    -/all) name other packages, whose documents may be in the same upload, so they wait."""
+    files = [
+        "a/-/a-1.0.0.tgz", "a/index.html", "a/abbreviated.json", "a/latest/index.html", "-/package/a/dist-tags",
+        "-/web/package/a/index.html", "-/web/package/a/v/1.0.0/index.html",
+        "-/web/index.html", "-/web/browse/a/index.html", "-/web/search/a.json", "-/all/index.html", "-/search.json",
+    ]  # fmt: skip
+    phases = {u.source: u.phase for u in upload_plan(files, folder_keys=False)}
+    assert {f for f, phase in phases.items() if phase == 0} == {"a/-/a-1.0.0.tgz"}
+    assert {f for f, phase in phases.items() if phase == 1} == set(files[1:7])
+    assert {f for f, phase in phases.items() if phase == 2} == set(files[7:])
+
+
 def test_bucket_settings() -> None:
     assert website_configuration("npm") == {"IndexDocument": {"Suffix": "index.html"}, "ErrorDocument": {"Key": "npm/-/404.json"}}
     policy = json.loads(public_read_policy("bucket", "npm"))

@@ -49,6 +49,10 @@ LOCKED_AT_MOST = {"counted-kit": 14, "fresh-kit": 17}
 
 
 LISTINGS_LOCKED = "-- the listings lock is held from here"
+# Waits for PostgreSQL in one publish of a new version (counted_round_trips): 72 before the build's
+# runs of reads went together (sharewall), 56 before a package's rows did, 51 before the write lock
+# was taken with its transaction's BEGIN and the journal's entry written with its commit.
+ROUND_TRIPS_AT_MOST = 46
 
 
 @contextmanager
@@ -76,6 +80,45 @@ def counted_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         patch.setattr(psycopg.ServerCursor, "execute", counting(psycopg.ServerCursor.execute))
         patch.setattr(psycopg.Cursor, "copy", counting(psycopg.Cursor.copy))
         yield sent
+
+
+@contextmanager
+def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """One entry per wait for PostgreSQL while the block runs: a statement sent on its own (an
+    executemany is one: psycopg pipelines its rows), a pipeline of several (PgDb.prefetched,
+    writes_together), and a read inside a pipeline that waits for its answer before the end."""
+    trips: list[str] = []
+    fetch = psycopg.Cursor._fetch_pipeline
+
+    def fetched(self: Any) -> None:
+        if self._execmany_returning is not False and not self.pgresult and self._conn._pipeline:
+            trips.append("-- a read inside a pipeline")
+        fetch(self)
+
+    def alone(original: Callable[..., Any]) -> Callable[..., Any]:
+        def send(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.connection._pipeline is None:
+                trips.append(str(query))
+            return original(self, query, *args, **kwargs)
+
+        return send
+
+    pipeline = psycopg.Connection.pipeline
+
+    @contextmanager
+    def together(self: psycopg.Connection[Any]) -> Iterator[Any]:
+        outermost = self._pipeline is None
+        with pipeline(self) as opened:
+            yield opened
+        if outermost:
+            trips.append("-- a pipeline")
+
+    with monkeypatch.context() as patch:
+        for cls, method in ((psycopg.Cursor, "execute"), (psycopg.Cursor, "executemany"), (psycopg.ServerCursor, "execute"), (psycopg.Cursor, "copy")):
+            patch.setattr(cls, method, alone(getattr(cls, method)))
+        patch.setattr(psycopg.Connection, "pipeline", together)
+        patch.setattr(psycopg.Cursor, "_fetch_pipeline", fetched)
+        yield trips
 
 
 def under_listings_lock(sent: list[str]) -> list[str]:
@@ -114,3 +157,73 @@ def test_a_publish_on_postgresql_sends_a_bounded_number_of_statements(
     assert len(statements) <= AT_MOST[name], "\n".join(statements)
     locked = under_listings_lock(sent)
     assert locked[-1] == "COMMIT" and len(locked) <= LOCKED_AT_MOST[name], "\n".join(locked)
+
+
+def test_a_publishs_statements_do_not_grow_with_the_packages_versions(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The package document needs every version's manifest: read in one statement, not one per
+    version (a round trip each on PostgreSQL: at 30 versions, 30 of a publish's ~100), and a
+    version page's README and file list in one. So the 3rd and the 9th version cost the same."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    counts = {}
+    for minor in range(9):
+        with counted_statements(monkeypatch) as sent:
+            service.publish(_upload(settings, "grown-kit", f"1.{minor}.0"), ALICE)
+        counts[minor] = [statement for statement in sent if statement != LISTINGS_LOCKED]
+    assert {f"1.{minor}.0" for minor in range(9)} <= _served_versions(settings, "grown-kit")
+    manifest_reads = [statement for statement in counts[8] if "FROM manifests" in statement]
+    assert len(manifest_reads) <= 3, "\n".join(manifest_reads)  # all manifests; README + files of the new and the previous latest
+    assert len(counts[8]) == len(counts[2]), "\n".join(counts[8])
+
+
+def test_a_publishs_build_sends_its_runs_of_reads_together(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement is a wait for PostgreSQL unless sent with others: the build's opening
+    questions (5), a package's inputs (5, asked twice: its plan and its write) and the build's
+    report (4) each go as one pipeline (PgDb.prefetched), answered as the SQLite classes ask them;
+    the write lock's two advisory locks go with its BEGIN; the journal's entry, the write's row
+    and the commit that finish a write go together."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    for warm in ("alpha-kit", "trip-kit"):
+        service.publish(_upload(settings, warm, "1.0.0"), ALICE)
+    with counted_round_trips(monkeypatch) as trips:
+        service.publish(_upload(settings, "trip-kit", "1.0.1"), ALICE)
+    assert "1.0.1" in _served_versions(settings, "trip-kit")
+    assert len(trips) <= ROUND_TRIPS_AT_MOST, "\n".join(trips)
+    alone = [trip for trip in trips if not trip.startswith("-- a ")]
+    for read in ("FROM archives WHERE name = ", "FROM first_seen WHERE name = ", "FROM meta_duplicates ORDER BY", "FROM issues ORDER BY"):
+        assert not [trip for trip in alone if read in trip], f"{read} sent alone:\n" + "\n".join(trips)
+    for alone_before in ("SELECT pg_advisory_xact_lock_shared", "INSERT INTO journal", "UPDATE writes SET status"):
+        assert not [trip for trip in alone if trip.startswith(alone_before)], f"{alone_before} sent alone:\n" + "\n".join(trips)
+
+
+def test_a_publishs_package_rows_under_the_listings_lock_do_not_wait_each(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under the listings lock (every other instance's publish waits for it), the package's rows,
+    listing and links are written without a wait each (PgDb.writes_together): only the reads
+    among them, the pins' refusals, wait."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    service = WriteService(settings, refresher=IndexRefresher(settings))
+    service.publish(_upload(settings, "rows-kit", "1.0.0"), ALICE)
+    with counted_round_trips(monkeypatch) as trips:
+        service.publish(_upload(settings, "rows-kit", "1.0.1"), ALICE)
+    assert "1.0.1" in _served_versions(settings, "rows-kit")
+    for write in ("INSERT INTO packages", "INSERT INTO listings", "DELETE FROM links", "INSERT INTO search_keys", "INSERT INTO counters"):
+        assert not [trip for trip in trips if trip.startswith(write)], f"{write} waited alone:\n" + "\n".join(trips)
