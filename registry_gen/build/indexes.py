@@ -58,6 +58,12 @@ LEGACY_LISTINGS = (f"{site.WEB_ROOT}/page", f"{site.WEB_ROOT}/search-index.json"
 # of its path may have shrunk, so the renderer asks the readers' tree what that range's folder still
 # holds. A bound, not a kind of its own: a leader of an earlier release renders it as a range.
 LEFT = "left"
+# The `bound` of a `range` marking whose key is a browse prefix a write made split (its count passed
+# PAGE_SIZE): its page now links sub-ranges, and every page under it is rendered and uploaded, whatever
+# the leader's folder holds. That folder may keep sub-range pages of an earlier split that another
+# instance has since removed from the tree bucket (the range shrank under it); trusting them left the
+# new links answering 404. A leader of an earlier release walks it as a range.
+SPLIT = "split"
 
 # The files the readers' tree holds under a folder (`-/web/browse/zq/`), as tree paths: on a bucket,
 # one LIST of that prefix. Given where the build's work folder is not the readers' tree.
@@ -118,6 +124,13 @@ def leave_leaf(key: str, name: str, hood: LeafHood) -> list[LeafOp]:
     return ops
 
 
+def split_ranges(growth: Mapping[str, tuple[int, int]], page_size: int) -> set[str]:
+    """The browse prefixes a build made split: `growth` gives, for each prefix whose count its moves
+    raised, the lowest count before and the highest after such a move; a count moves by one per move,
+    so a prefix that went past `page_size` had one at `page_size` or under (BuildListings.prefix_growth)."""
+    return {prefix for prefix, (low, high) in growth.items() if low <= page_size < high}
+
+
 def listing_prefix(key: str, counts: Mapping[str, int]) -> str:
     """The browse page that lists the packages of browse key `key`: the first range on its path
     that is not split into sub-ranges, or the key itself (a split page lists its exact key).
@@ -149,6 +162,7 @@ class ListingChanges:
     front: bool = False
     ranges: set[str] = field(default_factory=set)  # browse keys a package entered or left: their whole path
     left: set[str] = field(default_factory=set)  # those of `ranges` a package left: the end of the path may have shrunk
+    split: set[str] = field(default_factory=set)  # browse prefixes that went past PAGE_SIZE: their whole tree
     pages: set[str] = field(default_factory=set)  # browse keys whose package only changed: the page listing it
     shards: set[str] = field(default_factory=set)  # shards whose leaves were cut or joined
     leaves: set[tuple[str, str]] = field(default_factory=set)  # (shard, bound) whose records changed
@@ -172,12 +186,13 @@ class ListingChanges:
 
     @property
     def touched(self) -> bool:
-        return self.front or bool(self.ranges or self.pages or self.shards or self.leaves)
+        return self.front or bool(self.ranges or self.split or self.pages or self.shards or self.leaves)
 
     def stale_pages(self) -> list[StalePage]:
         """What these changes touched, as the pages a deferring build leaves to the rewrite."""
         pages = [StalePage("front", "")] if self.front else []
         pages += [StalePage("range", key, LEFT if key in self.left else "") for key in sorted(self.ranges)]
+        pages += [StalePage("range", prefix, SPLIT) for prefix in sorted(self.split)]
         pages += [StalePage("page", key) for key in sorted(self.pages)]
         pages += [StalePage("shard", key) for key in sorted(self.shards)]
         return pages + [StalePage("leaf", key, bound) for key, bound in sorted(self.leaves)]
@@ -192,6 +207,8 @@ class ListingChanges:
             elif page.kind == "range" and page.bound == LEFT:
                 self.ranges.add(page.key)
                 self.left.add(page.key)
+            elif page.kind == "range" and page.bound == SPLIT:
+                self.split.add(page.key)
             else:
                 {"range": self.ranges, "page": self.pages, "shard": self.shards}[page.kind].add(page.key)
 
@@ -247,6 +264,8 @@ class IndexWriter:
         # In a full build, only markings (a server's start): a range emptied since is under no listed root.
         for key in sorted(changes.ranges):
             self.write_browse_path(key, left=key in changes.left)
+        for prefix in sorted(changes.split):  # every sub-range page new: none taken from this folder's copy
+            self.write_browse_tree(prefix)
         if not full:
             for key in sorted(changes.pages):
                 counts = self.state.prefix_counts(key)
@@ -505,6 +524,7 @@ def write_indexes(
     rendered: tuple[StalePage, ...] = ()
     if defer_listings and not every_shard:
         if changes.touched:
+            changes.split |= split_ranges(state.prefix_growth(), site.PAGE_SIZE)
             state.mark_listings_stale(changes.stale_pages())
     else:
         if not defer_listings:

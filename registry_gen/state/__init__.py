@@ -22,7 +22,7 @@ enforces it).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -118,6 +118,9 @@ class BuildListings(ListingMemory, Protocol):
 
     def mark_listings_stale(self, pages: Iterable[StalePage]) -> None: ...
     def stale_listings(self) -> list[StalePage]: ...  # each with the marking read
+    # Each browse prefix whose count this build's moves raised: (lowest count before, highest after),
+    # so the build can mark a range that split (its sub-range pages are all new in the readers' tree).
+    def prefix_growth(self) -> Mapping[str, tuple[int, int]]: ...
     def settle_stale_listings(self, pages: Iterable[StalePage]) -> None: ...  # those markings only
 
 

@@ -82,6 +82,7 @@ class PgSession(PgListings):
         self.forgotten = False  # forget_content made this build's tables of what content/ held
         self.listings_locked = False
         self.versions_before = {}
+        self.grown = {}
 
     # -- one transaction: the ledger's rows and the cache's commit together
 

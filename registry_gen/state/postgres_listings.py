@@ -64,6 +64,10 @@ class PgListings(BuildState):
     """Mixed into the PostgreSQL build session, before the portable SQL it overrides."""
 
     versions_before: dict[str, int | None]  # each package's version count as package_before read it
+    # Each prefix whose count a move of this build raised: (lowest count before such a move, highest
+    # after one). Counts move by one per move, so a range that split in this build has lowest <=
+    # PAGE_SIZE < highest (build.indexes.split_ranges); read back from the upsert, no query of its own.
+    grown: dict[str, tuple[int, int]]
 
     def package_before(self, name: str, keys_after: Iterable[str]) -> PackageBefore:
         row = self.db.execute(_OWN_ROWS, (name,)).fetchone()
@@ -129,11 +133,12 @@ class PgListings(BuildState):
     def apply_listing_move(self, move: ListingMove) -> dict[str, str]:
         rows = summed_prefix_rows(move.prefix_rows)
         if rows:
-            self.db.execute(
+            counts = self.db.execute(
                 "INSERT INTO prefixes (prefix, parent, count) SELECT * FROM unnest(?::text[], ?::text[], ?::int[])"
-                " ON CONFLICT (prefix) DO UPDATE SET count = prefixes.count + excluded.count",
+                " ON CONFLICT (prefix) DO UPDATE SET count = prefixes.count + excluded.count RETURNING prefix, count",
                 [list(column) for column in zip(*rows)],
             )
+            self._note_growth(dict(counts), {prefix: delta for prefix, _, delta in rows})
         emptied = [prefix for prefix, _, delta in rows if delta < 0]
         if emptied:
             self.db.execute("DELETE FROM prefixes WHERE prefix = ANY(?) AND count <= 0", (emptied,))
@@ -144,6 +149,15 @@ class PgListings(BuildState):
                 "INSERT INTO search_keys (key, name) SELECT unnest(?::text[]), ? ON CONFLICT DO NOTHING", (list(move.shards_now), move.name)
             )
         return self._apply_leaf_ops(move.leaf_ops)
+
+    def _note_growth(self, counts: Mapping[str, int], deltas: Mapping[str, int]) -> None:
+        for prefix, count in counts.items():
+            if deltas[prefix] > 0:
+                low, high = self.grown.get(prefix, (count - deltas[prefix], count))
+                self.grown[prefix] = (min(low, count - deltas[prefix]), max(high, count))
+
+    def prefix_growth(self) -> Mapping[str, tuple[int, int]]:
+        return self.grown
 
     def _apply_leaf_ops(self, ops: Sequence[LeafOp]) -> dict[str, str]:
         """The counts first, in one statement: in a move, a leaf's count op comes before the split or

@@ -207,6 +207,9 @@ class BuildState(ListingTables):
     def stale_listings(self) -> list[StalePage]:
         return []
 
+    def prefix_growth(self) -> Mapping[str, tuple[int, int]]:
+        return {}  # asked only where a write marks its pages (PostgreSQL): the embedded default renders them
+
     def settle_stale_listings(self, pages: Iterable[StalePage]) -> None:
         return None
 

@@ -384,3 +384,20 @@ def test_a_current_state_opens_without_its_schema_script(tmp_path: Path, monkeyp
     BuildState(path).close()
     assert any("user_version" in s for s in statements)
     assert not [s for s in statements if s.lstrip().upper().startswith(("CREATE", "ALTER", "DROP"))]
+
+
+def test_a_range_that_went_past_page_size_is_marked_split_and_read_back() -> None:
+    """The write's build marks the prefixes its moves took past PAGE_SIZE (one at a time: lowest
+    before <= PAGE_SIZE < highest after), a `range` marking bound `split` that the leader reads back
+    as a tree to render whole; a prefix that grew but stayed on one side is not marked."""
+    from registry_gen.build.indexes import SPLIT, ListingChanges, split_ranges
+    from registry_gen.state.records import StalePage
+
+    growth = {"zq": (2, 3), "zqa": (0, 1), "zr": (3, 5), "zs": (1, 2)}
+    assert split_ranges(growth, 2) == {"zq"}
+    changes = ListingChanges(split={"zq"})
+    assert [page for page in changes.stale_pages() if page.bound == SPLIT] == [StalePage("range", "zq", SPLIT)]
+    read = ListingChanges()
+    read.take(changes.stale_pages())
+    assert read.split == {"zq"} and not read.ranges
+

@@ -223,7 +223,7 @@ def test_a_leader_whose_folder_never_held_a_shrunk_range_s_sub_ranges_removes_th
     sent = recorded(other[1])
     service.publish(_upload(service.settings, "yy-new", "1.0.0"), ALICE)  # enters a range: no LIST
     WholeRewrite(*other)()
-    assert _lists(sent) == 0
+    assert _lists(sent) == 0, [request for request in sent if request.operation == "ListObjectsV2"]
     service.apply("zqb-two", unpublish_all(), ALICE)
     result = WholeRewrite(*other)()
     assert not _sub_range_keys(objects, "zq")
@@ -348,3 +348,38 @@ def test_a_range_shrunk_under_a_new_leader_stops_serving_its_sub_range_pages_thr
             f"{sub_pages} still served {WITHIN_SECONDS} s after zq shrank back to {web.PAGE_SIZE} names"
         )
         assert poll(lambda: _stale_rows(url) == 0, WITHIN_SECONDS)
+
+
+# ---------------------------------------------------------------- a range that splits again (issue 28)
+# A leader renders a split and keeps its sub-range pages in its folder; the range shrinks under
+# another leader, which removes them from the tree bucket; a publish splits it again while the first
+# leads: its folder's copies are not what the bucket holds, so every page under the range is uploaded.
+
+
+@pytest.mark.usefixtures("small_pages")
+def test_a_range_that_splits_again_under_the_first_leader_has_every_linked_sub_range_page_in_the_bucket(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path
+) -> None:
+    """A renders zq split (zq/a, zq/b, in its folder and the bucket); an unpublish shrinks zq and B,
+    leading, removes them from the bucket; a publish of zqc-one splits zq again and A, leading again,
+    renders it: zq/a and zq/b, which A's folder still holds unchanged, are uploaded too (A skipped
+    them: linked from zq's page, 404). That turn lists nothing."""
+    service, objects = bucket_service
+    other = _other_instance(service, tmp_path / "b")
+    for name in SPLIT:
+        service.publish(_upload(service.settings, name, "1.0.0"), ALICE)
+    WholeRewrite(service.settings, objects)()
+    held = {web.browse_page_path("zqa"), web.browse_page_path("zqb")}
+    assert _sub_range_keys(objects, "zq") >= held, "zq was not split"
+    service.apply("zqb-two", unpublish_all(), ALICE)
+    WholeRewrite(*other)()
+    assert not _sub_range_keys(objects, "zq"), "B did not remove zq's sub-ranges"
+    assert all((service.settings.out_dir / path).is_file() for path in held), "A's folder lost them: nothing to test"
+    service.publish(_upload(service.settings, "zqc-one", "1.0.0"), ALICE)
+    sent = recorded(objects)  # the leader's turn (the publish lists its new content folder)
+    WholeRewrite(service.settings, objects)()
+    assert _lists(sent) == 0  # counted before this test's own LISTs below
+    assert b"zqa-one" not in (objects.tree.bucket.read(web.browse_page_path("zq")) or b""), "zq was not split again"
+    linked = held | {web.browse_page_path("zqc")}  # zq's page links its three sub-ranges
+    missing = linked - _sub_range_keys(objects, "zq")
+    assert not missing, f"{sorted(missing)} linked from zq's page, not in the bucket"
