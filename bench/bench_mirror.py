@@ -1,9 +1,12 @@
 """The mirror (issue 29, acceptance 5): `npm install jest@29` (266 packages) through an empty
 mirror against the same install straight from its upstream, a real Verdaccio 6.8.0 holding the
 tree (tests/mirror/jest_upstream.py: filled once, cached); then a fresh-cache install through the
-filled mirror against one from a tree built from the start with the same packages (`registry-gen
-import lockfile`). Both registries are the deployment: nginx (`host-config nginx`) in front of
-`registry-gen api`. Runs alternate, so load from other work falls on both sides.
+filled mirror against one from a tree built from the start: the filled mirror's content/ copied
+and built by `registry-gen build` (the same packages, the same documents byte for byte), served
+by the same nginx with no name routed through the API. Also reported: the same install from the
+packages of the cold install's lockfile imported (`registry-gen import lockfile`: one version a
+package, so far smaller documents). All registries are the deployment: nginx (`host-config
+nginx`) in front of `registry-gen api`. Runs alternate, so load from other work falls on both sides.
 
 Then the cost of freshness at 10,000 mirrored packages: every read of a proxied document goes
 through the API's freshness check (one indexed row) and comes back as an X-Accel-Redirect, against
@@ -82,11 +85,24 @@ def deployment(work: Path, config: str) -> Iterator[str]:
         yield url
 
 
+def built_from_start(mirror: Path, work: Path) -> None:
+    """A registry holding what the filled mirror at `mirror` holds (its content/ copied), built from
+    the start by `registry-gen build` with the same configuration and base URL, so its documents
+    are the mirror's byte for byte (see `same_documents`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    shutil.copytree(mirror / "content", work / "content")
+    text = (mirror / "registry.yaml").read_text()
+    for folder in ("content", "public", "data"):
+        text = text.replace(f"{mirror / folder}\n", f"{work / folder}\n")
+    (work / "registry.yaml").write_text(text)
+    subprocess.run([sys.executable, "-m", "registry_gen", "build", "-c", str(work / "registry.yaml")], cwd=work, env=env,
+                   check=True, capture_output=True, timeout=3600)  # fmt: skip
+
+
 @contextlib.contextmanager
-def same_files_static(work: Path) -> Iterator[str]:
-    """The filled mirror's own tree behind the same nginx + api, its proxied names not routed
-    through the API: the same documents and tarballs, with no freshness check (on the port the
-    documents' tarball URLs name)."""
+def served_static(work: Path) -> Iterator[str]:
+    """The registry at `work` behind the same nginx + api, no name routed through the API (on the
+    port its documents' tarball URLs name)."""
     from registry_gen.hosting import nginx_config
     from registry_gen.settings import load_settings
 
@@ -95,6 +111,19 @@ def same_files_static(work: Path) -> Iterator[str]:
     conf = nginx_config(work / "public", f"127.0.0.1:{port}", f"127.0.0.1:{api_port}", user="root" if os.geteuid() == 0 else None)
     with servers.nginx_and_api(work, work / "registry.yaml", conf, port, api_port) as url:
         yield url
+
+
+def same_documents(mirror: Path, built: Path) -> tuple[int, int]:
+    """How many of the mirror's package documents the built tree holds byte for byte, of how many."""
+    from registry_gen.layout import PACKAGE_DOCUMENT
+    from registry_gen.meta import META_FILENAME
+
+    folders = [meta.parent.relative_to(mirror / "content") for meta in (mirror / "content").glob(f"**/{META_FILENAME}")]
+    same = 0
+    for folder in folders:
+        with contextlib.suppress(FileNotFoundError):
+            same += (mirror / "public" / folder / PACKAGE_DOCUMENT).read_bytes() == (built / "public" / folder / PACKAGE_DOCUMENT).read_bytes()
+    return same, len(folders)
 
 
 def _settled(work: Path, project: Path, deadline: float = 600.0) -> float:
@@ -141,8 +170,8 @@ def document_bytes(work: Path) -> int:
     return sum(document.stat().st_size for document in documents if document.is_file())
 
 
-def _built_from_start(work: Path, upstream: str, lockfile: Path) -> None:
-    """A registry holding the same packages, built from the start (imported, then built)."""
+def _imported_lockfile(work: Path, upstream: str, lockfile: Path) -> None:
+    """A registry holding the lockfile's packages at its versions only, imported, then built."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     (work / "content").mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "registry_gen", "import", "lockfile", str(lockfile), "--from", upstream,
@@ -156,9 +185,10 @@ def installs(quick: bool) -> list[dict[str, Any]]:
 
     source, _ = jest_upstream()
     repeats = 1 if quick else 3
-    timings: dict[str, list[float]] = {"direct": [], "cold": [], "warm": [], "static": [], "built": []}
+    timings: dict[str, list[float]] = {"direct": [], "cold": [], "warm": [], "fresh": [], "lockfile": []}
     settle: list[float] = []
     sizes: dict[str, int] = {}
+    same: list[tuple[int, int]] = []
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-mirror-", dir=CACHE_DIR) as folder:
         scratch = Path(folder)
@@ -168,31 +198,40 @@ def installs(quick: bool) -> list[dict[str, Any]]:
             config = f"uplinks:\n  up:\n    url: {upstream}\npackages:\n  '**': {{proxy: up}}\n"
             lockfile = None
             for rep in range(repeats):
+                mirror, fresh = scratch / f"mirror-{rep}", scratch / f"fresh-{rep}"
                 timings["direct"].append(npm_install(upstream, scratch / f"direct-{rep}")[0])
-                with deployment(scratch / f"mirror-{rep}", config) as mirror:
-                    seconds, project = npm_install(mirror, scratch / f"cold-{rep}")
+                with deployment(mirror, config) as url:
+                    seconds, project = npm_install(url, scratch / f"cold-{rep}")
                     timings["cold"].append(seconds)
                     lockfile = lockfile or project / "package-lock.json"
-                    settle.append(_settled(scratch / f"mirror-{rep}", project))
-                    timings["warm"].append(npm_install(mirror, scratch / f"warm-{rep}")[0])
-                with same_files_static(scratch / f"mirror-{rep}") as static:
-                    timings["static"].append(npm_install(static, scratch / f"static-{rep}")[0])
-                sizes["mirror"] = document_bytes(scratch / f"mirror-{rep}")
+                    settle.append(_settled(mirror, project))
+                    timings["warm"].append(npm_install(url, scratch / f"warm-{rep}")[0])
+                built_from_start(mirror, fresh)
+                same.append(same_documents(mirror, fresh))
+                with served_static(fresh) as url:
+                    timings["fresh"].append(npm_install(url, scratch / f"fresh-install-{rep}")[0])
+                sizes["mirror"] = document_bytes(mirror)
             assert lockfile is not None
-            _built_from_start(scratch / "built", upstream, lockfile)
-        with deployment(scratch / "built", "") as built:
+            _imported_lockfile(scratch / "lockfile", upstream, lockfile)
+        with deployment(scratch / "lockfile", "") as url:
             for rep in range(repeats):
-                timings["built"].append(npm_install(built, scratch / f"built-{rep}")[0])
-        sizes["built"] = document_bytes(scratch / "built")
-    return _install_rows(timings, settle, repeats, sizes)
+                timings["lockfile"].append(npm_install(url, scratch / f"lockfile-{rep}")[0])
+        sizes["lockfile"] = document_bytes(scratch / "lockfile")
+    return _install_rows(timings, settle, repeats, sizes, same)
 
 
-def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats: int, sizes: dict[str, int]) -> list[dict[str, Any]]:
+def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats: int, sizes: dict[str, int],
+                  same: list[tuple[int, int]]) -> list[dict[str, Any]]:  # fmt: skip
     median = {key: statistics.median(values) for key, values in timings.items()}
     runs = {key: ", ".join(f"{t:.1f}" for t in values) for key, values in timings.items()}
-    # Each cold run follows its own direct run: their ratio is less at the mercy of other load than
-    # the medians' (the built runs come after every mirror run, so the warm ones have no pair).
-    paired = ", ".join(f"{cold / direct:.2f}" for cold, direct in zip(timings["cold"], timings["direct"], strict=True))
+
+    def paired(first: str, second: str) -> str:
+        # Each run against the one just before or after it: their ratio is less at the mercy of
+        # other load than the medians' (the lockfile runs come after every mirror run: no pair).
+        return ", ".join(f"{a / b:.2f}" for a, b in zip(timings[first], timings[second], strict=True))
+
+    mirror_mb, lockfile_mb = sizes["mirror"] / 1e6, sizes["lockfile"] / 1e6
+    identical = ", ".join(f"{n} of {total}" for n, total in same)
     return [
         {
             "figure": "Cold npm install of jest@29 (266 packages) through an empty mirror (nginx + registry-gen api)",
@@ -200,29 +239,30 @@ def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats:
             "ratio": round(median["cold"] / median["direct"], 2), "goal": f"≤ {COLD_GOAL}× the same install straight from the upstream",
             "note": (f"median of {repeats}; baseline = npm straight from the upstream, a Verdaccio 6.8.0 serving the same tree "
                      f"(runs {runs['direct']} s); through the mirror {runs['cold']} s (each run against the direct one before it: "
-                     f"{paired}×): each document and tarball fetched from the upstream, checked and answered at once, landed in "
-                     "content/ and built into the tree in the background (one build once the burst is over); the tree held everything "
-                     f"{', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
+                     f"{paired('cold', 'direct')}×): each document and tarball fetched from the upstream, checked and answered at once, "
+                     "landed in content/ and built into the tree in the background (one build once the burst is over); the tree held "
+                     f"everything {', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
         },  # fmt: skip
         {
             "figure": "Second npm install of jest@29 (fresh npm cache) through the filled mirror",
-            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["built"], 1),
-            "ratio": round(median["warm"] / median["built"], 2), "goal": f"≤ {WARM_GOAL}× a tree built from the start",
-            "note": (f"median of {repeats}; baseline = the same packages imported (`import lockfile` of the cold install's lockfile) "
-                     f"and built, behind the same nginx + api (runs {runs['built']} s); the mirror's runs {runs['warm']} s: tarballs "
-                     "are static files, each document read asks the API's freshness check and comes back as an X-Accel-Redirect; "
-                     "a document fetched more than maxage (2 min) before is asked again conditionally, and a 304 only moves its "
-                     f"freshness row; the baseline's documents hold the lockfile's versions only ({sizes['built'] / 1e6:.1f} MB of full "
-                     f"documents against the mirror's {sizes['mirror'] / 1e6:.1f} MB, every version the upstream lists): the next row "
-                     "compares the same files"),
+            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["fresh"], 1),
+            "ratio": round(median["warm"] / median["fresh"], 2), "goal": f"≤ {WARM_GOAL}× a tree built from the start",
+            "note": (f"median of {repeats}; baseline = a tree built from the start: the filled mirror's content/ copied and built "
+                     "by `registry-gen build` (the same packages; the same documents, byte for byte: "
+                     f"{identical} identical), served by the same nginx with no name routed through the API (runs {runs['fresh']} s, "
+                     f"each just after its mirror run: {paired('warm', 'fresh')}×); the mirror's runs {runs['warm']} s: tarballs are "
+                     "static files, each document read asks the API's freshness check and comes back as an X-Accel-Redirect (a "
+                     "document fetched more than maxage (2 min) before is asked again conditionally; a 304 only moves its freshness "
+                     f"row); both serve {mirror_mb:.1f} MB of full documents (every version the upstream lists, which a mirror must "
+                     "serve)"),
         },  # fmt: skip
         {
-            "figure": "Second npm install of jest@29 through the filled mirror, against the same files served without the freshness check",
-            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["static"], 1),
-            "ratio": round(median["warm"] / median["static"], 2), "goal": "report (the freshness check's share of the second install)",
-            "note": (f"median of {repeats}; baseline = the filled mirror's own tree behind the same nginx + api with no name routed "
-                     f"through the API (runs {runs['static']} s, each just after its warm run: "
-                     + ", ".join(f"{w / s:.2f}" for w, s in zip(timings["warm"], timings["static"], strict=True)) + "×)"),
+            "figure": "Second npm install of jest@29 through the filled mirror, against the lockfile's packages imported",
+            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["lockfile"], 1),
+            "ratio": round(median["warm"] / median["lockfile"], 2), "goal": "report (a tree holding one version a package)",
+            "note": (f"median of {repeats}; baseline = the cold install's lockfile imported (`import lockfile`) and built, behind the "
+                     f"same nginx + api (runs {runs['lockfile']} s, after every mirror run): its documents hold the lockfile's "
+                     f"versions only, {lockfile_mb:.1f} MB of full documents against the mirror's {mirror_mb:.1f} MB"),
         },  # fmt: skip
     ]
 
