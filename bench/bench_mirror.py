@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -46,20 +47,60 @@ def _row(figure: str, note: str, goal: str = "report") -> dict[str, Any]:
 
 
 def npm_install(registry: str, scratch: Path, spec: str = "jest@29") -> tuple[float, Path]:
-    """Seconds for one cold `npm install spec` (empty cache, no lockfile) and the project folder."""
+    """Seconds for one cold `npm install spec` (empty cache, no lockfile) and the project folder;
+    npm's CPU seconds are added to `NPM_CPU` under the scratch folder's name."""
     home, project = scratch / "home", scratch / "project"
     for folder in (home, project):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
     (home / ".npmrc").write_text("")
     (project / "package.json").write_text(json.dumps({"name": "bench-project", "version": "1.0.0", "private": True}))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([NPM, "install", spec, "--ignore-scripts"], cwd=project, env=npm_env(home, registry),
                           capture_output=True, text=True, timeout=1800)  # fmt: skip
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    NPM_CPU[scratch.name] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if proc.returncode != 0:
         raise RuntimeError(f"npm install {spec} from {registry} failed: {proc.stderr[-1500:]}")
     return seconds, project
+
+
+NPM_CPU: dict[str, float] = {}
+
+
+def server_cpu(work: Path) -> dict[str, float]:
+    """CPU seconds so far of the servers of the deployment at `work`: its `registry-gen api`, and its
+    nginx (the master and its workers), from /proc (what other load on the machine does not inflate)."""
+    config, runtime = str(work / "registry.yaml").encode(), str(work / "nginx").encode()
+    stats: dict[int, list[str]] = {}
+    api: set[int] = set()
+    nginx: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            line = (entry / "cmdline").read_bytes()
+            stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if b"api" in line.split(b"\0") and config in line.split(b"\0"):
+                api.add(int(entry.name))
+            elif b"-p " + runtime + b" " in line:  # nginx's master rewrites its command line into one title
+                nginx.add(int(entry.name))
+    nginx |= {pid for pid, fields in stats.items() if int(fields[1]) in nginx}  # its workers
+    tick = os.sysconf("SC_CLK_TCK")
+    return {name: sum(int(stats[pid][11]) + int(stats[pid][12]) for pid in pids) / tick for name, pids in (("api", api), ("nginx", nginx))}
+
+
+def measured_install(url: str, work: Path, scratch: Path, cpu: dict[str, list[float]], key: str) -> float:
+    """`npm_install`, with the CPU seconds over it of the api, nginx and npm kept in `cpu[key + "-api"]`..."""
+    before = server_cpu(work)
+    seconds = npm_install(url, scratch)[0]
+    after = server_cpu(work)
+    for server in ("api", "nginx"):
+        cpu.setdefault(f"{key}-{server}", []).append(after[server] - before[server])
+    cpu.setdefault(f"{key}-npm", []).append(NPM_CPU[scratch.name])
+    return seconds
 
 
 @contextlib.contextmanager
@@ -129,8 +170,10 @@ def same_documents(mirror: Path, built: Path) -> tuple[int, int]:
 def _settled(work: Path, project: Path, deadline: float = 600.0) -> float:
     """Seconds until the tree serves what the mirror landed (the landings are built in the
     background, after the burst): every package in content/ has its document built from its
-    latest meta, and every tarball npm installed into `project` is in the tree. Raises past the
-    deadline, naming what is still missing."""
+    latest meta, every tarball npm installed into `project` is in the tree, and the API has gone
+    quiet (no CPU for a second: the batch build writes the pages and listings after the documents,
+    ~0.7 CPU-s for jest@29, which a second install started at once would run beside). Raises past
+    the deadline, naming what is still missing."""
     from registry_gen.names import tarball_path
 
     started = time.monotonic()
@@ -141,7 +184,17 @@ def _settled(work: Path, project: Path, deadline: float = 600.0) -> float:
         if time.monotonic() - started > deadline:
             raise RuntimeError(f"the mirror's tree lacked {len(missing)} files {deadline:.0f} s after the install, e.g. {missing[0]}")
         time.sleep(0.5)
+    while not _quiet(work):
+        if time.monotonic() - started > deadline:
+            raise RuntimeError(f"the mirror's API was still busy {deadline:.0f} s after the install")
     return time.monotonic() - started
+
+
+def _quiet(work: Path) -> bool:
+    """Whether the API spent at most one clock tick of CPU over the next second."""
+    before = server_cpu(work)["api"]
+    time.sleep(1.0)
+    return server_cpu(work)["api"] - before <= 0.011
 
 
 def _unbuilt_documents(work: Path) -> list[str]:
@@ -189,6 +242,7 @@ def installs(quick: bool) -> list[dict[str, Any]]:
     settle: list[float] = []
     sizes: dict[str, int] = {}
     same: list[tuple[int, int]] = []
+    cpu: dict[str, list[float]] = {}
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-mirror-", dir=CACHE_DIR) as folder:
         scratch = Path(folder)
@@ -205,11 +259,11 @@ def installs(quick: bool) -> list[dict[str, Any]]:
                     timings["cold"].append(seconds)
                     lockfile = lockfile or project / "package-lock.json"
                     settle.append(_settled(mirror, project))
-                    timings["warm"].append(npm_install(url, scratch / f"warm-{rep}")[0])
+                    timings["warm"].append(measured_install(url, mirror, scratch / f"warm-{rep}", cpu, "warm"))
                 built_from_start(mirror, fresh)
                 same.append(same_documents(mirror, fresh))
                 with served_static(fresh) as url:
-                    timings["fresh"].append(npm_install(url, scratch / f"fresh-install-{rep}")[0])
+                    timings["fresh"].append(measured_install(url, fresh, scratch / f"fresh-install-{rep}", cpu, "fresh"))
                 sizes["mirror"] = document_bytes(mirror)
             assert lockfile is not None
             _imported_lockfile(scratch / "lockfile", upstream, lockfile)
@@ -217,11 +271,11 @@ def installs(quick: bool) -> list[dict[str, Any]]:
             for rep in range(repeats):
                 timings["lockfile"].append(npm_install(url, scratch / f"lockfile-{rep}")[0])
         sizes["lockfile"] = document_bytes(scratch / "lockfile")
-    return _install_rows(timings, settle, repeats, sizes, same)
+    return _install_rows(timings, settle, repeats, sizes, same, cpu)
 
 
 def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats: int, sizes: dict[str, int],
-                  same: list[tuple[int, int]]) -> list[dict[str, Any]]:  # fmt: skip
+                  same: list[tuple[int, int]], cpu: dict[str, list[float]]) -> list[dict[str, Any]]:  # fmt: skip
     median = {key: statistics.median(values) for key, values in timings.items()}
     runs = {key: ", ".join(f"{t:.1f}" for t in values) for key, values in timings.items()}
 
@@ -232,6 +286,7 @@ def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats:
 
     mirror_mb, lockfile_mb = sizes["mirror"] / 1e6, sizes["lockfile"] / 1e6
     identical = ", ".join(f"{n} of {total}" for n, total in same)
+    spent = {key: ", ".join(f"{t:.2f}" for t in values) for key, values in cpu.items()}
     return [
         {
             "figure": "Cold npm install of jest@29 (266 packages) through an empty mirror (nginx + registry-gen api)",
@@ -241,7 +296,7 @@ def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats:
                      f"(runs {runs['direct']} s); through the mirror {runs['cold']} s (each run against the direct one before it: "
                      f"{paired('cold', 'direct')}×): each document and tarball fetched from the upstream, checked and answered at once, "
                      "landed in content/ and built into the tree in the background (one build once the burst is over); the tree held "
-                     f"everything {', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
+                     f"everything and the API was quiet {', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
         },  # fmt: skip
         {
             "figure": "Second npm install of jest@29 (fresh npm cache) through the filled mirror",
@@ -254,7 +309,9 @@ def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats:
                      "static files, each document read asks the API's freshness check and comes back as an X-Accel-Redirect (a "
                      "document fetched more than maxage (2 min) before is asked again conditionally; a 304 only moves its freshness "
                      f"row); both serve {mirror_mb:.1f} MB of full documents (every version the upstream lists, which a mirror must "
-                     "serve)"),
+                     "serve). CPU seconds per install (what the machine's other load does not inflate), through the mirror "
+                     f"against the tree: the api {spent['warm-api']} against {spent['fresh-api']}, nginx {spent['warm-nginx']} "
+                     f"against {spent['fresh-nginx']}, npm itself {spent['warm-npm']} against {spent['fresh-npm']}"),
         },  # fmt: skip
         {
             "figure": "Second npm install of jest@29 through the filled mirror, against the lockfile's packages imported",
