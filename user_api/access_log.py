@@ -210,7 +210,7 @@ class LineWriter:
 
     The writer wakes once per batch, not once per line: the first line after a write wakes it, it
     then gathers for `interval` (cut short by a full batch or `close`) and writes them all. Woken
-    per line, it cost each fresh document read ~6 futex calls and a `write` (bench/PROFILE.md,
+    per line, it cost each fresh document read ~7 futex calls and a `write` (bench/PROFILE.md,
     freshbase). `close` writes what is queued; a killed process loses at most the lines of the
     last `interval` (a clean stop loses none)."""
 

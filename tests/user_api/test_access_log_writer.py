@@ -1,6 +1,6 @@
 """The access-log writer (`user_api.access_log.LineWriter`): request threads queue their lines, one
 thread writes them, woken once per batch rather than once per line (a wake-up per request cost each
-fresh document read ~6 futex calls and a `write`: bench/PROFILE.md, freshbase), and nothing queued
+fresh document read ~7 futex calls and a `write`: bench/PROFILE.md, freshbase), and nothing queued
 is lost on a clean stop."""
 
 from __future__ import annotations
