@@ -1,9 +1,12 @@
 """The mirror (issue 29, acceptance 5): `npm install jest@29` (266 packages) through an empty
 mirror against the same install straight from its upstream, a real Verdaccio 6.8.0 holding the
 tree (tests/mirror/jest_upstream.py: filled once, cached); then a fresh-cache install through the
-filled mirror against one from a tree built from the start with the same packages (`registry-gen
-import lockfile`). Both registries are the deployment: nginx (`host-config nginx`) in front of
-`registry-gen api`. Runs alternate, so load from other work falls on both sides.
+filled mirror against one from a tree built from the start: the filled mirror's content/ copied
+and built by `registry-gen build` (the same packages, the same documents byte for byte), served
+by the same nginx with no name routed through the API. Also reported: the same install from the
+packages of the cold install's lockfile imported (`registry-gen import lockfile`: one version a
+package, so far smaller documents). All registries are the deployment: nginx (`host-config
+nginx`) in front of `registry-gen api`. Runs alternate, so load from other work falls on both sides.
 
 Then the cost of freshness at 10,000 mirrored packages: every read of a proxied document goes
 through the API's freshness check (one indexed row) and comes back as an X-Accel-Redirect, against
@@ -18,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -43,20 +47,60 @@ def _row(figure: str, note: str, goal: str = "report") -> dict[str, Any]:
 
 
 def npm_install(registry: str, scratch: Path, spec: str = "jest@29") -> tuple[float, Path]:
-    """Seconds for one cold `npm install spec` (empty cache, no lockfile) and the project folder."""
+    """Seconds for one cold `npm install spec` (empty cache, no lockfile) and the project folder;
+    npm's CPU seconds are added to `NPM_CPU` under the scratch folder's name."""
     home, project = scratch / "home", scratch / "project"
     for folder in (home, project):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
     (home / ".npmrc").write_text("")
     (project / "package.json").write_text(json.dumps({"name": "bench-project", "version": "1.0.0", "private": True}))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run([NPM, "install", spec, "--ignore-scripts"], cwd=project, env=npm_env(home, registry),
                           capture_output=True, text=True, timeout=1800)  # fmt: skip
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    NPM_CPU[scratch.name] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if proc.returncode != 0:
         raise RuntimeError(f"npm install {spec} from {registry} failed: {proc.stderr[-1500:]}")
     return seconds, project
+
+
+NPM_CPU: dict[str, float] = {}
+
+
+def server_cpu(work: Path) -> dict[str, float]:
+    """CPU seconds so far of the servers of the deployment at `work`: its `registry-gen api`, and its
+    nginx (the master and its workers), from /proc (what other load on the machine does not inflate)."""
+    config, runtime = str(work / "registry.yaml").encode(), str(work / "nginx").encode()
+    stats: dict[int, list[str]] = {}
+    api: set[int] = set()
+    nginx: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            line = (entry / "cmdline").read_bytes()
+            stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if b"api" in line.split(b"\0") and config in line.split(b"\0"):
+                api.add(int(entry.name))
+            elif b"-p " + runtime + b" " in line:  # nginx's master rewrites its command line into one title
+                nginx.add(int(entry.name))
+    nginx |= {pid for pid, fields in stats.items() if int(fields[1]) in nginx}  # its workers
+    tick = os.sysconf("SC_CLK_TCK")
+    return {name: sum(int(stats[pid][11]) + int(stats[pid][12]) for pid in pids) / tick for name, pids in (("api", api), ("nginx", nginx))}
+
+
+def measured_install(url: str, work: Path, scratch: Path, cpu: dict[str, list[float]], key: str) -> float:
+    """`npm_install`, with the CPU seconds over it of the api, nginx and npm kept in `cpu[key + "-api"]`..."""
+    before = server_cpu(work)
+    seconds = npm_install(url, scratch)[0]
+    after = server_cpu(work)
+    for server in ("api", "nginx"):
+        cpu.setdefault(f"{key}-{server}", []).append(after[server] - before[server])
+    cpu.setdefault(f"{key}-npm", []).append(NPM_CPU[scratch.name])
+    return seconds
 
 
 @contextlib.contextmanager
@@ -82,11 +126,24 @@ def deployment(work: Path, config: str) -> Iterator[str]:
         yield url
 
 
+def built_from_start(mirror: Path, work: Path) -> None:
+    """A registry holding what the filled mirror at `mirror` holds (its content/ copied), built from
+    the start by `registry-gen build` with the same configuration and base URL, so its documents
+    are the mirror's byte for byte (see `same_documents`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
+    shutil.copytree(mirror / "content", work / "content")
+    text = (mirror / "registry.yaml").read_text()
+    for folder in ("content", "public", "data"):
+        text = text.replace(f"{mirror / folder}\n", f"{work / folder}\n")
+    (work / "registry.yaml").write_text(text)
+    subprocess.run([sys.executable, "-m", "registry_gen", "build", "-c", str(work / "registry.yaml")], cwd=work, env=env,
+                   check=True, capture_output=True, timeout=3600)  # fmt: skip
+
+
 @contextlib.contextmanager
-def same_files_static(work: Path) -> Iterator[str]:
-    """The filled mirror's own tree behind the same nginx + api, its proxied names not routed
-    through the API: the same documents and tarballs, with no freshness check (on the port the
-    documents' tarball URLs name)."""
+def served_static(work: Path) -> Iterator[str]:
+    """The registry at `work` behind the same nginx + api, no name routed through the API (on the
+    port its documents' tarball URLs name)."""
     from registry_gen.hosting import nginx_config
     from registry_gen.settings import load_settings
 
@@ -97,11 +154,26 @@ def same_files_static(work: Path) -> Iterator[str]:
         yield url
 
 
+def same_documents(mirror: Path, built: Path) -> tuple[int, int]:
+    """How many of the mirror's package documents the built tree holds byte for byte, of how many."""
+    from registry_gen.layout import PACKAGE_DOCUMENT
+    from registry_gen.meta import META_FILENAME
+
+    folders = [meta.parent.relative_to(mirror / "content") for meta in (mirror / "content").glob(f"**/{META_FILENAME}")]
+    same = 0
+    for folder in folders:
+        with contextlib.suppress(FileNotFoundError):
+            same += (mirror / "public" / folder / PACKAGE_DOCUMENT).read_bytes() == (built / "public" / folder / PACKAGE_DOCUMENT).read_bytes()
+    return same, len(folders)
+
+
 def _settled(work: Path, project: Path, deadline: float = 600.0) -> float:
     """Seconds until the tree serves what the mirror landed (the landings are built in the
     background, after the burst): every package in content/ has its document built from its
-    latest meta, and every tarball npm installed into `project` is in the tree. Raises past the
-    deadline, naming what is still missing."""
+    latest meta, every tarball npm installed into `project` is in the tree, and the API has gone
+    quiet (no CPU for a second: the batch build writes the pages and listings after the documents,
+    ~0.7 CPU-s for jest@29, which a second install started at once would run beside). Raises past
+    the deadline, naming what is still missing."""
     from registry_gen.names import tarball_path
 
     started = time.monotonic()
@@ -112,7 +184,17 @@ def _settled(work: Path, project: Path, deadline: float = 600.0) -> float:
         if time.monotonic() - started > deadline:
             raise RuntimeError(f"the mirror's tree lacked {len(missing)} files {deadline:.0f} s after the install, e.g. {missing[0]}")
         time.sleep(0.5)
+    while not _quiet(work):
+        if time.monotonic() - started > deadline:
+            raise RuntimeError(f"the mirror's API was still busy {deadline:.0f} s after the install")
     return time.monotonic() - started
+
+
+def _quiet(work: Path) -> bool:
+    """Whether the API spent at most one clock tick of CPU over the next second."""
+    before = server_cpu(work)["api"]
+    time.sleep(1.0)
+    return server_cpu(work)["api"] - before <= 0.011
 
 
 def _unbuilt_documents(work: Path) -> list[str]:
@@ -141,8 +223,8 @@ def document_bytes(work: Path) -> int:
     return sum(document.stat().st_size for document in documents if document.is_file())
 
 
-def _built_from_start(work: Path, upstream: str, lockfile: Path) -> None:
-    """A registry holding the same packages, built from the start (imported, then built)."""
+def _imported_lockfile(work: Path, upstream: str, lockfile: Path) -> None:
+    """A registry holding the lockfile's packages at its versions only, imported, then built."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
     (work / "content").mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "registry_gen", "import", "lockfile", str(lockfile), "--from", upstream,
@@ -156,9 +238,11 @@ def installs(quick: bool) -> list[dict[str, Any]]:
 
     source, _ = jest_upstream()
     repeats = 1 if quick else 3
-    timings: dict[str, list[float]] = {"direct": [], "cold": [], "warm": [], "static": [], "built": []}
+    timings: dict[str, list[float]] = {"direct": [], "cold": [], "warm": [], "fresh": [], "lockfile": []}
     settle: list[float] = []
     sizes: dict[str, int] = {}
+    same: list[tuple[int, int]] = []
+    cpu: dict[str, list[float]] = {}
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-mirror-", dir=CACHE_DIR) as folder:
         scratch = Path(folder)
@@ -168,31 +252,41 @@ def installs(quick: bool) -> list[dict[str, Any]]:
             config = f"uplinks:\n  up:\n    url: {upstream}\npackages:\n  '**': {{proxy: up}}\n"
             lockfile = None
             for rep in range(repeats):
+                mirror, fresh = scratch / f"mirror-{rep}", scratch / f"fresh-{rep}"
                 timings["direct"].append(npm_install(upstream, scratch / f"direct-{rep}")[0])
-                with deployment(scratch / f"mirror-{rep}", config) as mirror:
-                    seconds, project = npm_install(mirror, scratch / f"cold-{rep}")
+                with deployment(mirror, config) as url:
+                    seconds, project = npm_install(url, scratch / f"cold-{rep}")
                     timings["cold"].append(seconds)
                     lockfile = lockfile or project / "package-lock.json"
-                    settle.append(_settled(scratch / f"mirror-{rep}", project))
-                    timings["warm"].append(npm_install(mirror, scratch / f"warm-{rep}")[0])
-                with same_files_static(scratch / f"mirror-{rep}") as static:
-                    timings["static"].append(npm_install(static, scratch / f"static-{rep}")[0])
-                sizes["mirror"] = document_bytes(scratch / f"mirror-{rep}")
+                    settle.append(_settled(mirror, project))
+                    timings["warm"].append(measured_install(url, mirror, scratch / f"warm-{rep}", cpu, "warm"))
+                built_from_start(mirror, fresh)
+                same.append(same_documents(mirror, fresh))
+                with served_static(fresh) as url:
+                    timings["fresh"].append(measured_install(url, fresh, scratch / f"fresh-install-{rep}", cpu, "fresh"))
+                sizes["mirror"] = document_bytes(mirror)
             assert lockfile is not None
-            _built_from_start(scratch / "built", upstream, lockfile)
-        with deployment(scratch / "built", "") as built:
+            _imported_lockfile(scratch / "lockfile", upstream, lockfile)
+        with deployment(scratch / "lockfile", "") as url:
             for rep in range(repeats):
-                timings["built"].append(npm_install(built, scratch / f"built-{rep}")[0])
-        sizes["built"] = document_bytes(scratch / "built")
-    return _install_rows(timings, settle, repeats, sizes)
+                timings["lockfile"].append(npm_install(url, scratch / f"lockfile-{rep}")[0])
+        sizes["lockfile"] = document_bytes(scratch / "lockfile")
+    return _install_rows(timings, settle, repeats, sizes, same, cpu)
 
 
-def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats: int, sizes: dict[str, int]) -> list[dict[str, Any]]:
+def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats: int, sizes: dict[str, int],
+                  same: list[tuple[int, int]], cpu: dict[str, list[float]]) -> list[dict[str, Any]]:  # fmt: skip
     median = {key: statistics.median(values) for key, values in timings.items()}
     runs = {key: ", ".join(f"{t:.1f}" for t in values) for key, values in timings.items()}
-    # Each cold run follows its own direct run: their ratio is less at the mercy of other load than
-    # the medians' (the built runs come after every mirror run, so the warm ones have no pair).
-    paired = ", ".join(f"{cold / direct:.2f}" for cold, direct in zip(timings["cold"], timings["direct"], strict=True))
+
+    def paired(first: str, second: str) -> str:
+        # Each run against the one just before or after it: their ratio is less at the mercy of
+        # other load than the medians' (the lockfile runs come after every mirror run: no pair).
+        return ", ".join(f"{a / b:.2f}" for a, b in zip(timings[first], timings[second], strict=True))
+
+    mirror_mb, lockfile_mb = sizes["mirror"] / 1e6, sizes["lockfile"] / 1e6
+    identical = ", ".join(f"{n} of {total}" for n, total in same)
+    spent = {key: ", ".join(f"{t:.2f}" for t in values) for key, values in cpu.items()}
     return [
         {
             "figure": "Cold npm install of jest@29 (266 packages) through an empty mirror (nginx + registry-gen api)",
@@ -200,29 +294,32 @@ def _install_rows(timings: dict[str, list[float]], settle: list[float], repeats:
             "ratio": round(median["cold"] / median["direct"], 2), "goal": f"≤ {COLD_GOAL}× the same install straight from the upstream",
             "note": (f"median of {repeats}; baseline = npm straight from the upstream, a Verdaccio 6.8.0 serving the same tree "
                      f"(runs {runs['direct']} s); through the mirror {runs['cold']} s (each run against the direct one before it: "
-                     f"{paired}×): each document and tarball fetched from the upstream, checked and answered at once, landed in "
-                     "content/ and built into the tree in the background (one build once the burst is over); the tree held everything "
-                     f"{', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
+                     f"{paired('cold', 'direct')}×): each document and tarball fetched from the upstream, checked and answered at once, "
+                     "landed in content/ and built into the tree in the background (one build once the burst is over); the tree held "
+                     f"everything and the API was quiet {', '.join(f'{s:.0f}' for s in settle)} s after npm finished"),
         },  # fmt: skip
         {
             "figure": "Second npm install of jest@29 (fresh npm cache) through the filled mirror",
-            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["built"], 1),
-            "ratio": round(median["warm"] / median["built"], 2), "goal": f"≤ {WARM_GOAL}× a tree built from the start",
-            "note": (f"median of {repeats}; baseline = the same packages imported (`import lockfile` of the cold install's lockfile) "
-                     f"and built, behind the same nginx + api (runs {runs['built']} s); the mirror's runs {runs['warm']} s: tarballs "
-                     "are static files, each document read asks the API's freshness check and comes back as an X-Accel-Redirect; "
-                     "a document fetched more than maxage (2 min) before is asked again conditionally, and a 304 only moves its "
-                     f"freshness row; the baseline's documents hold the lockfile's versions only ({sizes['built'] / 1e6:.1f} MB of full "
-                     f"documents against the mirror's {sizes['mirror'] / 1e6:.1f} MB, every version the upstream lists): the next row "
-                     "compares the same files"),
+            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["fresh"], 1),
+            "ratio": round(median["warm"] / median["fresh"], 2), "goal": f"≤ {WARM_GOAL}× a tree built from the start",
+            "note": (f"median of {repeats}; baseline = a tree built from the start: the filled mirror's content/ copied and built "
+                     "by `registry-gen build` (the same packages; the same documents, byte for byte: "
+                     f"{identical} identical), served by the same nginx with no name routed through the API (runs {runs['fresh']} s, "
+                     f"each just after its mirror run: {paired('warm', 'fresh')}×); the mirror's runs {runs['warm']} s: tarballs are "
+                     "static files, each document read asks the API's freshness check and comes back as an X-Accel-Redirect (a "
+                     "document fetched more than maxage (2 min) before is asked again conditionally; a 304 only moves its freshness "
+                     f"row); both serve {mirror_mb:.1f} MB of full documents (every version the upstream lists, which a mirror must "
+                     "serve). CPU seconds per install (what the machine's other load does not inflate), through the mirror "
+                     f"against the tree: the api {spent['warm-api']} against {spent['fresh-api']}, nginx {spent['warm-nginx']} "
+                     f"against {spent['fresh-nginx']}, npm itself {spent['warm-npm']} against {spent['fresh-npm']}"),
         },  # fmt: skip
         {
-            "figure": "Second npm install of jest@29 through the filled mirror, against the same files served without the freshness check",
-            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["static"], 1),
-            "ratio": round(median["warm"] / median["static"], 2), "goal": "report (the freshness check's share of the second install)",
-            "note": (f"median of {repeats}; baseline = the filled mirror's own tree behind the same nginx + api with no name routed "
-                     f"through the API (runs {runs['static']} s, each just after its warm run: "
-                     + ", ".join(f"{w / s:.2f}" for w, s in zip(timings["warm"], timings["static"], strict=True)) + "×)"),
+            "figure": "Second npm install of jest@29 through the filled mirror, against the lockfile's packages imported",
+            "value": round(median["warm"], 1), "unit": "s", "baseline": round(median["lockfile"], 1),
+            "ratio": round(median["warm"] / median["lockfile"], 2), "goal": "report (a tree holding one version a package)",
+            "note": (f"median of {repeats}; baseline = the cold install's lockfile imported (`import lockfile`) and built, behind the "
+                     f"same nginx + api (runs {runs['lockfile']} s, after every mirror run): its documents hold the lockfile's "
+                     f"versions only, {lockfile_mb:.1f} MB of full documents against the mirror's {mirror_mb:.1f} MB"),
         },  # fmt: skip
     ]
 
