@@ -133,6 +133,16 @@ def _upload(settings: Settings, name: str, version: str) -> Upload:
     return Upload(name, version, data, manifest, digests, {"latest": version})
 
 
+def _postgres_service(tmp_path: Path, state_postgres: PostgresServer) -> tuple[Settings, WriteService]:
+    """A write service on the PostgreSQL state whose refresher never runs by itself here."""
+    settings = Settings(
+        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
+        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
+    )  # fmt: skip
+    settings.content_dir.mkdir()
+    return settings, WriteService(settings, refresher=IndexRefresher(settings))
+
+
 def _served_versions(settings: Settings, name: str) -> set[str]:
     return set(json.loads((settings.out_dir / name / PACKAGE_DOCUMENT).read_bytes())["versions"])
 
@@ -141,12 +151,7 @@ def _served_versions(settings: Settings, name: str) -> set[str]:
 def test_a_publish_on_postgresql_sends_a_bounded_number_of_statements(
     tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    settings = Settings(
-        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
-        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,  # the refresher never runs by itself here
-    )  # fmt: skip
-    settings.content_dir.mkdir()
-    service = WriteService(settings, refresher=IndexRefresher(settings))
+    settings, service = _postgres_service(tmp_path, state_postgres)
     for warm in ("alpha-kit", "beta-kit", "counted-kit"):
         service.publish(_upload(settings, warm, "1.0.0"), ALICE)
     with counted_statements(monkeypatch) as sent:
@@ -165,12 +170,7 @@ def test_a_publishs_statements_do_not_grow_with_the_packages_versions(
     """The package document needs every version's manifest: read in one statement, not one per
     version (a round trip each on PostgreSQL: at 30 versions, 30 of a publish's ~100), and a
     version page's README and file list in one. So the 3rd and the 9th version cost the same."""
-    settings = Settings(
-        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
-        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
-    )  # fmt: skip
-    settings.content_dir.mkdir()
-    service = WriteService(settings, refresher=IndexRefresher(settings))
+    settings, service = _postgres_service(tmp_path, state_postgres)
     counts = {}
     for minor in range(9):
         with counted_statements(monkeypatch) as sent:
@@ -190,12 +190,7 @@ def test_a_publishs_build_sends_its_runs_of_reads_together(
     report (4) each go as one pipeline (PgDb.prefetched), answered as the SQLite classes ask them;
     the write lock's two advisory locks go with its BEGIN; the journal's entry, the write's row
     and the commit that finish a write go together."""
-    settings = Settings(
-        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
-        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
-    )  # fmt: skip
-    settings.content_dir.mkdir()
-    service = WriteService(settings, refresher=IndexRefresher(settings))
+    settings, service = _postgres_service(tmp_path, state_postgres)
     for warm in ("alpha-kit", "trip-kit"):
         service.publish(_upload(settings, warm, "1.0.0"), ALICE)
     with counted_round_trips(monkeypatch) as trips:
@@ -215,12 +210,7 @@ def test_a_publishs_package_rows_under_the_listings_lock_do_not_wait_each(
     """Under the listings lock (every other instance's publish waits for it), the package's rows,
     listing and links are written without a wait each (PgDb.writes_together): only the reads
     among them, the pins' refusals, wait."""
-    settings = Settings(
-        content_dir=tmp_path / "content", out_dir=tmp_path / "public", data_dir=tmp_path / "data", base_url="http://127.0.0.1:9/",
-        database_url=postgres_state_url(state_postgres), index_refresh_seconds=3600,
-    )  # fmt: skip
-    settings.content_dir.mkdir()
-    service = WriteService(settings, refresher=IndexRefresher(settings))
+    settings, service = _postgres_service(tmp_path, state_postgres)
     service.publish(_upload(settings, "rows-kit", "1.0.0"), ALICE)
     with counted_round_trips(monkeypatch) as trips:
         service.publish(_upload(settings, "rows-kit", "1.0.1"), ALICE)
