@@ -24,7 +24,9 @@ with its own event, before this write's, and this write's meta is read after it 
 the dead write's meta, overwritten, would read as not landed while its archive is served).
 
 `pending_writes(held)` lists the pending writes whose *writer is gone*: no write holds the lock of
-one of its packages any more (a write holds them from before `begin_write` to after `finish_write`).
+one of its packages any more (a write holds them from before `begin_write` to after `finish_write`),
+and the write is still pending when read again once those locks are taken (a writer that finished
+and released its lock after the pending rows were read is not gone; `PgLedger._gone`).
 `held`: the packages the caller's own lock holds; a pending write of those is gone (the lock is
 exclusive), although no other connection could take their lock to prove it; the caller's own
 write in progress is listed too (its build leaves it: `writing`). On the embedded

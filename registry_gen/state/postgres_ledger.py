@@ -143,14 +143,29 @@ class PgLedger(SqliteLedger):
         return self._gone(rows, held)
 
     def _gone(self, rows: Sequence[tuple[int, str, str]], held: Collection[str]) -> list[PendingWrite]:
-        """Of the pending writes' rows (id, files, events; in id order), those whose writer is gone."""
-        return [PendingWrite(int(write_id), json.loads(files)) for write_id, files, events in rows if self._writer_gone(events, held)]
+        """Of the pending writes' rows (id, files, events; in id order), those whose writer is gone.
+        A lock taken proves a writer gone only if its write is still pending once the lock is held:
+        the rows were read before, and a live writer journals its write done and then releases its
+        lock in between; taken for dead, its write would be resolved from a folder that may lack
+        its files (aborted), and its acknowledged package dropped from the listings."""
+        gone, locked = [], []
+        for write_id, files, events in rows:
+            packages = sorted({event[1] for event in json.loads(events)} - set(held))
+            if self._writers_gone(packages):
+                gone.append((int(write_id), files))
+                locked += [int(write_id)] if packages else []
+        finished = self._finished(locked) if locked else set()
+        return [PendingWrite(write_id, json.loads(files)) for write_id, files in gone if write_id not in finished]
 
-    def _writer_gone(self, events: str, held: Collection[str]) -> bool:
-        packages = sorted({event[1] for event in json.loads(events)} - set(held))
+    def _writers_gone(self, packages: Sequence[str]) -> bool:
         return all(
             self.db.execute("SELECT pg_try_advisory_xact_lock(?, ?)", (LOCK_PACKAGE, package_key(name))).fetchone()[0] for name in packages
         )
+
+    def _finished(self, write_ids: Sequence[int]) -> set[int]:
+        """Of these writes, those no longer pending (read after their locks were taken: a new snapshot)."""
+        rows = self.db.execute("SELECT id FROM writes WHERE id = ANY(?) AND status <> 'pending'", (list(write_ids),)).fetchall()
+        return {int(row[0]) for row in rows}
 
     def finish_write(self, write_id: int, *, done: bool) -> None:
         """As the embedded ledger's, in three round trips, not six (the write's answer waits for

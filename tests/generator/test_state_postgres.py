@@ -235,6 +235,32 @@ def test_a_pending_write_of_a_package_the_caller_holds_has_a_gone_writer(setting
             assert [w.id for w in journal.pending_writes(held={"dead"})] == [write_id]
         assert [w.id for w in journal.pending_writes()] == [write_id]  # released: gone to anyone
 
+def test_a_write_finished_between_the_pending_read_and_its_lock_is_not_taken_for_gone(
+    settings: Settings, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The order forced: another process's reader has read `live`'s write pending; its writer then
+    journals it done and releases its lock; the reader's lock check follows and succeeds. That
+    write's writer was not gone: the reader must not list it (a leader's build resolved it from
+    a folder without its files, aborted, and dropped the acknowledged package from the listings)."""
+    settings = _postgres_settings(settings, state_postgres)
+    with open_state(settings).journal() as writer, open_state(settings).journal() as reader:
+        lock = open_state(settings).write_lock(settings.lock_file).package("live", 5)
+        lock.__enter__()
+        write_id = writer.begin_write({"live/registry-meta.json": "0" * 64}, [JournalEvent("package:change", "live")], "bob", None, "t")
+        execute = reader.db.execute
+
+        def writer_finishes_first(sql: str, *args: object) -> object:
+            if "pg_try_advisory_xact_lock" in sql:
+                writer.finish_write(write_id, done=True)
+                lock.__exit__(None, None, None)
+                monkeypatch.setattr(reader.db, "execute", execute)
+            return execute(sql, *args)
+
+        monkeypatch.setattr(reader.db, "execute", writer_finishes_first)
+        assert reader.pending_writes() == []
+        assert [(e.package, e.kind) for e in reader.since(0)] == [("live", "package:change")]
+
+
 def test_an_unreachable_database_answers_at_once(settings: Settings) -> None:
     settings = settings.with_updates(database_url="postgresql://postgres@127.0.0.1:9/none")
     started = time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from registry_gen.publish import Actor
 from registry_gen.readmodel import PackageState
 from registry_gen.refresher import IndexRefresher, WholeRewrite
 from registry_gen.settings import Settings
+from registry_gen.state import open_state
+from registry_gen.state.postgres_base import PgDb
 from registry_gen.writes import Change, WriteService
 from tests.conftest import postgres_state_url
 from tests.registry_api.helpers import add_user, http, publish_body, tarball
@@ -383,3 +386,54 @@ def test_a_range_that_splits_again_under_the_first_leader_has_every_linked_sub_r
     linked = held | {web.browse_page_path("zqc")}  # zq's page links its three sub-ranges
     missing = linked - _sub_range_keys(objects, "zq")
     assert not missing, f"{sorted(missing)} linked from zq's page, not in the bucket"
+
+
+# ---------------------------------------------------------------- a write finishing as another reads it (issue 28)
+# A write's build resolves the pending writes whose writer is gone: it reads the pending rows, then
+# tries each one's package lock. A live writer that journals its write done and releases its lock
+# in between is not gone, and its package is not this instance's to remove.
+
+
+def test_a_write_finished_while_another_write_s_build_checks_it_stays_listed(
+    bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B publishes zqa-live; after B's build and upload, before B journals it done, A's publish of
+    zqa-other starts: its sync sees zqa-live's writer alive (nothing synced), its build reads the
+    write pending; then (the order forced) B finishes and releases its lock, and A's build tries
+    that lock. A's build resolved the finished write from a folder without its files: aborted,
+    zqa-live dropped from the state and its tree files deleted, although B answered 201."""
+    service, objects = bucket_service
+    other_settings, other_objects = _other_instance(service, tmp_path / "b")
+    writer = WriteService(other_settings, refresher=IndexRefresher(other_settings), objects=other_objects)
+    main, checking, released = threading.current_thread(), threading.Event(), threading.Event()
+    outcome: list[Any] = []
+
+    def a_publishes() -> None:
+        outcome.append(service.publish(_upload(service.settings, "zqa-other", "1.0.0"), ALICE))
+
+    reader = threading.Thread(target=a_publishes)
+
+    def b_pauses_before_done(name: str) -> None:
+        if name == "after-upload" and threading.current_thread() is main:
+            reader.start()
+            assert checking.wait(60), "A's build never checked zqa-live's lock"
+
+    execute = PgDb.execute
+
+    def a_checks_after_b_is_done(db: PgDb, sql: str, *args: Any) -> Any:
+        in_build = threading.current_thread() is reader and db.in_transaction  # the sync's check runs outside one
+        if in_build and "pg_try_advisory_xact_lock" in sql and not checking.is_set():
+            checking.set()
+            assert released.wait(60)
+        return execute(db, sql, *args)
+
+    monkeypatch.setattr("registry_gen.writes.failpoint", b_pauses_before_done)
+    monkeypatch.setattr(PgDb, "execute", a_checks_after_b_is_done)
+    writer.publish(_upload(other_settings, "zqa-live", "1.0.0"), ALICE)  # answered: its writer is done
+    released.set()
+    reader.join(60)
+    assert outcome, "A's publish did not finish"
+    assert not [path for path in outcome[0].removed if "zqa-live" in path], "A's build removed the acknowledged zqa-live"
+    with open_state(service.settings).view() as view:
+        assert "zqa-live" in set(view.present_names())
+    assert _tree_keys(objects, "zqa-live/")
