@@ -480,7 +480,14 @@ class ObjectStore:
     def start(self, settings: Settings, lock_timeout: float = 600) -> BuildResult:
         """A server's start: under the registry-wide lock, the whole content bucket into the work
         folder (an empty disk works), one build over it, and what it wrote published. After it,
-        every build of this process is incremental and syncs only what it reads."""
+        every build of this process is incremental and syncs only what it reads.
+
+        The upload is under the lock too: after its release, another instance's write uploads its
+        package's newer files and answers, and this start's copy, read before that write, must
+        not follow and put the older one back (issue 28, acceptance 1). Writes wait through the
+        upload as they wait through the build. The markings of listing pages writes left are not
+        settled here: a leader turn that built before this lock may upload its older render after
+        this start's, and only a marking left set makes the leader render those pages again."""
         from registry_gen.build import build_locked
         from registry_gen.buildlock import holding_build_lock
 
@@ -496,10 +503,8 @@ class ObjectStore:
             # The pages writes left marked are rendered here: a range one of them shrank, and a shard
             # that lost leaves, asked in the tree bucket for what an earlier render left under it.
             result = build_locked(settings, settle_listings=False, served=self.tree.holds, tree=self.tree.files_under)
-        log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
-        self.tree.publish(result)
-        state.settle_stale_listings(result.stale_listings)  # the pages writes left, once uploaded
-        state.settle_whole_documents(result.whole_mark)  # -/all and -/search.json, likewise
+            log.info("synced %d file(s) from %s; %s", fetched, self.content.location, result.summary())
+            self.tree.publish(result)
         return result
 
 
