@@ -83,6 +83,7 @@ class PgSession(PgListings):
         self.listings_locked = False
         self.versions_before = {}
         self.grown = {}
+        self.growth_answers = []
 
     # -- one transaction: the ledger's rows and the cache's commit together
 

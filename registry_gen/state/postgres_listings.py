@@ -68,6 +68,9 @@ class PgListings(BuildState):
     # after one). Counts move by one per move, so a range that split in this build has lowest <=
     # PAGE_SIZE < highest (build.indexes.split_ranges); read back from the upsert, no query of its own.
     grown: dict[str, tuple[int, int]]
+    # The upserts' answers (prefix, count) with each move's deltas, read only when `prefix_growth`
+    # asks: inside `writes_together` (under the listings lock), reading one at once would wait for it.
+    growth_answers: list[tuple[Any, dict[str, int]]]
 
     def package_before(self, name: str, keys_after: Iterable[str]) -> PackageBefore:
         row = self.db.execute(_OWN_ROWS, (name,)).fetchone()
@@ -138,7 +141,7 @@ class PgListings(BuildState):
                 " ON CONFLICT (prefix) DO UPDATE SET count = prefixes.count + excluded.count RETURNING prefix, count",
                 [list(column) for column in zip(*rows)],
             )
-            self._note_growth(dict(counts), {prefix: delta for prefix, _, delta in rows})
+            self.growth_answers.append((counts, {prefix: delta for prefix, _, delta in rows}))
         emptied = [prefix for prefix, _, delta in rows if delta < 0]
         if emptied:
             self.db.execute("DELETE FROM prefixes WHERE prefix = ANY(?) AND count <= 0", (emptied,))
@@ -157,6 +160,9 @@ class PgListings(BuildState):
                 self.grown[prefix] = (min(low, count - deltas[prefix]), max(high, count))
 
     def prefix_growth(self) -> Mapping[str, tuple[int, int]]:
+        for counts, deltas in self.growth_answers:
+            self._note_growth(dict(counts.fetchall()), deltas)
+        self.growth_answers.clear()
         return self.grown
 
     def _apply_leaf_ops(self, ops: Sequence[LeafOp]) -> dict[str, str]:

@@ -92,7 +92,7 @@ def counted_round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     def fetched(self: Any) -> None:
         if self._execmany_returning is not False and not self.pgresult and self._conn._pipeline:
-            trips.append("-- a read inside a pipeline")
+            trips.append(f"-- a read inside a pipeline: {bytes(self._query.query).decode() if self._query else ''}")
         fetch(self)
 
     def alone(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -162,6 +162,21 @@ def test_a_publish_on_postgresql_sends_a_bounded_number_of_statements(
     assert len(statements) <= AT_MOST[name], "\n".join(statements)
     locked = under_listings_lock(sent)
     assert locked[-1] == "COMMIT" and len(locked) <= LOCKED_AT_MOST[name], "\n".join(locked)
+
+
+def test_a_new_packages_prefix_counts_under_the_listings_lock_are_not_waited_for(
+    tmp_path: Path, state_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new package moves the browse prefixes' counts; the upsert's answers (which say whether a
+    range split) are read only when the build marks its pages, after the pipeline under the
+    listings lock has delivered them, so the upsert waits for nothing there."""
+    settings, service = _postgres_service(tmp_path, state_postgres)
+    service.publish(_upload(settings, "first-kit", "1.0.0"), ALICE)
+    with counted_round_trips(monkeypatch) as trips:
+        service.publish(_upload(settings, "second-kit", "1.0.0"), ALICE)
+    assert "1.0.0" in _served_versions(settings, "second-kit")
+    waited = [trip for trip in trips if "INSERT INTO prefixes" in trip]
+    assert not waited, "\n".join(trips)
 
 
 def test_a_publishs_statements_do_not_grow_with_the_packages_versions(
