@@ -17,6 +17,7 @@ from registry_gen.errors import LockTimeout
 from registry_gen.layout import ABBREVIATED_DOCUMENT, ALL_DOCUMENT, PACKAGE_DOCUMENT, WEB_ROOT
 from registry_gen.objectstore import ObjectStore, open_object_store
 from registry_gen.refresher import WholeRewrite
+from registry_gen.settings import Settings
 from registry_gen.writes import WriteService
 from tests.registry_api.test_publish_cost_bucket import bucket_service, moto  # noqa: F401 - fixtures
 from tests.registry_api.test_publish_cost_postgres import ALICE, _upload
@@ -34,6 +35,14 @@ def _versions_in_bucket(objects: ObjectStore, name: str) -> dict[str, set[str]]:
     return found
 
 
+def _second_instance(settings: Settings, folder: Path) -> tuple[Settings, ObjectStore]:
+    """Another instance of the same registry (same PostgreSQL and buckets), its work folders empty."""
+    other = dataclasses.replace(settings, content_dir=folder / "content", out_dir=folder / "public", data_dir=folder / "data")
+    starting = open_object_store(other)
+    assert starting is not None
+    return other, starting
+
+
 def test_a_publish_during_another_instance_s_start_is_served_after_that_start(
     bucket_service: tuple[WriteService, ObjectStore], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -44,9 +53,7 @@ def test_a_publish_during_another_instance_s_start_is_served_after_that_start(
     service, _ = bucket_service
     settings = service.settings
     service.publish(_upload(settings, "race-pkg", "1.0.0"), ALICE)
-    other = dataclasses.replace(settings, content_dir=tmp_path / "b" / "content", out_dir=tmp_path / "b" / "public", data_dir=tmp_path / "b" / "data")
-    starting = open_object_store(other)
-    assert starting is not None
+    other, starting = _second_instance(settings, tmp_path / "b")
     upload = starting.tree.publish
     # A's write gives up at once on a lock B's start holds, instead of waiting on this very thread.
     monkeypatch.setattr(registry_gen.writes, "LOCK_TIMEOUT_SECONDS", 1)
@@ -78,9 +85,7 @@ def test_pages_a_leader_rendered_before_a_start_and_uploads_after_it_are_rendere
     service, objects = bucket_service
     settings = service.settings
     service.publish(_upload(settings, "early-kit", "1.0.0"), ALICE)
-    other = dataclasses.replace(settings, content_dir=tmp_path / "b" / "content", out_dir=tmp_path / "b" / "public", data_dir=tmp_path / "b" / "data")
-    starting = open_object_store(other)
-    assert starting is not None
+    other, starting = _second_instance(settings, tmp_path / "b")
     upload = objects.tree.publish
     turns: list[str] = []
 
